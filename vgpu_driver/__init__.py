@@ -1,0 +1,1 @@
+"""Virtual GPUs and mediated devices for a libvirt compute host."""

@@ -1,0 +1,81 @@
+"""``vgpu-driver check-config``: the effective per-type configuration."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from oslo_config import cfg
+
+from vgpu_driver.cmd import output
+from vgpu_driver.conf import loader
+from vgpu_driver.model.config import DeviceConfig, Problem
+
+DEFAULT_PARENTS = "default for unlisted parents"
+
+
+def _type_rows(config: DeviceConfig) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": t.type_id,
+            "section": t.group,
+            "resource_class": t.resource_class,
+            "parents": list(t.addresses),
+            "default_for_unlisted_parents": t.is_default,
+            "max_instances": t.max_instances,
+            "traits": list(t.traits),
+        }
+        for t in config.types
+    ]
+
+
+def run(conf: cfg.ConfigOpts) -> int:
+    fmt = conf.command.format
+    config, errors = loader.read_device_config(conf)
+    if fmt == "json":
+        output.dump_json(
+            {
+                "valid": not errors,
+                "host": conf.host,
+                "types": _type_rows(config),
+                "warnings": [str(w) for w in config.warnings],
+                "errors": [str(e) for e in errors],
+            }
+        )
+    else:
+        _print_table(conf, config, errors)
+    return 2 if errors else 0
+
+
+def _print_table(
+    conf: cfg.ConfigOpts, config: DeviceConfig, errors: list[Problem]
+) -> None:
+    print(f"Compute node: {conf.host}")
+    print(f"libvirt:      {conf.libvirt.connection_uri}")
+    print()
+    if config.types:
+        output.table(
+            ["Type", "Resource class", "Parents", "Cap", "Traits"],
+            [
+                [
+                    t.type_id,
+                    t.resource_class,
+                    list(t.addresses) if t.addresses else DEFAULT_PARENTS,
+                    t.max_instances,
+                    list(t.traits),
+                ]
+                for t in config.types
+            ],
+        )
+    else:
+        print("No mdev type is enabled ([devices] enabled_mdev_types).")
+    for warning in config.warnings:
+        print(f"WARNING: {warning}")
+    if errors:
+        print(
+            f"\n{len(errors)} error(s); nothing will be applied until "
+            "they are fixed:",
+            file=sys.stderr,
+        )
+        for error in errors:
+            print(f"ERROR: {error}", file=sys.stderr)

@@ -1,0 +1,103 @@
+"""``vgpu-driver``: the command line.
+
+Options are oslo.config's, so ``--config-file``, ``--config-dir`` and
+``--debug`` behave as in every OpenStack service; the sub-command comes
+last: ``vgpu-driver --config-file nova.conf check-config``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from vgpu_driver import conf as vconf
+from vgpu_driver import exception
+
+LOG = logging.getLogger(__name__)
+
+Handler = Callable[[cfg.ConfigOpts], int]
+
+
+def _format_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=["table", "json"], default="table")
+
+
+def _check_config(conf: cfg.ConfigOpts) -> int:
+    from vgpu_driver.cmd import check_config
+
+    return check_config.run(conf)
+
+
+def _demo(conf: cfg.ConfigOpts) -> int:
+    from vgpu_driver.cmd import demo
+
+    return demo.run(conf)
+
+
+COMMANDS: dict[str, tuple[str, Handler, Callable[..., None]]] = {
+    "check-config": (
+        "Validate the configuration and print what it will apply.",
+        _check_config,
+        _format_arg,
+    ),
+    "demo": (
+        "Run the main job on the embedded simulated host.",
+        _demo,
+        _format_arg,
+    ),
+}
+
+
+def _add_parsers(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    for name, (help_text, _handler, add_args) in COMMANDS.items():
+        parser = subparsers.add_parser(name, help=help_text)
+        add_args(parser)
+
+
+def make_conf() -> cfg.ConfigOpts:
+    conf = cfg.ConfigOpts()
+    vconf.register_opts(conf)
+    logging.register_options(conf)
+    conf.set_default("use_stderr", True)
+    conf.register_cli_opt(
+        cfg.SubCommandOpt(
+            "command",
+            title="Commands",
+            handler=_add_parsers,
+            help="Run 'vgpu-driver COMMAND --help' for a command's options.",
+        )
+    )
+    return conf
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    conf = make_conf()
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        conf(args, project="vgpu-driver")
+    except (cfg.ConfigFilesNotFoundError, cfg.ConfigFileParseError) as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return 2
+    logging.setup(conf, "vgpu-driver")
+    _help, handler, _args = COMMANDS[conf.command.name]
+    try:
+        return handler(conf)
+    except exception.ConfigInvalid as exc:
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return 2
+    except exception.VgpuDriverError as exc:
+        LOG.debug("Command failed", exc_info=True)
+        print(f"ERROR: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        conf.reset()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

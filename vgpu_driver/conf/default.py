@@ -1,0 +1,27 @@
+"""Options of ``[DEFAULT]``, read as nova.conf's."""
+
+from __future__ import annotations
+
+import socket
+
+from oslo_config import cfg
+
+default_opts = [
+    cfg.StrOpt(
+        "host",
+        default=socket.gethostname(),
+        sample_default="<current_hostname>",
+        help="""
+Name of this compute node: the name of its root resource provider in
+Placement. It must match the compute service's ``host``.
+""",
+    ),
+]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_opts(default_opts)
+
+
+def list_opts() -> list[tuple[str, list[cfg.StrOpt]]]:
+    return [("DEFAULT", default_opts)]

@@ -1,0 +1,157 @@
+"""The ``[devices]`` group and the per-type ``[mdev_<type>]`` groups."""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+
+devices_group = cfg.OptGroup(
+    "devices",
+    title="Mediated devices and virtual GPUs",
+    help="Which mediated device (mdev) types this host offers.",
+)
+
+MDEV_GROUP_PREFIX = "mdev_"
+LEGACY_GROUP_PREFIX = "vgpu_"
+
+devices_opts = [
+    cfg.ListOpt(
+        "enabled_mdev_types",
+        default=[],
+        deprecated_name="enabled_vgpu_types",
+        help="""
+The mediated device types this host offers, as the kernel names them
+(``nvidia-35``, ``i915-GVTg_V5_4``, ``mlx5_core-local``...). For NVIDIA
+SR-IOV cards (no mdev bus), use the vGPU type id as the card lists it in
+``creatable_vgpu_types``, prefixed with ``nvidia-`` (``nvidia-1155``).
+
+Most vendor drivers accept one type per physical device, so each type is
+tied to the parent devices it is used on by a group named after it::
+
+    [devices]
+    enabled_mdev_types = nvidia-35, nvidia-36, mlx5_core-local
+
+    [mdev_nvidia-35]
+    device_addresses = 0000:84:00.0,0000:85:00.0
+    max_instances = 12
+
+    [mdev_nvidia-36]
+    # no device_addresses: used on every parent not named elsewhere
+
+    [mdev_mlx5_core-local]
+    device_addresses = 0000:86:00.0
+    mdev_class = mlx5
+    traits = CUSTOM_FAST_NIC
+
+Options of ``[mdev_<type>]`` (the legacy name ``[vgpu_<type>]`` is read
+too):
+
+``device_addresses``
+  Parent devices of this type: PCI addresses ``DDDD:BB:SS.F`` or the name
+  of a non-PCI parent (for example the mtty sample driver's). A parent must
+  not be listed under two types.
+``mdev_class``
+  Placement resource class of this type's inventory: ``VGPU`` (default),
+  ``CUSTOM_<NAME>``, or a bare name turned into ``CUSTOM_<NAME>``.
+``max_instances``
+  Host-wide cap on the devices of this type (at least 1); parents are
+  filled in address order until it is spent.
+``traits``
+  Extra traits (os-traits names or ``CUSTOM_*``) put on the resource
+  providers of this type.
+
+The first enabled type without ``device_addresses`` is the default type of
+every mdev-capable parent not listed elsewhere; further types without
+addresses are ignored with a warning.
+
+Related options: ``[devices] remove_unused_mdevs``.
+""",
+    ),
+    cfg.StrOpt(
+        "owner_trait",
+        default="OWNER_NOVA",
+        help="""
+The owner trait set on every resource provider this library manages, as
+Nova's scheduler pre-filter expects. Change it only if another service
+owns the device providers of this host.
+""",
+    ),
+    cfg.BoolOpt(
+        "remove_unused_mdevs",
+        default=False,
+        help="""
+Remove a mediated device when the instance using it is deleted. By
+default it is kept and reused by the next instance, which is faster; set
+this when a device must not carry state from one guest to the next.
+""",
+    ),
+    cfg.StrOpt(
+        "state_path",
+        default="/var/lib/vgpu-driver",
+        help="""
+Directory of the library's own records: device claims held between a
+bind and the guest's definition, live-migration claims, and the vGPU type
+of each NVIDIA SR-IOV virtual function (which the card forgets at reboot;
+``vgpu-driver restore`` re-applies them). Files are written atomically.
+""",
+    ),
+]
+
+# Options of each [mdev_<type>] group; registered per enabled type.
+type_opts_help = {
+    "device_addresses": "Parent devices (PCI addresses or names).",
+    "mdev_class": "Resource class: VGPU, CUSTOM_<NAME> or a bare name.",
+    "max_instances": "Host-wide cap on devices of this type (>= 1).",
+    "traits": "Extra traits for this type's resource providers.",
+}
+
+
+def type_group_name(type_id: str) -> str:
+    return MDEV_GROUP_PREFIX + type_id
+
+
+def make_type_opts(type_id: str) -> list[cfg.Opt]:
+    legacy = LEGACY_GROUP_PREFIX + type_id
+    return [
+        cfg.ListOpt(
+            "device_addresses",
+            default=[],
+            deprecated_group=legacy,
+            help=type_opts_help["device_addresses"],
+        ),
+        # Read as strings: validation reports every bad value at once with
+        # the section and option named, instead of oslo's first failure.
+        cfg.StrOpt(
+            "mdev_class",
+            default="VGPU",
+            deprecated_group=legacy,
+            help=type_opts_help["mdev_class"],
+        ),
+        cfg.StrOpt(
+            "max_instances",
+            deprecated_group=legacy,
+            help=type_opts_help["max_instances"],
+        ),
+        cfg.ListOpt(
+            "traits",
+            default=[],
+            deprecated_group=legacy,
+            help=type_opts_help["traits"],
+        ),
+    ]
+
+
+def register_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_group(devices_group)
+    conf.register_opts(devices_opts, group=devices_group)
+
+
+def register_type_opts(conf: cfg.ConfigOpts, type_ids: list[str]) -> None:
+    """Register ``[mdev_<type>]`` for each type (idempotent)."""
+    for type_id in type_ids:
+        group = cfg.OptGroup(type_group_name(type_id))
+        conf.register_group(group)
+        conf.register_opts(make_type_opts(type_id), group=group)
+
+
+def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:
+    return [(devices_group, devices_opts)]

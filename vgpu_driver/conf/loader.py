@@ -1,0 +1,98 @@
+"""Turn a loaded ``ConfigOpts`` into the validated device configuration."""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from vgpu_driver import exception
+from vgpu_driver.conf import devices
+from vgpu_driver.model.config import (
+    DeviceConfig,
+    Problem,
+    RawType,
+    build_device_config,
+)
+
+LOG = logging.getLogger(__name__)
+
+
+def _read(
+    conf: cfg.ConfigOpts, group: str, option: str, errors: dict[str, str]
+) -> object:
+    try:
+        return conf[group][option]
+    except (cfg.ConfigFileValueError, ValueError) as exc:
+        errors[option] = f"cannot be read: {exc}"
+        return None
+
+
+def load_device_config(conf: cfg.ConfigOpts) -> DeviceConfig:
+    """Validate ``[devices]`` and every ``[mdev_<type>]`` group.
+
+    Raises :class:`~vgpu_driver.exception.ConfigInvalid` listing every
+    error; warnings are logged and kept on the returned config.
+    """
+    config, problems = read_device_config(conf)
+    for warning in config.warnings:
+        LOG.warning("Configuration: %s", warning)
+    if problems:
+        raise exception.ConfigInvalid(problems)
+    return config
+
+
+def read_device_config(
+    conf: cfg.ConfigOpts,
+) -> tuple[DeviceConfig, list[Problem]]:
+    """The valid part of the configuration and the list of its errors."""
+    enabled = [t.strip() for t in conf.devices.enabled_mdev_types]
+    enabled = [t for t in enabled if t]
+    devices.register_type_opts(conf, enabled)
+    sections = set(conf.list_all_sections())
+
+    raw_types = []
+    for type_id in enabled:
+        group = devices.type_group_name(type_id)
+        legacy = devices.LEGACY_GROUP_PREFIX + type_id
+        shown = (
+            legacy if legacy in sections and group not in sections else group
+        )
+        errors: dict[str, str] = {}
+        raw_types.append(
+            RawType(
+                type_id=type_id,
+                group=shown,
+                device_addresses=_as_list(
+                    _read(conf, group, "device_addresses", errors)
+                ),
+                mdev_class=str(
+                    _read(conf, group, "mdev_class", errors) or "VGPU"
+                ),
+                max_instances=_as_optional_str(
+                    _read(conf, group, "max_instances", errors)
+                ),
+                traits=_as_list(_read(conf, group, "traits", errors)),
+                read_errors=errors,
+            )
+        )
+
+    known = {devices.type_group_name(t) for t in enabled} | {
+        devices.LEGACY_GROUP_PREFIX + t for t in enabled
+    }
+    stray = sorted(
+        s
+        for s in sections
+        if s.startswith(
+            (devices.MDEV_GROUP_PREFIX, devices.LEGACY_GROUP_PREFIX)
+        )
+        and s not in known
+    )
+    return build_device_config(enabled, raw_types, stray)
+
+
+def _as_list(value: object) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, list) else []
+
+
+def _as_optional_str(value: object) -> str | None:
+    return None if value is None else str(value)

@@ -1,0 +1,102 @@
+"""The library's exceptions.
+
+Every error the library raises on purpose is a :class:`VgpuDriverError`.
+Its message is built from ``msg_fmt`` and the keyword arguments given to
+the constructor, so a message always names the thing that is wrong and
+what to do about it.  ``code`` is a stable, machine-readable name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class VgpuDriverError(Exception):
+    msg_fmt = "An unknown error occurred."
+    code = "vgpu_driver.error"
+
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        if message is None:
+            message = self.msg_fmt % kwargs
+        self.message = message
+        super().__init__(message)
+
+
+class ConfigInvalid(VgpuDriverError):
+    """One or more configuration problems; ``problems`` lists them all."""
+
+    msg_fmt = "The configuration is invalid:\n%(details)s"
+    code = "vgpu_driver.config.invalid"
+
+    def __init__(self, problems: Sequence[object]) -> None:
+        self.problems = list(problems)
+        details = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(details=details)
+
+
+class HostUnreachable(VgpuDriverError):
+    msg_fmt = (
+        "Cannot connect to libvirt at %(uri)s: %(reason)s. Check "
+        "[libvirt] connection_uri and that libvirtd is running."
+    )
+    code = "vgpu_driver.host.unreachable"
+
+
+class DeviceXMLInvalid(VgpuDriverError):
+    msg_fmt = "Cannot parse the XML of %(what)s: %(reason)s"
+    code = "vgpu_driver.host.xml_invalid"
+
+
+class HostDescriptionInvalid(VgpuDriverError):
+    msg_fmt = "Host description %(source)s is invalid: %(reason)s"
+    code = "vgpu_driver.host.description_invalid"
+
+
+class DeviceOperationFailed(VgpuDriverError):
+    msg_fmt = "Cannot %(action)s on %(device)s: %(reason)s"
+    code = "vgpu_driver.host.operation_failed"
+
+
+class ProviderUnknown(VgpuDriverError):
+    msg_fmt = (
+        "Allocation names resource provider %(rp_uuid)s, which is not a "
+        "device provider of this host; the instance must be rescheduled."
+    )
+    code = "vgpu_driver.bind.provider_unknown"
+
+
+class DeviceCapacityExhausted(VgpuDriverError):
+    msg_fmt = (
+        "No room for %(count)d more %(type_id)s device(s) on %(parent)s; "
+        "the instance must be rescheduled."
+    )
+    code = "vgpu_driver.bind.exhausted"
+
+
+class PlacementError(VgpuDriverError):
+    msg_fmt = "Placement request %(method)s %(url)s failed: %(reason)s"
+    code = "vgpu_driver.placement.error"
+
+
+class PlacementUnavailable(PlacementError):
+    msg_fmt = (
+        "Placement at %(url)s did not answer after %(attempts)d attempts "
+        "(%(reason)s). Check the [placement] section and that the service "
+        "is up; the next sync will finish the job."
+    )
+    code = "vgpu_driver.placement.unavailable"
+
+
+class ReshapeNeeded(VgpuDriverError):
+    msg_fmt = (
+        "The provider tree of %(nodename)s has an old layout and must be "
+        "reshaped; call update_provider_tree again with allocations."
+    )
+    code = "vgpu_driver.placement.reshape_needed"
+
+
+class ReshapeFailed(VgpuDriverError):
+    msg_fmt = "Cannot reshape the providers of %(nodename)s: %(reason)s"
+    code = "vgpu_driver.placement.reshape_failed"

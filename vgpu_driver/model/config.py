@@ -1,0 +1,259 @@
+"""The effective device configuration and its validation rules."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from vgpu_driver.model import naming
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One configuration problem, naming where it is and what to do."""
+
+    section: str
+    option: str | None
+    value: str | None
+    message: str
+    severity: str = "error"  # or "warning"
+
+    def __str__(self) -> str:
+        where = f"[{self.section}]"
+        if self.option:
+            where += f" {self.option}"
+        if self.value is not None:
+            where += f" = {self.value}"
+        return f"{where}: {self.message}"
+
+
+@dataclasses.dataclass(frozen=True)
+class TypeConfig:
+    """How one enabled mdev type is used on this host."""
+
+    type_id: str
+    resource_class: str
+    addresses: tuple[str, ...]
+    max_instances: int | None
+    traits: tuple[str, ...]
+    is_default: bool
+    group: str
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceConfig:
+    types: tuple[TypeConfig, ...] = ()
+    warnings: tuple[Problem, ...] = ()
+
+    @property
+    def default_type(self) -> TypeConfig | None:
+        return next((t for t in self.types if t.is_default), None)
+
+    def get(self, type_id: str) -> TypeConfig | None:
+        return next((t for t in self.types if t.type_id == type_id), None)
+
+    def resource_classes(self) -> frozenset[str]:
+        return frozenset(t.resource_class for t in self.types)
+
+    def type_for_parent(
+        self, keys: Sequence[str], supported: Sequence[str]
+    ) -> TypeConfig | None:
+        """The type a parent serves, or None.
+
+        ``keys`` are the parent's identities (PCI address, libvirt name);
+        a parent listed in some ``device_addresses`` serves that type, any
+        other the default type. Either way the parent must support it.
+        """
+        for type_cfg in self.types:
+            if any(k in type_cfg.addresses for k in keys):
+                return type_cfg if type_cfg.type_id in supported else None
+        default = self.default_type
+        if default is not None and default.type_id in supported:
+            return default
+        return None
+
+
+@dataclasses.dataclass
+class RawType:
+    """What the files say about one type, before validation."""
+
+    type_id: str
+    group: str
+    device_addresses: Sequence[str] = ()
+    mdev_class: str = "VGPU"
+    max_instances: str | None = None
+    traits: Sequence[str] = ()
+    read_errors: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+def build_device_config(
+    enabled: Sequence[str],
+    raw_types: Sequence[RawType],
+    stray_sections: Sequence[str] = (),
+) -> tuple[DeviceConfig, list[Problem]]:
+    """Validate what the files say; return the config and its errors.
+
+    Every problem is collected, so an operator sees them all at once.
+    Warnings travel inside the returned config.
+    """
+    errors: list[Problem] = []
+    warnings: list[Problem] = []
+    seen_types: set[str] = set()
+    owner_of: dict[str, str] = {}
+    types: list[TypeConfig] = []
+    default: str | None = None
+
+    for type_id in enabled:
+        if not type_id or type_id in seen_types:
+            if type_id:
+                warnings.append(
+                    Problem(
+                        "devices",
+                        "enabled_mdev_types",
+                        type_id,
+                        "listed twice; the second is ignored",
+                        "warning",
+                    )
+                )
+            continue
+        seen_types.add(type_id)
+
+    raw_by_id = {r.type_id: r for r in raw_types}
+    for type_id in sorted(seen_types, key=list(enabled).index):
+        raw = raw_by_id.get(type_id) or RawType(type_id, f"mdev_{type_id}")
+        section = raw.group
+        ok = True
+        for option, reason in raw.read_errors.items():
+            errors.append(Problem(section, option, None, reason))
+            ok = False
+
+        addresses: list[str] = []
+        for value in raw.device_addresses:
+            value = value.strip()
+            address = naming.normalize_pci_address(value)
+            if address is None and naming.is_device_name(value):
+                address = value
+            if address is None:
+                errors.append(
+                    Problem(
+                        section,
+                        "device_addresses",
+                        value,
+                        "not a PCI address (DDDD:BB:SS.F, hexadecimal) nor "
+                        "a device name; fix the address",
+                    )
+                )
+                ok = False
+                continue
+            if address in owner_of and owner_of[address] != type_id:
+                errors.append(
+                    Problem(
+                        section,
+                        "device_addresses",
+                        value,
+                        f"parent {address} is already used by type "
+                        f"{owner_of[address]}; a physical device takes one "
+                        "type: remove it from one of the two sections",
+                    )
+                )
+                ok = False
+                continue
+            if address not in addresses:
+                owner_of[address] = type_id
+                addresses.append(address)
+
+        resource_class = naming.resource_class_for(raw.mdev_class)
+        if resource_class is None:
+            errors.append(
+                Problem(
+                    section,
+                    "mdev_class",
+                    raw.mdev_class,
+                    "must be VGPU, CUSTOM_<NAME> or a name of letters, "
+                    "digits and underscores (it becomes CUSTOM_<NAME>)",
+                )
+            )
+            ok = False
+
+        max_instances: int | None = None
+        if raw.max_instances not in (None, ""):
+            try:
+                max_instances = int(str(raw.max_instances).strip())
+            except ValueError:
+                max_instances = None
+            if max_instances is None or max_instances < 1:
+                errors.append(
+                    Problem(
+                        section,
+                        "max_instances",
+                        str(raw.max_instances),
+                        "must be a whole number of at least 1 (leave it "
+                        "unset for no cap)",
+                    )
+                )
+                ok = False
+
+        traits: list[str] = []
+        for trait in raw.traits:
+            trait = trait.strip()
+            if not trait:
+                continue
+            if not naming.is_valid_trait(trait):
+                errors.append(
+                    Problem(
+                        section,
+                        "traits",
+                        trait,
+                        "unknown trait: use a standard os-traits name or "
+                        "CUSTOM_<NAME> (upper case, digits, underscores)",
+                    )
+                )
+                ok = False
+            elif trait not in traits:
+                traits.append(trait)
+
+        is_default = False
+        if not addresses and not raw.device_addresses:
+            if default is None:
+                default = type_id
+                is_default = True
+            else:
+                warnings.append(
+                    Problem(
+                        section,
+                        "device_addresses",
+                        None,
+                        f"type {type_id} has no device_addresses and "
+                        f"{default} is already the default type for "
+                        f"unlisted parents; {type_id} is ignored. List its "
+                        "parents to use it.",
+                        "warning",
+                    )
+                )
+                continue
+        if ok and resource_class is not None:
+            types.append(
+                TypeConfig(
+                    type_id=type_id,
+                    resource_class=resource_class,
+                    addresses=tuple(addresses),
+                    max_instances=max_instances,
+                    traits=tuple(traits),
+                    is_default=is_default,
+                    group=section,
+                )
+            )
+
+    for section in stray_sections:
+        warnings.append(
+            Problem(
+                section,
+                None,
+                None,
+                "section for a type that is not in [devices] "
+                "enabled_mdev_types; it is ignored. Enable the type or "
+                "remove the section.",
+                "warning",
+            )
+        )
+    return DeviceConfig(tuple(types), tuple(warnings)), errors

@@ -1,0 +1,76 @@
+"""Names: PCI addresses, resource classes and traits."""
+
+from __future__ import annotations
+
+import re
+
+import os_resource_classes as orc
+import os_traits
+
+PCI_ADDRESS_RE = re.compile(
+    r"^(?P<domain>[0-9a-fA-F]{4}):(?P<bus>[0-9a-fA-F]{2}):"
+    r"(?P<slot>[0-9a-fA-F]{2})\.(?P<function>[0-7])$"
+)
+DEVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+CLASS_VALUE_RE = re.compile(r"^[A-Za-z0-9_]+$")
+CUSTOM_NAME_RE = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
+MAX_NAME_LENGTH = 255
+
+
+def pci_address(domain: int, bus: int, slot: int, function: int) -> str:
+    return f"{domain:04x}:{bus:02x}:{slot:02x}.{function:x}"
+
+
+def normalize_pci_address(value: str) -> str | None:
+    """``0000:84:00.0`` in lower case, or None if it is not one."""
+    match = PCI_ADDRESS_RE.match(value.strip())
+    if not match:
+        return None
+    return value.strip().lower()
+
+
+def is_device_name(value: str) -> bool:
+    """A non-PCI parent's name, such as ``mtty`` or ``css_0_0_0023``."""
+    return ":" not in value and bool(DEVICE_NAME_RE.match(value))
+
+
+def resource_class_for(value: str) -> str | None:
+    """The resource class an ``mdev_class`` value stands for, or None.
+
+    ``VGPU`` (any case) stays ``VGPU``; ``CUSTOM_X`` and a bare ``x`` both
+    give ``CUSTOM_X``; any other standard class is refused, as are values
+    with characters Placement does not accept.
+    """
+    value = value.strip()
+    if not CLASS_VALUE_RE.match(value):
+        return None
+    if value.upper() == orc.VGPU:
+        return str(orc.VGPU)
+    upper = value.upper()
+    if upper in orc.STANDARDS:
+        return None
+    if upper.startswith(orc.CUSTOM_NAMESPACE):
+        name = upper
+    else:
+        name = str(orc.normalize_name(value))
+    if name in orc.STANDARDS or len(name) > MAX_NAME_LENGTH:
+        return None
+    if name == orc.CUSTOM_NAMESPACE:
+        return None
+    return name
+
+
+def is_valid_trait(name: str) -> bool:
+    if os_traits.is_custom(name):
+        return bool(CUSTOM_NAME_RE.match(name)) and len(name) <= 255
+    return bool(os_traits.check_traits([name])[0])
+
+
+def type_trait(type_id: str) -> str:
+    """The trait naming a type: ``nvidia-35`` gives ``CUSTOM_NVIDIA_35``."""
+    return str(os_traits.normalize_name(type_id))
+
+
+def provider_name(nodename: str, device_name: str) -> str:
+    """Nova's name for a parent device's provider: ``<node>_<device>``."""
+    return f"{nodename}_{device_name}"
