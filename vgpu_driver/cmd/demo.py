@@ -1,39 +1,29 @@
-"""``vgpu-driver demo``: the main job on its embedded default."""
+"""``vgpu-driver demo``: the main job on its embedded default.
+
+It works on a shipped simulated host (``demo`` unless
+``--host-description`` names another) served by libvirt's real test
+driver, with the host's own nova.conf-style configuration.
+"""
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
-from oslo_config import cfg
-
-from vgpu_driver.cmd import check_config
-
-# The seeds' example: two NVIDIA types on a Tesla M10, one generic mdev.
-EXAMPLE_CONF = """\
-[DEFAULT]
-host = compute1
-
-[devices]
-enabled_mdev_types = nvidia-35,nvidia-36,mlx5_core-local
-
-[mdev_nvidia-35]
-device_addresses = 0000:84:00.0,0000:85:00.0
-
-[vgpu_nvidia-36]
-device_addresses = 0000:86:00.0
-
-[mdev_mlx5_core-local]
-device_addresses = 0000:3b:00.0
-mdev_class = mlx5
-"""
+from vgpu_driver.cmd import check_config, discover
+from vgpu_driver.cmd.context import Context
 
 
-def run(conf: cfg.ConfigOpts) -> int:
-    print("== Configuration (embedded example) ==")
-    print(EXAMPLE_CONF)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "vgpu-driver.conf"
-        path.write_text(EXAMPLE_CONF)
-        conf([f"--config-file={path}", "demo"], default_config_files=[])
-        return check_config.run(conf)
+def _banner(title: str) -> None:
+    print(f"\n=== {title} ===\n")
+
+
+def run(context: Context) -> int:
+    if context.description is not None:
+        _banner(f"Simulated host: {context.description.source}")
+        print(context.description.summary)
+        _banner("Configuration")
+        print(context.description.config)
+    _banner("Effective configuration")
+    rc = check_config.run(context.conf)
+    if rc:
+        return rc
+    _banner("Discovery")
+    return discover.run(context)

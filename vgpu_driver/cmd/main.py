@@ -16,10 +16,12 @@ from oslo_log import log as logging
 
 from vgpu_driver import conf as vconf
 from vgpu_driver import exception
+from vgpu_driver.cmd.context import Context, open_context, register_cli_opts
 
 LOG = logging.getLogger(__name__)
 
 Handler = Callable[[cfg.ConfigOpts], int]
+_ARGV: list[str] = []
 
 
 def _format_arg(parser: argparse.ArgumentParser) -> None:
@@ -32,10 +34,29 @@ def _check_config(conf: cfg.ConfigOpts) -> int:
     return check_config.run(conf)
 
 
-def _demo(conf: cfg.ConfigOpts) -> int:
+def _demo(context: Context) -> int:
     from vgpu_driver.cmd import demo
 
-    return demo.run(conf)
+    return demo.run(context)
+
+
+def _with_context(
+    run: Callable[[Context], int],
+) -> Handler:
+    def handler(conf: cfg.ConfigOpts) -> int:
+        context = open_context(conf, _ARGV)
+        try:
+            return run(context)
+        finally:
+            context.close()
+
+    return handler
+
+
+def _discover(context: Context) -> int:
+    from vgpu_driver.cmd import discover
+
+    return discover.run(context)
 
 
 COMMANDS: dict[str, tuple[str, Handler, Callable[..., None]]] = {
@@ -44,9 +65,14 @@ COMMANDS: dict[str, tuple[str, Handler, Callable[..., None]]] = {
         _check_config,
         _format_arg,
     ),
+    "discover": (
+        "Show the host's mdev parents, types, mdevs and their guests.",
+        _with_context(_discover),
+        _format_arg,
+    ),
     "demo": (
         "Run the main job on the embedded simulated host.",
-        _demo,
+        _with_context(_demo),
         _format_arg,
     ),
 }
@@ -63,6 +89,7 @@ def make_conf() -> cfg.ConfigOpts:
     vconf.register_opts(conf)
     logging.register_options(conf)
     conf.set_default("use_stderr", True)
+    register_cli_opts(conf)
     conf.register_cli_opt(
         cfg.SubCommandOpt(
             "command",
@@ -77,6 +104,7 @@ def make_conf() -> cfg.ConfigOpts:
 def main(argv: Sequence[str] | None = None) -> int:
     conf = make_conf()
     args = list(sys.argv[1:] if argv is None else argv)
+    _ARGV[:] = args
     try:
         conf(args, project="vgpu-driver")
     except (cfg.ConfigFilesNotFoundError, cfg.ConfigFileParseError) as exc:

@@ -1,0 +1,81 @@
+"""Discovery cost: libvirt calls and time, against Nova's in-tree cost.
+
+Builds libvirt test-driver hosts (1, 16 and 64 pGPUs with up to 2048
+mdevs and 2048 domains), then measures a first discovery (with the full
+guest scan a service does at start) and a steady-state refresh. Nova's
+in-tree code costs 2 + 2 * (parents + mdevs) calls per inventory refresh.
+
+    python -m benchmarks.discovery [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from vgpu_driver.host import description as hostdesc
+from vgpu_driver.host.libvirt_host import LibvirtHost
+
+SHAPES = [(1, 16, 16), (16, 256, 256), (16, 2048, 2048), (64, 2048, 2048)]
+QUICK = [(1, 16, 16), (16, 256, 256)]
+
+
+def measure(parents: int, mdevs: int, guests: int) -> dict[str, float]:
+    raw = hostdesc.dense_raw(parents, mdevs, guests)
+    description = hostdesc.parse(json.dumps(raw), "bench")
+    with tempfile.TemporaryDirectory() as tmp:
+        uri, sysfs = hostdesc.materialize(description, Path(tmp))
+        host = LibvirtHost(uri, sysfs)
+        host.connection()  # opening parses the XML file: not our cost
+        host.calls.clear()
+        start = time.perf_counter()
+        first = host.discover()
+        first_time = time.perf_counter() - start
+        first_calls = host.call_count
+        assert len(first.mdevs) == mdevs and len(first.guests) == guests
+        host.calls.clear()
+        runs = 20
+        start = time.perf_counter()
+        for _ in range(runs):
+            host.discover()
+        steady_time = (time.perf_counter() - start) / runs
+        steady_calls = host.call_count / runs
+        host.close()
+    return {
+        "parents": parents,
+        "mdevs": mdevs,
+        "guests": guests,
+        "first_calls": first_calls,
+        "first_ms": first_time * 1000,
+        "steady_calls": steady_calls,
+        "steady_ms": steady_time * 1000,
+        "nova_calls": 2 + 2 * (parents + mdevs),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    header = (
+        f"{'pGPUs':>5} {'mdevs':>5} {'guests':>6} | {'first calls':>11} "
+        f"{'first ms':>8} | {'steady calls':>12} {'steady ms':>9} | "
+        f"{'Nova calls':>10}"
+    )
+    print(header)
+    print("-" * len(header))
+    for shape in QUICK if args.quick else SHAPES:
+        r = measure(*shape)
+        print(
+            f"{r['parents']:>5} {r['mdevs']:>5} {r['guests']:>6} | "
+            f"{r['first_calls']:>11} {r['first_ms']:>8.1f} | "
+            f"{r['steady_calls']:>12.0f} {r['steady_ms']:>9.2f} | "
+            f"{r['nova_calls']:>10}"
+        )
+
+
+if __name__ == "__main__":
+    main()

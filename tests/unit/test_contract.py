@@ -1,0 +1,100 @@
+"""Contract: libvirt's real test driver and the simulated host agree.
+
+For every shipped host description, discovery through libvirt's test
+driver (plus the rendered sysfs tree) and through the in-process
+simulated host report identical results; and they keep agreeing after
+the simulated host has changed state like a kernel.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests import helpers
+from vgpu_driver.exception import DeviceOperationFailed
+from vgpu_driver.host.simulated import SimulatedHost
+
+
+@pytest.mark.parametrize("name", helpers.ALL_HOSTS)
+def test_libvirt_and_simulation_report_the_same(tmp_path, name):
+    description = helpers.load(name)
+    through_libvirt = helpers.libvirt_host(description, tmp_path).discover()
+    simulated = SimulatedHost(description).discover()
+    assert through_libvirt == simulated
+    assert through_libvirt.parents or through_libvirt.pfs
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    data=st.data(),
+    name=st.sampled_from(["m10", "demo", "l40-sriov", "mtty", "gvtg"]),
+)
+def test_agreement_survives_kernel_changes(tmp_path_factory, data, name):
+    host = SimulatedHost(helpers.load(name))
+    for _step in range(data.draw(st.integers(0, 6))):
+        inventory = host.discover()
+        choice = data.draw(st.sampled_from(["create", "remove", "vf"]))
+        try:
+            if choice == "create" and inventory.parents:
+                parent = data.draw(st.sampled_from(inventory.parents))
+                mdev_type = data.draw(st.sampled_from(parent.types))
+                host.create_mdev(parent, mdev_type.id, str(uuid.uuid4()))
+            elif choice == "remove" and inventory.mdevs:
+                host.remove_mdev(data.draw(st.sampled_from(inventory.mdevs)))
+            elif choice == "vf" and inventory.pfs:
+                vf = data.draw(st.sampled_from(inventory.pfs[0].vfs))
+                options = [0] + [t.id for t in vf.creatable]
+                host.set_vf_type(
+                    vf.address, data.draw(st.sampled_from(options))
+                )
+        except DeviceOperationFailed:
+            pass  # the kernel said no; state must be unchanged
+    directory = tmp_path_factory.mktemp("host")
+    through_libvirt = helpers.libvirt_host(host.description, directory)
+    assert through_libvirt.discover() == host.discover()
+
+
+def test_creating_an_mdev_lowers_available_and_blocks_other_types():
+    host = helpers.simulated_host("m10")
+    parent = host.discover().parent("pci_0000_87_00_0")
+    assert parent.type("nvidia-35").available == 4
+    assert parent.type("nvidia-36").available == 16
+    host.create_mdev(parent, "nvidia-35", str(uuid.uuid4()))
+    after = host.discover().parent("pci_0000_87_00_0")
+    assert after.type("nvidia-35").available == 3
+    assert after.type("nvidia-36").available == 0  # one type per pGPU
+    with pytest.raises(DeviceOperationFailed, match="no available"):
+        host.create_mdev(after, "nvidia-36", str(uuid.uuid4()))
+
+
+def test_setting_a_vf_type_narrows_its_siblings():
+    host = helpers.simulated_host("l40-sriov")
+    [pf] = host.discover().pfs
+    free = [vf for vf in pf.vfs if vf.current_type == 0]
+    assert {t.id for t in free[0].creatable} == {1157}
+    host.set_vf_type(free[0].address, 1157)
+    [pf] = host.discover().pfs
+    by_address = {vf.address: vf for vf in pf.vfs}
+    assert by_address[free[0].address].creatable == ()
+    assert by_address[free[0].address].current_type == 1157
+    with pytest.raises(DeviceOperationFailed, match="not creatable"):
+        host.set_vf_type(free[1].address, 1155)
+    for vf in free[1:]:
+        host.set_vf_type(vf.address, 0)
+    # 3 of 12 L40-4Q in use: 9 more VFs can take it, then none
+    taken = 3
+    for vf in free[1:]:
+        try:
+            host.set_vf_type(vf.address, 1157)
+            taken += 1
+        except DeviceOperationFailed:
+            break
+    assert taken == 12

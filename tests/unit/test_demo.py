@@ -1,0 +1,13 @@
+"""The README's main job runs on its embedded default."""
+
+from __future__ import annotations
+
+from vgpu_driver.cmd import main as cli
+
+
+def test_demo_runs_on_the_embedded_host(capsys):
+    assert cli.main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "Simulated host: demo" in out
+    assert "CUSTOM_MLX5" in out  # the effective configuration
+    assert "GRID M10-2B" in out  # discovery through libvirt's test driver

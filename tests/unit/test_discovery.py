@@ -1,0 +1,185 @@
+"""Discovery through libvirt's real test driver: cost, faults, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import libvirt
+import pytest
+
+from tests import helpers
+from vgpu_driver.cmd import main as cli
+from vgpu_driver.exception import HostUnreachable
+from vgpu_driver.host import description as hostdesc
+from vgpu_driver.host.libvirt_host import LibvirtHost
+from vgpu_driver.model import check
+from vgpu_driver.model.config import DeviceConfig, TypeConfig
+
+
+def test_steady_refresh_costs_parents_plus_two_whatever_the_mdevs(tmp_path):
+    description = hostdesc.parse(
+        json.dumps(hostdesc.dense_raw(4, 200, 150)), "dense"
+    )
+    host = helpers.libvirt_host(description, tmp_path)
+    first = host.discover()
+    assert len(first.mdevs) == 200 and len(first.guests) == 150
+    host.calls.clear()
+    again = host.discover()
+    assert again == first
+    # the test driver refuses the INACTIVE flag once; then P + 1
+    assert host.call_count <= len(first.parents) + 2
+    assert host.calls["XMLDesc"] == len(first.parents)
+    assert host.calls["domain.XMLDesc"] == 0
+
+
+def test_guests_are_rescanned_only_when_asked(tmp_path):
+    host = helpers.libvirt_host(helpers.load("m10"), tmp_path)
+    host.discover()
+    host.calls.clear()
+    host.discover(rescan_guests=True)
+    assert host.calls["listAllDomains"] == 1
+    assert host.calls["domain.XMLDesc"] == 2
+
+
+def test_refresh_guest_rereads_one_domain_and_forgets_a_gone_one(tmp_path):
+    host = helpers.libvirt_host(helpers.load("m10"), tmp_path)
+    inventory = host.discover()
+    guest = inventory.guests[0]
+    host.forget_guest(guest.uuid)
+    assert guest.uuid not in {g.uuid for g in host.discover().guests}
+    host.calls.clear()
+    host.refresh_guest(guest.uuid)
+    assert host.call_count == 2
+    assert guest in host.discover().guests
+    host.refresh_guest("00000000-0000-0000-0000-000000000000")
+    assert len(host.discover().guests) == len(inventory.guests)
+
+
+class _VanishingDevice:
+    """A listed device whose XML read fails as libvirt's would when the
+    device disappears in between: with VIR_ERR_NO_NODE_DEVICE."""
+
+    def __init__(self, conn, name):
+        self._conn, self._name = conn, name
+
+    def name(self):
+        return self._name
+
+    def XMLDesc(self, flags):
+        return self._conn.nodeDeviceLookupByName(self._name).XMLDesc(flags)
+
+
+class _BrokenDevice(_VanishingDevice):
+    def XMLDesc(self, flags):
+        return "<device><name>pci_0000_99_00_0</name><capability type='pci'>"
+
+
+class _ConnWith:
+    """The real test-driver connection, listing extra devices."""
+
+    def __init__(self, conn, extra):
+        self._conn, self._extra = conn, extra
+
+    def listAllDevices(self, flags):
+        return self._conn.listAllDevices(flags) + [
+            cls(self._conn, name) for cls, name in self._extra
+        ]
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+def test_vanished_and_broken_devices_are_skipped(tmp_path, caplog):
+    uri, sysfs = hostdesc.materialize(helpers.load("m10"), tmp_path)
+    extra = [
+        (_VanishingDevice, "pci_0000_aa_00_0"),
+        (_BrokenDevice, "pci_0000_99_00_0"),
+    ]
+    host = LibvirtHost(
+        uri, sysfs, opener=lambda u: _ConnWith(libvirt.open(u), extra)
+    )
+    inventory = host.discover()
+    assert len(inventory.parents) == 4
+    assert "pci_0000_99_00_0" in caplog.text  # warned, by name
+
+
+def test_unreachable_uri_is_one_clear_error():
+    host = LibvirtHost("test:///nonexistent/host.xml")
+    with pytest.raises(HostUnreachable) as caught:
+        host.discover()
+    assert "test:///nonexistent/host.xml" in str(caught.value)
+    assert "connection_uri" in str(caught.value)
+
+
+def test_unreachable_uri_from_the_cli(write_conf, capsys):
+    path = write_conf(
+        "[libvirt]\nconnection_uri = test:///nonexistent/host.xml\n"
+    )
+    assert cli.main(["--config-file", path, "discover"]) == 1
+    err = capsys.readouterr().err
+    assert "test:///nonexistent/host.xml" in err and "Traceback" not in err
+
+
+def test_fat_fingered_address_is_reported():
+    inventory = helpers.simulated_host("m10").discover()
+    config = DeviceConfig(
+        (
+            TypeConfig(
+                "nvidia-35",
+                "VGPU",
+                ("0000:84:00.0", "0000:48:00.0"),
+                None,
+                (),
+                False,
+                "mdev_nvidia-35",
+            ),
+        )
+    )
+    [problem] = check.unknown_addresses(config, inventory)
+    assert "0000:48:00.0" in str(problem)
+    assert "[mdev_nvidia-35] device_addresses" in str(problem)
+
+
+def test_discover_cli_defaults_to_the_shipped_demo_host(capsys):
+    assert cli.main(["discover", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    names = {p["name"] for p in data["parents"]}
+    assert "pci_0000_84_00_0" in names
+    used = {
+        (p["name"], t["id"]): t["used"]
+        for p in data["parents"]
+        for t in p["types"]
+    }
+    assert used[("pci_0000_86_00_0", "nvidia-36")] == 2
+    [pf] = data["sriov"]
+    assert len(pf["vfs"]) == 32
+    users = [m["guest"] for m in data["mdevs"] if m["guest"]]
+    assert {u["name"] for u in users} == {
+        "instance-00000001",
+        "instance-00000002",
+    }
+    assert data["problems"] == []
+
+
+def test_discover_cli_table_on_a_named_host(capsys):
+    rc = cli.main(["--host-description", "mtty", "discover"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "Dual port serial" in out and "instance-00000041" in out
+
+
+def test_discover_cli_reports_a_wrong_address(tmp_path, write_conf, capsys):
+    path = write_conf(
+        """
+        [devices]
+        enabled_mdev_types = nvidia-35
+        [mdev_nvidia-35]
+        device_addresses = 0000:84:00.0,0000:48:00.0
+        """
+    )
+    rc = cli.main(
+        ["--config-file", path, "--host-description", "m10", "discover"]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "WARNING: [mdev_nvidia-35] device_addresses = 0000:48:00.0" in out

@@ -1,0 +1,185 @@
+"""Node-device and domain XML parsers, on captured and arbitrary XML."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vgpu_driver.exception import DeviceXMLInvalid
+from vgpu_driver.host import domain_xml, nodedev_xml
+
+M10_PARENT = """
+<device>
+  <name>pci_0000_84_00_0</name>
+  <path>/sys/devices/pci0000:80/0000:80:01.0/0000:84:00.0</path>
+  <parent>pci_0000_80_01_0</parent>
+  <driver><name>nvidia</name></driver>
+  <capability type='pci'>
+    <class>0x030000</class>
+    <domain>0</domain><bus>132</bus><slot>0</slot><function>0</function>
+    <product id='0x13bd'>GM107GL [Tesla M10]</product>
+    <vendor id='0x10de'>NVIDIA Corporation</vendor>
+    <capability type='mdev_types'>
+      <type id='nvidia-35'>
+        <name>GRID M10-2B</name>
+        <deviceAPI>vfio-pci</deviceAPI>
+        <availableInstances>4</availableInstances>
+      </type>
+      <type id='i915-GVTg_V5_4'>
+        <deviceAPI>vfio-pci</deviceAPI>
+        <availableInstances>7</availableInstances>
+      </type>
+    </capability>
+    <iommuGroup number='40'/>
+    <numa node='1'/>
+    <pci-express><link validity='cap' port='0' speed='8' width='16'/></pci-express>
+  </capability>
+  <future-element/>
+</device>
+"""
+
+MDEV_77 = """
+<device>
+  <name>mdev_4b20d080_1b54_4048_85b3_a6a62d165c01_0000_84_00_0</name>
+  <path>/sys/devices/pci0000:80/0000:84:00.0/4b20d080-1b54-4048-85b3-a6a62d165c01</path>
+  <parent>pci_0000_84_00_0</parent>
+  <driver><name>vfio_mdev</name></driver>
+  <capability type='mdev'>
+    <type id='nvidia-35'/>
+    <uuid>4b20d080-1b54-4048-85b3-a6a62d165c01</uuid>
+    <parent_addr>0000:84:00.0</parent_addr>
+    <iommuGroup number='12'/>
+  </capability>
+</device>
+"""
+
+
+def test_pci_parent_address_comes_from_the_capability_not_the_name():
+    xml = M10_PARENT.replace("<name>pci_0000_84_00_0", "<name>renamed")
+    parent = nodedev_xml.parse_parent(xml)
+    assert parent.name == "renamed"
+    assert parent.address == "0000:84:00.0"
+    assert (parent.vendor_id, parent.product_id) == ("0x10de", "0x13bd")
+    assert parent.vendor == "NVIDIA Corporation"
+    assert parent.driver == "nvidia" and parent.numa_node == 1
+    assert parent.type("nvidia-35").name == "GRID M10-2B"
+    assert parent.type("nvidia-35").available == 4
+    assert parent.type("i915-GVTg_V5_4").name is None  # i915 has no name
+
+
+def test_device_without_mdev_types_is_not_a_parent():
+    xml = M10_PARENT.split("<capability type='mdev_types'>")[0]
+    xml += "</capability></device>"
+    assert nodedev_xml.parse_parent(xml) is None
+
+
+def test_mdev_with_new_style_name_and_uuid_element():
+    mdev = nodedev_xml.parse_mdev(MDEV_77)
+    assert mdev.uuid == "4b20d080-1b54-4048-85b3-a6a62d165c01"
+    assert (mdev.type_id, mdev.parent, mdev.iommu_group) == (
+        "nvidia-35",
+        "pci_0000_84_00_0",
+        12,
+    )
+
+
+def test_mdev_with_legacy_name_and_no_uuid_element():
+    xml = MDEV_77.replace("_0000_84_00_0</name>", "</name>").replace(
+        "<uuid>4b20d080-1b54-4048-85b3-a6a62d165c01</uuid>", ""
+    )
+    assert nodedev_xml.parse_mdev(xml).uuid == (
+        "4b20d080-1b54-4048-85b3-a6a62d165c01"
+    )
+
+
+@pytest.mark.parametrize(
+    ("xml", "fragment"),
+    [
+        (
+            M10_PARENT.replace("<deviceAPI>vfio-pci</deviceAPI>", "", 1),
+            "deviceAPI",
+        ),
+        (
+            M10_PARENT.replace(
+                "<availableInstances>4", "<availableInstances>x"
+            ),
+            "availableInstances",
+        ),
+        (M10_PARENT.replace("<bus>132</bus>", ""), "PCI address"),
+        (MDEV_77.replace("<type id='nvidia-35'/>", ""), "type"),
+    ],
+)
+def test_missing_required_field_names_the_device(xml, fragment):
+    with pytest.raises(DeviceXMLInvalid) as caught:
+        if "mdev_types" in xml:
+            nodedev_xml.parse_parent(xml)
+        else:
+            nodedev_xml.parse_mdev(xml)
+    assert fragment in str(caught.value)
+    assert "node device" in str(caught.value)
+
+
+def test_domain_hostdevs_mdev_and_pci():
+    xml = """
+    <domain type='kvm'><name>vm1</name>
+      <uuid>11111111-2222-3333-4444-555555555555</uuid>
+      <devices>
+        <hostdev mode='subsystem' type='mdev' managed='no' model='vfio-pci'>
+          <source><address uuid='4B20D080-1B54-4048-85B3-A6A62D165C01'/></source>
+        </hostdev>
+        <hostdev mode='subsystem' type='pci' managed='no'>
+          <source><address domain='0x0000' bus='0x41' slot='0x00'
+            function='0x4'/></source>
+        </hostdev>
+        <interface type='network'/>
+      </devices>
+    </domain>"""
+    guest = domain_xml.parse_guest(xml)
+    assert guest.uuid == "11111111-2222-3333-4444-555555555555"
+    assert guest.mdevs == ("4b20d080-1b54-4048-85b3-a6a62d165c01",)
+    assert guest.pci_devices == ("0000:41:00.4",)
+
+
+def test_hostdev_xml_round_trips_through_the_parser():
+    xml = (
+        "<domain><name>x</name><uuid>u1</uuid><devices>"
+        + domain_xml.hostdev_xml_for_mdev(
+            "4b20d080-1b54-4048-85b3-a6a62d165c01"
+        )
+        + domain_xml.hostdev_xml_for_pci("0000:41:01.2")
+        + "</devices></domain>"
+    )
+    guest = domain_xml.parse_guest(xml)
+    assert guest.mdevs == ("4b20d080-1b54-4048-85b3-a6a62d165c01",)
+    assert guest.pci_devices == ("0000:41:01.2",)
+
+
+def _prefixes(text: str) -> st.SearchStrategy[str]:
+    return st.integers(0, len(text)).map(lambda n: text[:n])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.text(max_size=300),
+        _prefixes(M10_PARENT),
+        _prefixes(MDEV_77),
+        st.builds(
+            lambda a, b, c: M10_PARENT[:a] + c + M10_PARENT[b:],
+            st.integers(0, len(M10_PARENT)),
+            st.integers(0, len(M10_PARENT)),
+            st.text(max_size=20),
+        ),
+    )
+)
+def test_parsers_raise_only_their_own_error(text):
+    for parse in (
+        nodedev_xml.parse_parent,
+        nodedev_xml.parse_mdev,
+        domain_xml.parse_guest,
+    ):
+        with contextlib.suppress(DeviceXMLInvalid):
+            parse(text)

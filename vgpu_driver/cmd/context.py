@@ -1,0 +1,75 @@
+"""What a command works on: the configuration and the host.
+
+With ``--host-description NAME|PATH``, or with no configuration file at
+all, a command works on a simulated host: the description is rendered
+into a temporary folder and served by libvirt's real test driver (with a
+fake sysfs tree), and, without a configuration file, the description's
+own configuration is used. Otherwise it opens ``[libvirt]
+connection_uri`` and ``[libvirt] sysfs_root``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from vgpu_driver.host import description as hostdesc
+from vgpu_driver.host.libvirt_host import LibvirtHost
+
+LOG = logging.getLogger(__name__)
+
+cli_opts = [
+    cfg.StrOpt(
+        "host-description",
+        metavar="NAME|PATH",
+        help="Work on a simulated host: a shipped description ("
+        + ", ".join(hostdesc.shipped_names())
+        + ") or a JSON file. Used by default when no configuration file "
+        "is given.",
+    ),
+]
+
+
+@dataclasses.dataclass
+class Context:
+    conf: cfg.ConfigOpts
+    host: LibvirtHost
+    description: hostdesc.HostDescription | None
+    workdir: tempfile.TemporaryDirectory[str] | None
+
+    def close(self) -> None:
+        self.host.close()
+        if self.workdir is not None:
+            self.workdir.cleanup()
+
+
+def register_cli_opts(conf: cfg.ConfigOpts) -> None:
+    conf.register_cli_opts(cli_opts)
+
+
+def open_context(conf: cfg.ConfigOpts, argv: Sequence[str]) -> Context:
+    has_config = bool(conf.config_file or conf.config_dir)
+    name = conf.host_description
+    if name is None and has_config:
+        host = LibvirtHost(
+            conf.libvirt.connection_uri, conf.libvirt.sysfs_root
+        )
+        return Context(conf, host, None, None)
+    description = hostdesc.load(name or hostdesc.DEFAULT_HOST)
+    workdir = tempfile.TemporaryDirectory(prefix="vgpu-driver-")
+    uri, sysfs_root = hostdesc.materialize(description, Path(workdir.name))
+    if not has_config and description.config.strip():
+        path = Path(workdir.name) / "vgpu-driver.conf"
+        path.write_text(description.config)
+        conf(["--config-file", str(path), *argv], default_config_files=[])
+    conf.set_override("connection_uri", uri, group="libvirt")
+    conf.set_override("sysfs_root", str(sysfs_root), group="libvirt")
+    LOG.debug(
+        "Working on simulated host %s through %s", description.source, uri
+    )
+    return Context(conf, LibvirtHost(uri, sysfs_root), description, workdir)

@@ -1,0 +1,124 @@
+"""``vgpu-driver discover``: what the host has and who uses it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any
+
+from vgpu_driver.cmd import output
+from vgpu_driver.cmd.context import Context
+from vgpu_driver.conf import loader
+from vgpu_driver.model import check
+from vgpu_driver.model.device import HostInventory
+
+
+def report(inventory: HostInventory) -> dict[str, Any]:
+    users = inventory.mdev_users()
+    pci_users = inventory.pci_users()
+    names = {g.uuid: g.name for g in inventory.guests}
+    used = Counter((m.parent, m.type_id) for m in inventory.mdevs)
+    parents = []
+    for parent in inventory.parents:
+        entry = dataclasses.asdict(parent)
+        for type_entry in entry["types"]:
+            type_entry["used"] = used[(parent.name, type_entry["id"])]
+        parents.append(entry)
+    mdevs = []
+    for mdev in inventory.mdevs:
+        entry = dataclasses.asdict(mdev)
+        guest = users.get(mdev.uuid)
+        entry["guest"] = (
+            {"uuid": guest, "name": names.get(guest)} if guest else None
+        )
+        mdevs.append(entry)
+    sriov = []
+    for pf in inventory.pfs:
+        entry = dataclasses.asdict(pf)
+        for vf_entry in entry["vfs"]:
+            vf_entry["guest"] = pci_users.get(vf_entry["address"])
+        sriov.append(entry)
+    return {
+        "parents": parents,
+        "mdevs": mdevs,
+        "sriov": sriov,
+        "guests": [dataclasses.asdict(g) for g in inventory.guests],
+    }
+
+
+def run(context: Context) -> int:
+    conf = context.conf
+    config = loader.load_device_config(conf)
+    inventory = context.host.discover()
+    problems = [str(p) for p in check.unknown_addresses(config, inventory)]
+    data = report(inventory)
+    if conf.command.format == "json":
+        output.dump_json({**data, "problems": problems})
+        return 0
+    print(f"Host: {conf.host} ({context.host.uri})\n")
+    rows = []
+    for parent in data["parents"]:
+        for index, mdev_type in enumerate(parent["types"]):
+            head = (
+                [
+                    parent["name"],
+                    parent["product"] or parent["driver"],
+                    parent["numa_node"],
+                ]
+                if index == 0
+                else ["", "", ""]
+            )
+            rows.append(
+                [
+                    *head,
+                    mdev_type["id"],
+                    mdev_type["name"],
+                    mdev_type["available"],
+                    mdev_type["used"],
+                ]
+            )
+    print("mdev parents")
+    output.table(
+        ["Parent", "Product", "NUMA", "Type", "Type name", "Free", "Used"],
+        rows,
+    )
+    if data["sriov"]:
+        print("\nNVIDIA SR-IOV GPUs (one vGPU per VF)")
+        sriov_rows = []
+        for pf in data["sriov"]:
+            in_use = Counter(
+                vf["current_type"] for vf in pf["vfs"] if vf["current_type"]
+            )
+            creatable = sorted(
+                {t["id"] for vf in pf["vfs"] for t in vf["creatable"]}
+            )
+            sriov_rows.append(
+                [
+                    pf["name"],
+                    pf["numa_node"],
+                    len(pf["vfs"]),
+                    [f"nvidia-{t} x{n}" for t, n in sorted(in_use.items())],
+                    [f"nvidia-{t}" for t in creatable],
+                ]
+            )
+        output.table(
+            ["Physical GPU", "NUMA", "VFs", "In use", "Creatable"],
+            sriov_rows,
+        )
+    print("\nmdevs")
+    output.table(
+        ["UUID", "Type", "Parent", "State", "Guest"],
+        [
+            [
+                m["uuid"],
+                m["type_id"],
+                m["parent"],
+                "active" if m["active"] else "defined",
+                m["guest"]["name"] if m["guest"] else None,
+            ]
+            for m in data["mdevs"]
+        ],
+    )
+    for problem in problems:
+        print(f"WARNING: {problem}")
+    return 0

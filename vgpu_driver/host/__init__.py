@@ -1,0 +1,1 @@
+"""Adapters to the host: the only code that touches libvirt or sysfs."""

@@ -1,0 +1,27 @@
+"""The interface every host adapter offers (libvirt, simulated)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from vgpu_driver.model.device import Guest, HostInventory, Mdev, Parent
+
+
+class Host(Protocol):
+    def discover(self, *, rescan_guests: bool = False) -> HostInventory:
+        """Read the host. Guests are scanned in full only on the first
+        call or when asked; in between the adapter keeps them current from
+        :meth:`note_guest` / :meth:`forget_guest` (and domain events)."""
+        ...
+
+    def note_guest(self, guest: Guest) -> None: ...
+
+    def forget_guest(self, uuid: str) -> None: ...
+
+    def create_mdev(self, parent: Parent, type_id: str, uuid: str) -> Mdev: ...
+
+    def start_mdev(self, mdev: Mdev) -> None: ...
+
+    def remove_mdev(self, mdev: Mdev) -> None: ...
+
+    def set_vf_type(self, vf_address: str, type_id: int) -> None: ...

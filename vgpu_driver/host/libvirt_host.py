@@ -1,0 +1,491 @@
+"""The libvirt adapter: the only module that imports libvirt.
+
+Cost of :meth:`LibvirtHost.discover` (every call is counted in
+``calls``):
+
+* one ``listAllDevices(MDEV_TYPES | MDEV)``: parents and mdevs together,
+  as objects, with no per-name lookup;
+* one ``listAllDevices(MDEV | INACTIVE)`` for the mdevs that are only
+  defined (skipped for good where libvirt refuses the flag);
+* one ``XMLDesc`` per parent, whose ``availableInstances`` change;
+* an mdev's XML never changes for a given name, so it is read once, on
+  first sight, and cached (with its persistence and autostart flags).
+
+So a steady-state refresh costs P + 2 calls for P parents, whatever the
+number of mdevs and guests.
+
+Guests: which guest uses which device is read from every domain's XML on
+the first :meth:`discover` only (or when ``rescan_guests`` is asked, as a
+service does at start). After that it stays correct because every change
+to a guest's devices goes through the library (the binder calls
+:meth:`note_guest` when it hands devices out and :meth:`forget_guest` on
+release), and :meth:`watch_domain_events` re-reads a single domain when
+libvirt reports it defined or undefined by someone else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import libvirt
+from oslo_log import log as logging
+
+from vgpu_driver.exception import (
+    DeviceOperationFailed,
+    DeviceXMLInvalid,
+    HostUnreachable,
+)
+from vgpu_driver.host import domain_xml, nodedev_xml
+from vgpu_driver.host.sysfs import SysfsTree
+from vgpu_driver.model.device import (
+    Guest,
+    HostInventory,
+    Mdev,
+    Parent,
+    sort_inventory,
+)
+
+LOG = logging.getLogger(__name__)
+T = TypeVar("T")
+
+LIST_PARENTS_AND_MDEVS = (
+    libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV_TYPES
+    | libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV
+)
+LIST_INACTIVE_MDEVS = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV | getattr(
+    libvirt, "VIR_CONNECT_LIST_NODE_DEVICES_INACTIVE", 1 << 30
+)
+UNSUPPORTED = (libvirt.VIR_ERR_NO_SUPPORT, libvirt.VIR_ERR_INVALID_ARG)
+# Drivers that cannot create mdevs (the test driver) fail internally.
+CREATE_UNSUPPORTED = (*UNSUPPORTED, libvirt.VIR_ERR_INTERNAL_ERROR)
+REMOVE_VIA_SYSFS = (*UNSUPPORTED, libvirt.VIR_ERR_NO_NODE_DEVICE)
+# libvirt >= 7.3 creates and defines mdevs itself.
+MIN_LIBVIRT_MDEV_API = 7_003_000
+
+
+def _quiet_errors(_ctx: object, _err: object) -> None:
+    """libvirt prints every error to stderr by default; we log instead."""
+
+
+libvirt.registerErrorHandler(_quiet_errors, None)
+
+
+class LibvirtHost:
+    def __init__(
+        self,
+        uri: str,
+        sysfs_root: str | Path = "/sys",
+        *,
+        opener: Callable[[str], Any] = libvirt.open,
+    ) -> None:
+        self.uri = uri
+        self._opener = opener
+        self.sysfs = SysfsTree(sysfs_root)
+        self.calls: Counter[str] = Counter()
+        self._conn: Any = None
+        self._lock = threading.RLock()
+        self._mdevs: dict[str, Mdev] = {}
+        self._parent_extras: dict[str, tuple[Path, str | None]] = {}
+        self._descriptions: dict[tuple[str, str], str | None] = {}
+        self._guests: dict[str, Guest] | None = None
+        self._inactive_supported = True
+        self._unsupported: set[str] = set()
+
+    # -- plumbing ------------------------------------------------------
+
+    def _call(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+        self.calls[name] += 1
+        return fn(*args)
+
+    @property
+    def call_count(self) -> int:
+        return sum(self.calls.values())
+
+    def connection(self) -> Any:
+        if self._conn is None:
+            try:
+                self._conn = self._call("open", self._opener, self.uri)
+            except libvirt.libvirtError as exc:
+                raise HostUnreachable(
+                    uri=self.uri, reason=exc.get_error_message()
+                ) from exc
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def library_version(self) -> int:
+        return int(
+            self._call("getLibVersion", self.connection().getLibVersion)
+        )
+
+    # -- discovery -----------------------------------------------------
+
+    def discover(self, *, rescan_guests: bool = False) -> HostInventory:
+        with self._lock:
+            conn = self.connection()
+            devices = self._call(
+                "listAllDevices", conn.listAllDevices, LIST_PARENTS_AND_MDEVS
+            )
+            inactive = self._inactive_mdev_names(conn)
+            parents: list[Parent] = []
+            listed: set[str] = set()
+            for device in devices:
+                name = device.name()
+                listed.add(name)
+                if name.startswith("mdev_"):
+                    self._read_mdev(device, name, active=name not in inactive)
+                else:
+                    parent = self._read_parent(device, name)
+                    if parent is not None:
+                        parents.append(parent)
+            for name in set(self._mdevs) - listed:
+                del self._mdevs[name]
+            parents.extend(self._sysfs_only_parents(parents))
+            mdevs = self._mdevs_with_known_parents(parents)
+            if self._guests is None or rescan_guests:
+                self._scan_guests(conn)
+            assert self._guests is not None
+            return sort_inventory(
+                parents,
+                mdevs,
+                self.sysfs.sriov_functions(),
+                self._guests.values(),
+            )
+
+    def _inactive_mdev_names(self, conn: Any) -> set[str]:
+        if not self._inactive_supported:
+            return set()
+        try:
+            found = self._call(
+                "listAllDevices", conn.listAllDevices, LIST_INACTIVE_MDEVS
+            )
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() not in UNSUPPORTED:
+                raise
+            LOG.debug(
+                "libvirt at %s cannot list inactive mdevs; all are active",
+                self.uri,
+            )
+            self._inactive_supported = False
+            return set()
+        return {d.name() for d in found}
+
+    def _xml(self, device: Any, name: str) -> str | None:
+        try:
+            return str(self._call("XMLDesc", device.XMLDesc, 0))
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_NO_NODE_DEVICE:
+                LOG.debug("Node device %s vanished while listed", name)
+                return None
+            raise
+
+    def _flag(self, name: str, fn: Callable[[], int]) -> bool | None:
+        """A per-device flag; None (and never asked again) where the
+        driver cannot tell."""
+        if name in self._unsupported:
+            return None
+        try:
+            return bool(self._call(name, fn))
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() in UNSUPPORTED:
+                self._unsupported.add(name)
+                return None
+            raise
+
+    def _read_mdev(self, device: Any, name: str, active: bool) -> None:
+        cached = self._mdevs.get(name)
+        if cached is not None:
+            if cached.active != active:
+                self._mdevs[name] = _replace_active(cached, active)
+            return
+        text = self._xml(device, name)
+        if text is None:
+            return
+        try:
+            mdev = nodedev_xml.parse_mdev(text)
+        except DeviceXMLInvalid as exc:
+            LOG.warning("Skipping mdev %s: %s", name, exc)
+            return
+        self._mdevs[name] = Mdev(
+            uuid=mdev.uuid,
+            type_id=mdev.type_id,
+            parent=mdev.parent,
+            name=mdev.name,
+            iommu_group=mdev.iommu_group,
+            active=active,
+            persistent=self._flag("isPersistent", device.isPersistent),
+            autostart=self._flag("autostart", device.autostart),
+        )
+
+    def _read_parent(self, device: Any, name: str) -> Parent | None:
+        text = self._xml(device, name)
+        if text is None:
+            return None
+        try:
+            parent = nodedev_xml.parse_parent(text)
+        except DeviceXMLInvalid as exc:
+            LOG.warning("Skipping mdev parent %s: %s", name, exc)
+            return None
+        if parent is None:
+            return None
+        extras = self._parent_extras.get(name)
+        if extras is None:
+            path = self.sysfs.resolve(
+                nodedev_xml.device_path(text), parent.address
+            )
+            extras = (path, self.sysfs.driver(path))
+            self._parent_extras[name] = extras
+        path, driver = extras
+        return self._enrich(parent, path, driver)
+
+    def _enrich(
+        self, parent: Parent, path: Path, driver: str | None
+    ) -> Parent:
+        """Fill in from sysfs what libvirt's XML left out (read once)."""
+        types = []
+        for mdev_type in parent.types:
+            if mdev_type.description is None:
+                key = (parent.name, mdev_type.id)
+                if key not in self._descriptions:
+                    self._descriptions[key] = self.sysfs.type_description(
+                        path, mdev_type.id
+                    )
+                mdev_type = dataclasses.replace(
+                    mdev_type, description=self._descriptions[key]
+                )
+            types.append(mdev_type)
+        return dataclasses.replace(
+            parent, driver=parent.driver or driver, types=tuple(types)
+        )
+
+    def _sysfs_only_parents(self, known: list[Parent]) -> list[Parent]:
+        """Parents the kernel registers but libvirt has no device for."""
+        known_paths = {
+            self._parent_extras[p.name][0].resolve()
+            for p in known
+            if p.name in self._parent_extras
+        }
+        found = []
+        for path, name in self.sysfs.mdev_bus_parents().items():
+            if path in known_paths or any(name in p.keys for p in known):
+                continue
+            parent = self.sysfs.read_parent(path, name)
+            if parent is not None:
+                found.append(parent)
+        return found
+
+    def _mdevs_with_known_parents(self, parents: list[Parent]) -> list[Mdev]:
+        """libvirt names a virtual parent's mdevs' parent ``computer``:
+        find the real parent in sysfs, once per mdev."""
+        names = {p.name for p in parents}
+        for key, mdev in list(self._mdevs.items()):
+            if mdev.parent in names:
+                continue
+            real = self.sysfs.mdev_parent_name(mdev.uuid)
+            if real in names:
+                self._mdevs[key] = _replace_parent(mdev, str(real))
+        return list(self._mdevs.values())
+
+    # -- guests --------------------------------------------------------
+
+    def _scan_guests(self, conn: Any) -> None:
+        guests: dict[str, Guest] = {}
+        for domain in self._call("listAllDomains", conn.listAllDomains, 0):
+            guest = self._read_guest(domain)
+            if guest is not None:
+                guests[guest.uuid] = guest
+        self._guests = guests
+
+    def _read_guest(self, domain: Any) -> Guest | None:
+        try:
+            text = self._call("domain.XMLDesc", domain.XMLDesc, 0)
+            return domain_xml.parse_guest(str(text))
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                return None
+            raise
+        except DeviceXMLInvalid as exc:
+            LOG.warning("Skipping guest: %s", exc)
+            return None
+
+    def note_guest(self, guest: Guest) -> None:
+        with self._lock:
+            if self._guests is not None:
+                self._guests[guest.uuid] = guest
+
+    def forget_guest(self, uuid: str) -> None:
+        with self._lock:
+            if self._guests is not None:
+                self._guests.pop(uuid, None)
+
+    def refresh_guest(self, uuid: str) -> None:
+        """Re-read one domain (two calls), or forget it if it is gone."""
+        conn = self.connection()
+        try:
+            domain = self._call(
+                "lookupByUUIDString", conn.lookupByUUIDString, uuid
+            )
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+                raise
+            self.forget_guest(uuid)
+            return
+        guest = self._read_guest(domain)
+        if guest is None:
+            self.forget_guest(uuid)
+        else:
+            self.note_guest(guest)
+
+    def watch_domain_events(self) -> int:
+        """Keep guests current from libvirt's lifecycle events.
+
+        Needs a running libvirt event loop (as a compute service has).
+        Returns the callback id.
+        """
+
+        def on_event(
+            _conn: Any, domain: Any, event: int, _detail: int, _opaque: Any
+        ) -> None:
+            uuid = domain.UUIDString()
+            if event == libvirt.VIR_DOMAIN_EVENT_UNDEFINED:
+                self.forget_guest(uuid)
+            elif event == libvirt.VIR_DOMAIN_EVENT_DEFINED:
+                self.refresh_guest(uuid)
+
+        return int(
+            self.connection().domainEventRegisterAny(
+                None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, on_event, None
+            )
+        )
+
+    # -- changes -------------------------------------------------------
+
+    def create_mdev(self, parent: Parent, type_id: str, uuid: str) -> Mdev:
+        """Create (and with libvirt >= 7.3 define and autostart) an mdev."""
+        with self._lock:
+            conn = self.connection()
+            if self.library_version() >= MIN_LIBVIRT_MDEV_API:
+                try:
+                    return self._create_with_libvirt(
+                        conn, parent, type_id, uuid
+                    )
+                except libvirt.libvirtError as exc:
+                    if exc.get_error_code() not in CREATE_UNSUPPORTED:
+                        raise DeviceOperationFailed(
+                            action=f"create mdev {uuid} of type {type_id}",
+                            device=parent.name,
+                            reason=exc.get_error_message(),
+                        ) from exc
+                    LOG.debug(
+                        "libvirt cannot create mdevs here (%s); writing "
+                        "to sysfs",
+                        exc.get_error_message(),
+                    )
+            path = self._parent_extras.get(parent.name, (None, None))[0]
+            if path is None:
+                path = self.sysfs.resolve(None, parent.address)
+            self.sysfs.create_mdev(path, type_id, uuid)
+            return Mdev(
+                uuid=uuid,
+                type_id=type_id,
+                parent=parent.name,
+                name="mdev_" + uuid.replace("-", "_"),
+            )
+
+    def _create_with_libvirt(
+        self, conn: Any, parent: Parent, type_id: str, uuid: str
+    ) -> Mdev:
+        xml = (
+            f"<device><parent>{parent.name}</parent>"
+            "<capability type='mdev'>"
+            f"<type id='{type_id}'/><uuid>{uuid}</uuid>"
+            "</capability></device>"
+        )
+        device = self._call(
+            "nodeDeviceCreateXML", conn.nodeDeviceCreateXML, xml, 0
+        )
+        persistent = False
+        try:
+            defined = self._call(
+                "nodeDeviceDefineXML", conn.nodeDeviceDefineXML, xml, 0
+            )
+            self._call("setAutostart", defined.setAutostart, 1)
+            persistent = True
+        except libvirt.libvirtError as exc:
+            LOG.warning(
+                "mdev %s on %s is created but not persistent (%s); it will "
+                "be recreated after a host reboot at service start",
+                uuid,
+                parent.name,
+                exc.get_error_message(),
+            )
+        mdev = Mdev(
+            uuid=uuid,
+            type_id=type_id,
+            parent=parent.name,
+            name=device.name(),
+            persistent=persistent,
+            autostart=persistent,
+        )
+        self._mdevs[mdev.name] = mdev
+        return mdev
+
+    def start_mdev(self, mdev: Mdev) -> None:
+        with self._lock:
+            conn = self.connection()
+            try:
+                device = self._call(
+                    "nodeDeviceLookupByName",
+                    conn.nodeDeviceLookupByName,
+                    mdev.name,
+                )
+                self._call("create", device.create, 0)
+            except libvirt.libvirtError as exc:
+                raise DeviceOperationFailed(
+                    action="start mdev",
+                    device=mdev.uuid,
+                    reason=exc.get_error_message(),
+                ) from exc
+            self._mdevs[mdev.name] = _replace_active(mdev, True)
+
+    def remove_mdev(self, mdev: Mdev) -> None:
+        with self._lock:
+            conn = self.connection()
+            try:
+                device = self._call(
+                    "nodeDeviceLookupByName",
+                    conn.nodeDeviceLookupByName,
+                    mdev.name,
+                )
+                if mdev.active:
+                    self._call("destroy", device.destroy)
+                if mdev.persistent:
+                    self._call("undefine", device.undefine, 0)
+            except libvirt.libvirtError as exc:
+                if exc.get_error_code() not in REMOVE_VIA_SYSFS:
+                    raise DeviceOperationFailed(
+                        action="remove mdev",
+                        device=mdev.uuid,
+                        reason=exc.get_error_message(),
+                    ) from exc
+                self.sysfs.remove_mdev(mdev.uuid)
+            self._mdevs.pop(mdev.name, None)
+
+    def set_vf_type(self, vf_address: str, type_id: int) -> None:
+        self.sysfs.set_vf_type(vf_address, type_id)
+
+
+def _replace_active(mdev: Mdev, active: bool) -> Mdev:
+    return dataclasses.replace(mdev, active=active)
+
+
+def _replace_parent(mdev: Mdev, parent: str) -> Mdev:
+    return dataclasses.replace(mdev, parent=parent)

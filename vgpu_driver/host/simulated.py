@@ -1,0 +1,252 @@
+"""An in-process host whose state changes as a kernel's would.
+
+Discovery of a :class:`SimulatedHost` reports exactly what
+:class:`~vgpu_driver.host.libvirt_host.LibvirtHost` reports for the same
+description served by libvirt's test driver and a fake sysfs tree (the
+contract tests prove it). Unlike the test driver it can change: creating
+an mdev lowers ``availableInstances`` (and, on a homogeneous parent,
+zeroes the other types), setting a VF's vGPU type narrows what its
+siblings can take, and :meth:`reboot` forgets what a reboot forgets.
+
+Like libvirt's test driver, it cannot tell whether an mdev is persistent
+or autostarted, so it reports ``None`` for both (it tracks persistence
+itself, for :meth:`reboot`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Callable
+
+from vgpu_driver.exception import DeviceOperationFailed
+from vgpu_driver.host.description import (
+    GuestSpec,
+    HostDescription,
+    MdevSpec,
+    PfSpec,
+)
+from vgpu_driver.model.device import (
+    Guest,
+    HostInventory,
+    Mdev,
+    MdevType,
+    Parent,
+    PhysicalFunction,
+    SriovType,
+    VirtualFunction,
+    sort_inventory,
+)
+
+
+def inventory_of(description: HostDescription) -> HostInventory:
+    """What discovery of this description must report."""
+    parents = []
+    for spec in description.parents:
+        pci = spec.kind == "pci"
+        parents.append(
+            Parent(
+                name=spec.name,
+                address=spec.address,
+                vendor_id=spec.vendor_id if pci else None,
+                vendor=spec.vendor if pci and spec.vendor_id else None,
+                product_id=spec.product_id if pci else None,
+                product=spec.product if pci and spec.product_id else None,
+                driver=spec.driver,
+                numa_node=spec.numa_node if pci else None,
+                types=tuple(
+                    MdevType(
+                        id=t.id,
+                        name=t.name,
+                        device_api=t.device_api,
+                        available=description.available(spec, t.id),
+                        description=t.description,
+                    )
+                    for t in spec.types
+                ),
+            )
+        )
+    mdevs = [
+        Mdev(
+            uuid=m.uuid,
+            type_id=m.type,
+            parent=m.parent,
+            name=m.libvirt_name,
+            iommu_group=m.iommu_group,
+        )
+        for m in description.mdevs
+    ]
+    guests = [
+        Guest(g.uuid, g.name, tuple(g.mdevs), tuple(g.pci))
+        for g in description.guests
+    ]
+    return sort_inventory(
+        parents, mdevs, [_pf_of(pf) for pf in description.pfs], guests
+    )
+
+
+def _pf_of(pf: PfSpec) -> PhysicalFunction:
+    return PhysicalFunction(
+        name=pf.name,
+        address=pf.address,
+        vendor_id=pf.vendor_id,
+        product_id=pf.product_id,
+        driver=pf.driver,
+        numa_node=pf.numa_node,
+        vfs=tuple(
+            VirtualFunction(
+                address=vf,
+                current_type=pf.vf_types.get(vf, 0),
+                creatable=tuple(
+                    SriovType(t.id, t.name) for t in pf.creatable(vf)
+                ),
+            )
+            for vf in sorted(pf.vf_addresses)
+        ),
+    )
+
+
+class SimulatedHost:
+    def __init__(self, description: HostDescription) -> None:
+        self._state = description.copy()
+        self._lock = threading.RLock()
+        self._persistent: set[str] = set()
+        self.operations: Counter[str] = Counter()
+        # Fault injection: operation name -> predicate on its argument.
+        self.failures: dict[str, Callable[[str], bool]] = {}
+
+    @property
+    def description(self) -> HostDescription:
+        """A copy of the current state, to render or compare."""
+        with self._lock:
+            return self._state.copy()
+
+    def discover(self, *, rescan_guests: bool = False) -> HostInventory:
+        with self._lock:
+            self.operations["discover"] += 1
+            return inventory_of(self._state)
+
+    # -- guests (libvirt domains) --------------------------------------
+
+    def note_guest(self, guest: Guest) -> None:
+        with self._lock:
+            self.forget_guest(guest.uuid)
+            self._state.guests.append(
+                GuestSpec(
+                    guest.uuid,
+                    guest.name,
+                    list(guest.mdevs),
+                    list(guest.pci_devices),
+                )
+            )
+
+    def forget_guest(self, uuid: str) -> None:
+        with self._lock:
+            self._state.guests = [
+                g for g in self._state.guests if g.uuid != uuid
+            ]
+
+    # -- the kernel ----------------------------------------------------
+
+    def _check_fault(self, operation: str, subject: str) -> None:
+        self.operations[operation] += 1
+        predicate = self.failures.get(operation)
+        if predicate is not None and predicate(subject):
+            raise DeviceOperationFailed(
+                action=operation, device=subject, reason="injected fault"
+            )
+
+    def create_mdev(self, parent: Parent, type_id: str, uuid: str) -> Mdev:
+        with self._lock:
+            self._check_fault("create_mdev", parent.name)
+            spec = next(
+                (p for p in self._state.parents if p.name == parent.name),
+                None,
+            )
+            if spec is None:
+                raise DeviceOperationFailed(
+                    action=f"create mdev {uuid}",
+                    device=parent.name,
+                    reason="no such device",
+                )
+            if any(m.uuid == uuid for m in self._state.mdevs):
+                raise DeviceOperationFailed(
+                    action=f"create mdev {uuid}",
+                    device=parent.name,
+                    reason="uuid in use",
+                )
+            if self._state.available(spec, type_id) < 1:
+                raise DeviceOperationFailed(
+                    action=f"create mdev of type {type_id}",
+                    device=parent.name,
+                    reason="no available instances (EDQUOT)",
+                )
+            mdev = MdevSpec(
+                uuid=uuid,
+                parent=parent.name,
+                type=type_id,
+                iommu_group=200 + len(self._state.mdevs),
+            )
+            self._state.mdevs.append(mdev)
+            self._persistent.add(uuid)
+            return Mdev(
+                uuid=uuid,
+                type_id=type_id,
+                parent=parent.name,
+                name=mdev.libvirt_name,
+                iommu_group=mdev.iommu_group,
+            )
+
+    def start_mdev(self, mdev: Mdev) -> None:
+        with self._lock:
+            self._check_fault("start_mdev", mdev.uuid)
+
+    def remove_mdev(self, mdev: Mdev) -> None:
+        with self._lock:
+            self._check_fault("remove_mdev", mdev.uuid)
+            before = len(self._state.mdevs)
+            self._state.mdevs = [
+                m for m in self._state.mdevs if m.uuid != mdev.uuid
+            ]
+            if len(self._state.mdevs) == before:
+                raise DeviceOperationFailed(
+                    action="remove mdev", device=mdev.uuid, reason="gone"
+                )
+            self._persistent.discard(mdev.uuid)
+
+    def set_vf_type(self, vf_address: str, type_id: int) -> None:
+        with self._lock:
+            self._check_fault("set_vf_type", vf_address)
+            pf = next(
+                (p for p in self._state.pfs if vf_address in p.vf_addresses),
+                None,
+            )
+            if pf is None:
+                raise DeviceOperationFailed(
+                    action="set vGPU type",
+                    device=vf_address,
+                    reason="not an SR-IOV VF of this host",
+                )
+            if type_id == 0:
+                pf.vf_types.pop(vf_address, None)
+                return
+            if type_id not in {t.id for t in pf.creatable(vf_address)}:
+                raise DeviceOperationFailed(
+                    action=f"set vGPU type {type_id}",
+                    device=vf_address,
+                    reason="type not creatable on this VF (EINVAL)",
+                )
+            pf.vf_types[vf_address] = type_id
+
+    def reboot(self, *, keep_persistent: bool = True) -> None:
+        """Forget what a host reboot forgets: mdevs that were not
+        persistent (all of them if ``keep_persistent`` is false) and every
+        VF's vGPU type. Guests stay defined."""
+        with self._lock:
+            self._state.mdevs = [
+                m
+                for m in self._state.mdevs
+                if keep_persistent and m.uuid in self._persistent
+            ]
+            for pf in self._state.pfs:
+                pf.vf_types.clear()

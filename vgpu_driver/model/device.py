@@ -1,0 +1,167 @@
+"""What a host has: parents, mdev types, mdevs, SR-IOV functions, guests.
+
+These are immutable snapshots built by the ``host`` adapters; everything
+above them (provider tree, binding) reads only these.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+
+@dataclasses.dataclass(frozen=True)
+class MdevType:
+    """One mdev type a parent supports, as the kernel lists it."""
+
+    id: str
+    name: str | None
+    device_api: str
+    available: int
+    description: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Parent:
+    """A device that can create mdevs (a pGPU, or a virtual parent)."""
+
+    name: str  # libvirt node-device name, e.g. pci_0000_84_00_0
+    address: str | None  # PCI address, None for non-PCI parents
+    vendor_id: str | None = None
+    vendor: str | None = None
+    product_id: str | None = None
+    product: str | None = None
+    driver: str | None = None
+    numa_node: int | None = None
+    types: tuple[MdevType, ...] = ()
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """What ``device_addresses`` may call it: its address or name."""
+        return (self.address, self.name) if self.address else (self.name,)
+
+    def type(self, type_id: str) -> MdevType | None:
+        return next((t for t in self.types if t.id == type_id), None)
+
+    @property
+    def type_ids(self) -> tuple[str, ...]:
+        return tuple(t.id for t in self.types)
+
+
+@dataclasses.dataclass(frozen=True)
+class Mdev:
+    """A mediated device, active or only defined."""
+
+    uuid: str
+    type_id: str
+    parent: str  # the parent's libvirt name
+    name: str  # libvirt node-device name
+    iommu_group: int | None = None
+    active: bool = True
+    persistent: bool | None = None  # None: libvirt cannot tell
+    autostart: bool | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SriovType:
+    """A vGPU type an NVIDIA SR-IOV virtual function can be set to."""
+
+    id: int
+    name: str
+
+    @property
+    def type_id(self) -> str:
+        """The name this library configures it by: ``nvidia-<id>``."""
+        return f"nvidia-{self.id}"
+
+
+@dataclasses.dataclass(frozen=True)
+class VirtualFunction:
+    address: str
+    current_type: int  # 0: none
+    creatable: tuple[SriovType, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class PhysicalFunction:
+    """An NVIDIA SR-IOV physical GPU whose VFs carry one vGPU each."""
+
+    name: str  # libvirt-style name, pci_0000_41_00_0
+    address: str
+    vendor_id: str | None = None
+    product_id: str | None = None
+    driver: str | None = None
+    numa_node: int | None = None
+    vfs: tuple[VirtualFunction, ...] = ()
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.address, self.name)
+
+    def known_types(self) -> tuple[SriovType, ...]:
+        """Types the card lists, in order of first appearance."""
+        seen: dict[int, SriovType] = {}
+        for vf in self.vfs:
+            for sriov_type in vf.creatable:
+                seen.setdefault(sriov_type.id, sriov_type)
+        return tuple(seen.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class Guest:
+    """A libvirt domain and the host devices it is given."""
+
+    uuid: str
+    name: str
+    mdevs: tuple[str, ...] = ()  # mdev uuids
+    pci_devices: tuple[str, ...] = ()  # PCI addresses (VFs)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostInventory:
+    """One consistent reading of a host."""
+
+    parents: tuple[Parent, ...] = ()
+    mdevs: tuple[Mdev, ...] = ()
+    pfs: tuple[PhysicalFunction, ...] = ()
+    guests: tuple[Guest, ...] = ()
+
+    def parent(self, name: str) -> Parent | None:
+        return next((p for p in self.parents if p.name == name), None)
+
+    def pf(self, name: str) -> PhysicalFunction | None:
+        return next((p for p in self.pfs if p.name == name), None)
+
+    def mdev_users(self) -> dict[str, str]:
+        """mdev uuid -> uuid of the guest that has it."""
+        return {m: g.uuid for g in self.guests for m in g.mdevs}
+
+    def pci_users(self) -> dict[str, str]:
+        """PCI address -> uuid of the guest that has it."""
+        return {a: g.uuid for g in self.guests for a in g.pci_devices}
+
+    def mdevs_of(self, parent: str) -> tuple[Mdev, ...]:
+        return tuple(m for m in self.mdevs if m.parent == parent)
+
+    def addresses(self) -> frozenset[str]:
+        keys: list[str] = []
+        for parent in self.parents:
+            keys.extend(parent.keys)
+        for pf in self.pfs:
+            keys.extend(pf.keys)
+        return frozenset(keys)
+
+
+def sort_inventory(
+    parents: Iterable[Parent],
+    mdevs: Iterable[Mdev],
+    pfs: Iterable[PhysicalFunction],
+    guests: Iterable[Guest],
+) -> HostInventory:
+    """A canonical inventory: everything in a stable order."""
+    return HostInventory(
+        parents=tuple(sorted(parents, key=lambda p: p.name)),
+        mdevs=tuple(sorted(mdevs, key=lambda m: m.uuid)),
+        pfs=tuple(sorted(pfs, key=lambda p: p.name)),
+        guests=tuple(sorted(guests, key=lambda g: g.uuid)),
+    )
