@@ -63,12 +63,15 @@ def open_context(conf: cfg.ConfigOpts, argv: Sequence[str]) -> Context:
     description = hostdesc.load(name or hostdesc.DEFAULT_HOST)
     workdir = tempfile.TemporaryDirectory(prefix="vgpu-driver-")
     uri, sysfs_root = hostdesc.materialize(description, Path(workdir.name))
+    conf.set_default("host", description.hostname)
     if not has_config and description.config.strip():
         path = Path(workdir.name) / "vgpu-driver.conf"
         path.write_text(description.config)
         conf(["--config-file", str(path), *argv], default_config_files=[])
     conf.set_override("connection_uri", uri, group="libvirt")
     conf.set_override("sysfs_root", str(sysfs_root), group="libvirt")
+    state = Path(workdir.name) / "state"
+    conf.set_override("state_path", str(state), group="devices")
     LOG.debug(
         "Working on simulated host %s through %s", description.source, uri
     )

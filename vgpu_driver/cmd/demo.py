@@ -7,7 +7,7 @@ driver, with the host's own nova.conf-style configuration.
 
 from __future__ import annotations
 
-from vgpu_driver.cmd import check_config, discover
+from vgpu_driver.cmd import check_config, discover, inventory
 from vgpu_driver.cmd.context import Context
 
 
@@ -26,4 +26,8 @@ def run(context: Context) -> int:
     if rc:
         return rc
     _banner("Discovery")
-    return discover.run(context)
+    rc = discover.run(context)
+    if rc:
+        return rc
+    _banner("Resource-provider tree")
+    return inventory.run(context)

@@ -8,6 +8,7 @@ last: ``vgpu-driver --config-file nova.conf check-config``.
 from __future__ import annotations
 
 import argparse
+import logging as std_logging
 import sys
 from collections.abc import Callable, Sequence
 
@@ -22,6 +23,8 @@ LOG = logging.getLogger(__name__)
 
 Handler = Callable[[cfg.ConfigOpts], int]
 _ARGV: list[str] = []
+# Commands that run as services log their decisions at INFO.
+SERVICE_COMMANDS = {"sync", "placement-server"}
 
 
 def _format_arg(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +62,12 @@ def _discover(context: Context) -> int:
     return discover.run(context)
 
 
+def _inventory(context: Context) -> int:
+    from vgpu_driver.cmd import inventory
+
+    return inventory.run(context)
+
+
 COMMANDS: dict[str, tuple[str, Handler, Callable[..., None]]] = {
     "check-config": (
         "Validate the configuration and print what it will apply.",
@@ -68,6 +77,11 @@ COMMANDS: dict[str, tuple[str, Handler, Callable[..., None]]] = {
     "discover": (
         "Show the host's mdev parents, types, mdevs and their guests.",
         _with_context(_discover),
+        _format_arg,
+    ),
+    "inventory": (
+        "Show the resource-provider tree the host would report.",
+        _with_context(_inventory),
         _format_arg,
     ),
     "demo": (
@@ -111,6 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
     logging.setup(conf, "vgpu-driver")
+    if conf.command.name not in SERVICE_COMMANDS and not conf.debug:
+        # An interactive command prints its result; INFO lines about each
+        # provider would only bury it.
+        std_logging.getLogger("vgpu_driver").setLevel(std_logging.WARNING)
     _help, handler, _args = COMMANDS[conf.command.name]
     try:
         return handler(conf)

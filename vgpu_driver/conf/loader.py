@@ -7,6 +7,7 @@ from oslo_log import log as logging
 
 from vgpu_driver import exception
 from vgpu_driver.conf import devices
+from vgpu_driver.model import naming
 from vgpu_driver.model.config import (
     DeviceConfig,
     Problem,
@@ -87,7 +88,19 @@ def read_device_config(
         )
         and s not in known
     )
-    return build_device_config(enabled, raw_types, stray)
+    config, problems = build_device_config(enabled, raw_types, stray)
+    owner = conf.devices.owner_trait
+    if not naming.is_valid_trait(owner):
+        problems.append(
+            Problem(
+                "devices",
+                "owner_trait",
+                owner,
+                "unknown trait: use OWNER_NOVA, another os-traits OWNER_* "
+                "name, or CUSTOM_<NAME>",
+            )
+        )
+    return config, problems
 
 
 def _as_list(value: object) -> list[str]:

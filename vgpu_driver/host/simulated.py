@@ -238,6 +238,21 @@ class SimulatedHost:
                 )
             pf.vf_types[vf_address] = type_id
 
+    def unplug(self, device_name: str) -> None:
+        """A device vanishes (hot-unplug, driver unbound, failure): the
+        parent and its mdevs, or the SR-IOV card, are gone; guests stay
+        defined with devices that no longer exist."""
+        with self._lock:
+            self._state.parents = [
+                p for p in self._state.parents if p.name != device_name
+            ]
+            self._state.mdevs = [
+                m for m in self._state.mdevs if m.parent != device_name
+            ]
+            self._state.pfs = [
+                p for p in self._state.pfs if p.name != device_name
+            ]
+
     def reboot(self, *, keep_persistent: bool = True) -> None:
         """Forget what a host reboot forgets: mdevs that were not
         persistent (all of them if ``keep_persistent`` is false) and every

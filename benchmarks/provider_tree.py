@@ -1,0 +1,78 @@
+"""Time to build the provider tree on top of discovery.
+
+Hosts of 16 and 64 pGPUs (2048 mdevs, 2048 guests) served by libvirt's
+test driver; reports the first update_provider_tree (discovery with the
+guest scan included) and a steady one, split into discovery and the tree.
+
+    python -m benchmarks.provider_tree
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from oslo_config import cfg
+
+from vgpu_driver import conf as vconf
+from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.host import description as hostdesc
+from vgpu_driver.host.libvirt_host import LibvirtHost
+from vgpu_driver.model.provider_tree import ProviderTree
+
+
+def measure(parents: int, mdevs: int, guests: int) -> dict[str, float]:
+    raw = hostdesc.dense_raw(parents, mdevs, guests)
+    description = hostdesc.parse(json.dumps(raw), "bench")
+    with tempfile.TemporaryDirectory() as tmp:
+        uri, sysfs = hostdesc.materialize(description, Path(tmp))
+        conf_file = Path(tmp) / "vgpu.conf"
+        conf_file.write_text(description.config)
+        conf = cfg.ConfigOpts()
+        vconf.register_opts(conf)
+        conf(["--config-file", str(conf_file)], default_config_files=[])
+        host = LibvirtHost(uri, sysfs)
+        host.connection()
+        driver = VgpuDriver(conf, host, persist=False)
+        tree = ProviderTree()
+        tree.new_root("bench", "8f0b2c1e-1d7a-4b6e-9a51-0c3f5e7d9b21")
+        start = time.perf_counter()
+        plans = driver.update_provider_tree(tree, "bench")
+        first = time.perf_counter() - start
+        assert len(plans) == parents
+        runs = 20
+        discovery = tree_time = 0.0
+        for _ in range(runs):
+            start = time.perf_counter()
+            driver.discover()
+            middle = time.perf_counter()
+            driver.update_provider_tree(tree, "bench")
+            end = time.perf_counter()
+            discovery += middle - start
+            # update_provider_tree discovers too: subtract one discovery
+            tree_time += (end - middle) - (middle - start)
+    return {
+        "parents": parents,
+        "first_ms": first * 1000,
+        "discovery_ms": discovery / runs * 1000,
+        "tree_ms": max(tree_time / runs * 1000, 0.0),
+    }
+
+
+def main() -> None:
+    print(
+        f"{'pGPUs':>5} {'mdevs':>5} | {'first ms':>8} | "
+        f"{'discovery ms':>12} {'tree ms':>8}"
+    )
+    for parents in (16, 64):
+        r = measure(parents, 2048, 2048)
+        print(
+            f"{r['parents']:>5} {2048:>5} | {r['first_ms']:>8.1f} | "
+            f"{r['discovery_ms']:>12.2f} {r['tree_ms']:>8.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""``vgpu-driver inventory``: the provider tree the host would report."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from vgpu_driver.cmd import output
+from vgpu_driver.cmd.context import Context
+from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.model.provider_tree import ProviderTree
+
+ROOT_NAMESPACE = uuid.UUID("5d0e7bd4-2d2f-4f4e-8d68-4a9b1c5b3e10")
+
+
+def build_tree(driver: VgpuDriver, nodename: str) -> ProviderTree:
+    tree = ProviderTree()
+    tree.new_root(nodename, str(uuid.uuid5(ROOT_NAMESPACE, nodename)))
+    driver.update_provider_tree(tree, nodename)
+    return tree
+
+
+def tree_report(tree: Any, nodename: str) -> dict[str, Any]:
+    """The JSON shape: providers, the root first, then by name."""
+    names = {}
+    providers = []
+    uuids = tree.get_provider_uuids(nodename)
+    datas = [tree.data(u) for u in uuids]
+    for data in datas:
+        names[data.uuid] = data.name
+    root, children = datas[0], sorted(datas[1:], key=lambda d: d.name)
+    for data in [root, *children]:
+        providers.append(
+            {
+                "name": data.name,
+                "parent": names.get(data.parent_uuid),
+                "inventories": {
+                    rc: {
+                        k: record[k]
+                        for k in (
+                            "total",
+                            "reserved",
+                            "min_unit",
+                            "max_unit",
+                            "step_size",
+                            "allocation_ratio",
+                        )
+                    }
+                    for rc, record in sorted(data.inventory.items())
+                },
+                "traits": sorted(data.traits),
+            }
+        )
+    return {"providers": providers}
+
+
+def print_table(report: dict[str, Any]) -> None:
+    rows = []
+    for provider in report["providers"][1:]:
+        for rc, record in provider["inventories"].items():
+            named = [
+                t
+                for t in provider["traits"]
+                if not t.startswith("HW_GPU_RESOLUTION_")
+            ]
+            resolutions = len(provider["traits"]) - len(named)
+            if resolutions:
+                named.append(f"+{resolutions} HW_GPU_RESOLUTION_*")
+            rows.append(
+                [
+                    provider["name"],
+                    rc,
+                    record["total"],
+                    record["reserved"],
+                    named,
+                ]
+            )
+    print(f"Compute node: {report['providers'][0]['name']}")
+    output.table(
+        ["Provider", "Resource class", "Total", "Reserved", "Traits"], rows
+    )
+
+
+def run(context: Context) -> int:
+    driver = VgpuDriver(context.conf, context.host, persist=False)
+    nodename = context.conf.host
+    report = tree_report(build_tree(driver, nodename), nodename)
+    if context.conf.command.format == "json":
+        output.dump_json(report)
+    else:
+        print_table(report)
+    return 0

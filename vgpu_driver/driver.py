@@ -1,0 +1,239 @@
+"""The facade a compute service calls, with Nova's method names.
+
+It ties the pieces together: the host adapter discovers, the pure model
+plans, and the result is written into the caller's provider tree (this
+library's own :class:`~vgpu_driver.model.provider_tree.ProviderTree` or
+Nova's, which has the same interface).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+import os_resource_classes as orc
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from vgpu_driver.conf import loader
+from vgpu_driver.host.base import Host
+from vgpu_driver.host.state import StateStore
+from vgpu_driver.model import naming, trait
+from vgpu_driver.model.check import unknown_addresses
+from vgpu_driver.model.config import DeviceConfig
+from vgpu_driver.model.device import HostInventory
+from vgpu_driver.model.inventory import ProviderPlan, plan_providers
+
+LOG = logging.getLogger(__name__)
+
+# {consumer: {"allocations": {rp_uuid: {"resources": {rc: n}}}}}, as Nova
+# passes to update_provider_tree.
+Allocations = Mapping[str, Mapping[str, Any]]
+TRAITS_RECORD = "provider-traits"
+
+
+class VgpuDriver:
+    def __init__(
+        self,
+        conf: cfg.ConfigOpts,
+        host: Host,
+        config: DeviceConfig | None = None,
+        *,
+        persist: bool = True,
+    ) -> None:
+        """``persist=False`` keeps no records on disk (for a report on a
+        throwaway tree)."""
+        self.conf = conf
+        self.host = host
+        self.config = config or loader.load_device_config(conf)
+        self._lock = threading.RLock()
+        # mdev uuid -> (parent, type) of every mdev seen: a guest's device
+        # whose parent vanished is still counted against its provider.
+        self._seen_mdevs: dict[str, tuple[str, str]] = {}
+        self.state = StateStore(conf.devices.state_path) if persist else None
+        # provider name -> traits this library last set on it (kept on
+        # disk: a trait dropped from the config while the service was
+        # down is still known as ours, unlike an operator's).
+        self._written_traits: dict[str, frozenset[str]] = {
+            name: frozenset(traits)
+            for name, traits in (
+                self.state.load(TRAITS_RECORD, {}) if self.state else {}
+            ).items()
+        }
+        self._reasons: dict[str, str | None] = {}
+        self._warned_addresses = False
+        self.unschedulable: set[str] = set()
+
+    # -- discovery -----------------------------------------------------
+
+    def discover(self, *, rescan_guests: bool = False) -> HostInventory:
+        inventory = self.host.discover(rescan_guests=rescan_guests)
+        with self._lock:
+            for mdev in inventory.mdevs:
+                self._seen_mdevs[mdev.uuid] = (mdev.parent, mdev.type_id)
+            if not self._warned_addresses:
+                for problem in unknown_addresses(self.config, inventory):
+                    LOG.warning("Configuration: %s", problem)
+                self._warned_addresses = True
+        return inventory
+
+    def held_devices(
+        self, inventory: HostInventory
+    ) -> dict[str, Counter[str]]:
+        """Device name -> type id -> devices of that type guests use."""
+        held: dict[str, Counter[str]] = {}
+        for uuid in inventory.mdev_users():
+            known = self._seen_mdevs.get(uuid)
+            if known is not None:
+                parent, type_id = known
+                held.setdefault(parent, Counter())[type_id] += 1
+        vf_owner = {
+            vf.address: (pf.name, vf.current_type)
+            for pf in inventory.pfs
+            for vf in pf.vfs
+        }
+        for address in inventory.pci_users():
+            if address in vf_owner and vf_owner[address][1]:
+                pf_name, type_number = vf_owner[address]
+                held.setdefault(pf_name, Counter())[
+                    f"nvidia-{type_number}"
+                ] += 1
+        return held
+
+    # -- the provider tree ---------------------------------------------
+
+    def update_provider_tree(
+        self,
+        provider_tree: Any,
+        nodename: str,
+        allocations: Allocations | None = None,
+    ) -> list[ProviderPlan]:
+        """Make the device providers under ``nodename`` match the host.
+
+        ``provider_tree`` is this library's ``ProviderTree`` or Nova's;
+        the root (the compute node) is the caller's and must exist.
+        Returns the plans written, for reporting.
+        """
+        inventory = self.discover()
+        with self._lock:
+            root = provider_tree.data(nodename)
+            mine = self._device_providers(provider_tree, root.uuid, nodename)
+            plans = plan_providers(
+                nodename,
+                self.config,
+                inventory,
+                held=self.held_devices(inventory),
+                allocated=_by_provider_name(provider_tree, allocations),
+                existing={n: list(d.inventory) for n, d in mine.items()},
+                unschedulable=self.unschedulable,
+                owner_trait=self.conf.devices.owner_trait,
+            )
+            written = dict(self._written_traits)
+            for plan in plans:
+                self._write(provider_tree, root.uuid, plan, inventory)
+            for name in sorted(set(mine) - {p.name for p in plans}):
+                LOG.info(
+                    "Removing provider %s: its device has nothing to offer "
+                    "and nothing in use",
+                    name,
+                )
+                provider_tree.remove(name)
+                self._written_traits.pop(name, None)
+                self._reasons.pop(name, None)
+            if self.state and written != self._written_traits:
+                self.state.save(
+                    TRAITS_RECORD,
+                    {n: sorted(t) for n, t in self._written_traits.items()},
+                )
+            return plans
+
+    def _managed_classes(self) -> set[str]:
+        return {str(orc.VGPU), *self.config.resource_classes()}
+
+    def _device_providers(
+        self, tree: Any, root_uuid: str, nodename: str
+    ) -> dict[str, Any]:
+        """The root's children that are device providers of this library
+        (or of Nova's vGPU code, which named them the same way)."""
+        classes = self._managed_classes()
+        found = {}
+        for uuid in tree.get_provider_uuids(root_uuid):
+            data = tree.data(uuid)
+            if data.parent_uuid != root_uuid:
+                continue
+            if not data.name.startswith(f"{nodename}_"):
+                continue
+            if set(data.inventory) <= classes:
+                found[data.name] = data
+        return found
+
+    def _managed_traits(
+        self, plan: ProviderPlan, inventory: HostInventory
+    ) -> set[str]:
+        """Traits this library may add or remove; any other trait on the
+        provider (an operator's) is left alone."""
+        managed = {self.conf.devices.owner_trait}
+        for type_cfg in self.config.types:
+            managed.add(naming.type_trait(type_cfg.type_id))
+            managed.update(type_cfg.traits)
+        parent = inventory.parent(plan.device)
+        if parent is not None:
+            managed.update(naming.type_trait(t) for t in parent.type_ids)
+        if plan.type_id:
+            managed.add(naming.type_trait(plan.type_id))
+        managed.update(self._written_traits.get(plan.name, ()))
+        return managed
+
+    def _write(
+        self,
+        tree: Any,
+        root_uuid: str,
+        plan: ProviderPlan,
+        inventory: HostInventory,
+    ) -> None:
+        if not tree.exists(plan.name):
+            tree.new_child(plan.name, root_uuid)
+            LOG.info(
+                "New provider %s: %s x%d of type %s",
+                plan.name,
+                plan.resource_class,
+                plan.total,
+                plan.type_id,
+            )
+        tree.update_inventory(plan.name, plan.inventory())
+        current = set(tree.data(plan.name).traits)
+        managed = self._managed_traits(plan, inventory)
+        kept = {
+            t for t in current - managed if not trait.is_capability_trait(t)
+        }
+        tree.update_traits(plan.name, kept | plan.traits)
+        self._written_traits[plan.name] = plan.traits
+        if self._reasons.get(plan.name) != plan.reason:
+            if plan.reason:
+                LOG.warning(
+                    "Provider %s takes no new guests (reserved %d of %d): %s",
+                    plan.name,
+                    plan.reserved,
+                    plan.total,
+                    plan.reason,
+                )
+            elif plan.name in self._reasons:
+                LOG.info("Provider %s takes guests again", plan.name)
+            self._reasons[plan.name] = plan.reason
+
+
+def _by_provider_name(
+    tree: Any, allocations: Allocations | None
+) -> dict[str, dict[str, int]]:
+    """Nova's allocations, summed per provider name and resource class."""
+    used: dict[str, Counter[str]] = {}
+    for consumer in (allocations or {}).values():
+        for rp_uuid, alloc in consumer.get("allocations", {}).items():
+            if not tree.exists(rp_uuid):
+                continue
+            name = tree.data(rp_uuid).name
+            for rc, amount in alloc.get("resources", {}).items():
+                used.setdefault(name, Counter())[rc] += int(amount)
+    return {name: dict(counts) for name, counts in used.items()}

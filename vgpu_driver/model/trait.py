@@ -1,0 +1,143 @@
+"""Capability traits of a device type.
+
+Vendors describe a type in different ways; this module turns what is
+known into standard os-traits names:
+
+* NVIDIA writes its description as ``num_heads=4, frl_config=60,
+  framebuffer=1024M, max_resolution=5120x2880, max_instance=24``;
+* Intel GVT-g writes ``resolution: 1920x1200`` lines;
+* where the driver gives no description, :data:`CATALOGUE` has the
+  figures of the types in the specs this library grew from (the GRID K1
+  and Intel GVT-g tables of Nova's Queens vGPU spec).
+
+From the figures it derives ``HW_GPU_MAX_DISPLAY_HEADS_N`` and
+``HW_GPU_RESOLUTION_WxH`` traits. Both are inclusive: a type gets every
+head count up to its own and every listed resolution that fits within
+its maximum, so a flavor asking for ``HW_GPU_RESOLUTION_W1920H1200``
+lands on a 2560x1600 type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+
+import os_traits
+
+from vgpu_driver.model.device import MdevType
+
+RESOLUTION_RE = re.compile(r"(\d+)\s*x\s*(\d+)")
+HEADS_PREFIX = "HW_GPU_MAX_DISPLAY_HEADS_"
+RESOLUTION_PREFIX = "HW_GPU_RESOLUTION_"
+TRAIT_RESOLUTION_RE = re.compile(r"^HW_GPU_RESOLUTION_W(\d+)H(\d+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    heads: int | None = None
+    max_resolution: tuple[int, int] | None = None
+    framebuffer_mb: int | None = None
+
+
+# Known types whose driver gives no description, keyed by type name (or,
+# for i915, which names none, by type id). Figures from Nova's Queens
+# vGPU spec: NVIDIA GRID K1 and Intel GVT-g on an Iris Pro P6300.
+CATALOGUE: dict[str, Capabilities] = {
+    "GRID K180Q": Capabilities(4, (2560, 1600), 4096),
+    "GRID K160Q": Capabilities(4, (2560, 1600), 2048),
+    "GRID K140Q": Capabilities(2, (2560, 1600), 1024),
+    "GRID K120Q": Capabilities(2, (1920, 1200), 512),
+    "GRID K100": Capabilities(2, (1920, 1200), 256),
+    "i915-GVTg_V5_4": Capabilities(1, (1920, 1080), 128),
+}
+
+
+# Framebuffer of NVIDIA boards whose vGPUs are SR-IOV VFs, by PCI product
+# id (GiB). A VF lists a type as creatable until the board is full, but
+# not how many fit: that is the board's framebuffer over the type's.
+SRIOV_BOARD_FRAMEBUFFER_GB: dict[str, int] = {
+    "0x26b5": 48,  # L40
+    "0x26b9": 48,  # L40S
+    "0x27b8": 24,  # L4
+    "0x2230": 48,  # RTX A6000
+    "0x2236": 24,  # A10
+    "0x20b5": 80,  # A100 80GB PCIe
+    "0x2331": 80,  # H100 PCIe
+}
+NVIDIA_TYPE_FB_RE = re.compile(r"-(\d+)[A-Z]$")
+
+
+def sriov_type_limit(product_id: str | None, type_name: str) -> int | None:
+    """How many vGPUs of an NVIDIA type fit on a board, if known:
+    ``NVIDIA L40-4Q`` (4 GiB) on an L40 (48 GiB) gives 12."""
+    board = SRIOV_BOARD_FRAMEBUFFER_GB.get((product_id or "").lower())
+    match = NVIDIA_TYPE_FB_RE.search(type_name.strip())
+    if board is None or match is None or int(match.group(1)) == 0:
+        return None
+    return board // int(match.group(1))
+
+
+def parse_description(text: str | None) -> Capabilities:
+    """Figures from a vendor's type description (NVIDIA or i915 style)."""
+    if not text:
+        return Capabilities()
+    fields: dict[str, str] = {}
+    for part in re.split(r"[,\n]", text):
+        key, sep, value = part.partition("=")
+        if not sep:
+            key, sep, value = part.partition(":")
+        if sep:
+            fields[key.strip().lower()] = value.strip()
+    heads = _int(fields.get("num_heads"))
+    resolution = None
+    match = RESOLUTION_RE.search(
+        fields.get("max_resolution") or fields.get("resolution") or ""
+    )
+    if match:
+        resolution = (int(match.group(1)), int(match.group(2)))
+    framebuffer = _int(
+        (fields.get("framebuffer") or fields.get("low_gm_size") or "")
+        .rstrip("MmBb")
+        .strip()
+    )
+    return Capabilities(heads, resolution, framebuffer)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def capabilities_of(mdev_type: MdevType) -> Capabilities:
+    found = parse_description(mdev_type.description)
+    if found != Capabilities():
+        return found
+    key = mdev_type.name or mdev_type.id
+    return CATALOGUE.get(key, CATALOGUE.get(mdev_type.id, Capabilities()))
+
+
+@functools.lru_cache(maxsize=256)
+def capability_traits(capabilities: Capabilities) -> frozenset[str]:
+    traits: set[str] = set()
+    if capabilities.heads:
+        for trait in os_traits.get_traits(HEADS_PREFIX):
+            if int(trait.removeprefix(HEADS_PREFIX)) <= capabilities.heads:
+                traits.add(trait)
+    if capabilities.max_resolution:
+        max_w, max_h = capabilities.max_resolution
+        for trait in os_traits.get_traits(RESOLUTION_PREFIX):
+            match = TRAIT_RESOLUTION_RE.match(trait)
+            if (
+                match
+                and int(match.group(1)) <= max_w
+                and (int(match.group(2)) <= max_h)
+            ):
+                traits.add(trait)
+    return frozenset(traits)
+
+
+def is_capability_trait(name: str) -> bool:
+    return name.startswith((HEADS_PREFIX, RESOLUTION_PREFIX))
