@@ -32,6 +32,7 @@ LOG = logging.getLogger(__name__)
 # passes to update_provider_tree.
 Allocations = Mapping[str, Mapping[str, Any]]
 TRAITS_RECORD = "provider-traits"
+MDEVS_RECORD = "mdev-parents"
 
 
 class VgpuDriver:
@@ -49,30 +50,53 @@ class VgpuDriver:
         self.host = host
         self.config = config or loader.load_device_config(conf)
         self._lock = threading.RLock()
-        # mdev uuid -> (parent, type) of every mdev seen: a guest's device
-        # whose parent vanished is still counted against its provider.
-        self._seen_mdevs: dict[str, tuple[str, str]] = {}
         self.state = StateStore(conf.devices.state_path) if persist else None
+        # mdev uuid -> (parent, type) of every mdev seen, kept on disk: a
+        # guest's device whose parent vanished (even while the service was
+        # down) is still counted against its provider.
+        self._seen_mdevs: dict[str, tuple[str, str]] = {
+            uuid: (str(v[0]), str(v[1]))
+            for uuid, v in self._load(MDEVS_RECORD).items()
+        }
         # provider name -> traits this library last set on it (kept on
         # disk: a trait dropped from the config while the service was
         # down is still known as ours, unlike an operator's).
         self._written_traits: dict[str, frozenset[str]] = {
             name: frozenset(traits)
-            for name, traits in (
-                self.state.load(TRAITS_RECORD, {}) if self.state else {}
-            ).items()
+            for name, traits in self._load(TRAITS_RECORD).items()
         }
+        self._planned_traits: dict[str, frozenset[str]] = {}
         self._reasons: dict[str, str | None] = {}
         self._warned_addresses = False
         self.unschedulable: set[str] = set()
+
+    def _load(self, key: str) -> dict[str, Any]:
+        found = self.state.load(key, {}) if self.state else {}
+        return found if isinstance(found, dict) else {}
+
+    def _save(self, key: str, value: Any) -> None:
+        if self.state is not None:
+            self.state.save(key, value)
 
     # -- discovery -----------------------------------------------------
 
     def discover(self, *, rescan_guests: bool = False) -> HostInventory:
         inventory = self.host.discover(rescan_guests=rescan_guests)
         with self._lock:
-            for mdev in inventory.mdevs:
-                self._seen_mdevs[mdev.uuid] = (mdev.parent, mdev.type_id)
+            seen = {m.uuid: (m.parent, m.type_id) for m in inventory.mdevs}
+            # forget devices no guest uses any more and that are gone
+            users = inventory.mdev_users()
+            kept = {
+                uuid: where
+                for uuid, where in self._seen_mdevs.items()
+                if uuid in users and uuid not in seen
+            }
+            if {**kept, **seen} != self._seen_mdevs:
+                self._seen_mdevs = {**kept, **seen}
+                self._save(
+                    MDEVS_RECORD,
+                    {u: list(w) for u, w in self._seen_mdevs.items()},
+                )
             if not self._warned_addresses:
                 for problem in unknown_addresses(self.config, inventory):
                     LOG.warning("Configuration: %s", problem)
@@ -142,12 +166,25 @@ class VgpuDriver:
                 provider_tree.remove(name)
                 self._written_traits.pop(name, None)
                 self._reasons.pop(name, None)
-            if self.state and written != self._written_traits:
-                self.state.save(
+            if written != self._written_traits:
+                self._save(
                     TRAITS_RECORD,
                     {n: sorted(t) for n, t in self._written_traits.items()},
                 )
             return plans
+
+    def confirm_flushed(self) -> None:
+        """The tree last updated is now in Placement: from here on this
+        library owns exactly the traits it planned."""
+        with self._lock:
+            if not self._planned_traits:
+                return
+            self._written_traits.update(self._planned_traits)
+            self._planned_traits = {}
+            self._save(
+                TRAITS_RECORD,
+                {n: sorted(t) for n, t in self._written_traits.items()},
+            )
 
     def _managed_classes(self) -> set[str]:
         return {str(orc.VGPU), *self.config.resource_classes()}
@@ -209,7 +246,11 @@ class VgpuDriver:
             t for t in current - managed if not trait.is_capability_trait(t)
         }
         tree.update_traits(plan.name, kept | plan.traits)
-        self._written_traits[plan.name] = plan.traits
+        # Until the caller confirms the tree reached Placement, we own both
+        # what we wrote before and what we write now.
+        previous = self._written_traits.get(plan.name, frozenset())
+        self._written_traits[plan.name] = previous | plan.traits
+        self._planned_traits[plan.name] = plan.traits
         if self._reasons.get(plan.name) != plan.reason:
             if plan.reason:
                 LOG.warning(
@@ -222,6 +263,17 @@ class VgpuDriver:
             elif plan.name in self._reasons:
                 LOG.info("Provider %s takes guests again", plan.name)
             self._reasons[plan.name] = plan.reason
+
+
+def sync_placement(driver: VgpuDriver, syncer: Any) -> Any:
+    """One sync pass: Placement's tree, updated from the host, flushed."""
+    before = syncer.client.request_count
+    tree = syncer.read_tree()
+    driver.update_provider_tree(tree, syncer.nodename)
+    report = syncer.flush(tree)
+    driver.confirm_flushed()
+    report.requests = syncer.client.request_count - before
+    return report
 
 
 def _by_provider_name(

@@ -41,6 +41,29 @@ class Context:
     host: LibvirtHost
     description: hostdesc.HostDescription | None
     workdir: tempfile.TemporaryDirectory[str] | None
+    argv: Sequence[str] = ()
+    config_files: list[str] = dataclasses.field(default_factory=list)
+    # (option, value, group): re-applied after every parse, which clears
+    # oslo.config's overrides.
+    overrides: list[tuple[str, str, str]] = dataclasses.field(
+        default_factory=list
+    )
+
+    def apply_overrides(self) -> None:
+        for name, value, group in self.overrides:
+            self.conf.set_override(name, value, group=group)
+
+    def add_config(self, text: str) -> None:
+        """Load one more configuration file after the others."""
+        directory = Path(
+            self.workdir.name if self.workdir else tempfile.mkdtemp()
+        )
+        path = directory / f"extra-{len(self.config_files)}.conf"
+        path.write_text(text)
+        self.config_files.append(str(path))
+        args = [arg for f in self.config_files for arg in ("--config-file", f)]
+        self.conf(args + list(self.argv), default_config_files=[])
+        self.apply_overrides()
 
     def close(self) -> None:
         self.host.close()
@@ -59,20 +82,27 @@ def open_context(conf: cfg.ConfigOpts, argv: Sequence[str]) -> Context:
         host = LibvirtHost(
             conf.libvirt.connection_uri, conf.libvirt.sysfs_root
         )
-        return Context(conf, host, None, None)
+        return Context(conf, host, None, None, argv, list(conf.config_file))
     description = hostdesc.load(name or hostdesc.DEFAULT_HOST)
     workdir = tempfile.TemporaryDirectory(prefix="vgpu-driver-")
     uri, sysfs_root = hostdesc.materialize(description, Path(workdir.name))
     conf.set_default("host", description.hostname)
+    files = list(conf.config_file)
     if not has_config and description.config.strip():
         path = Path(workdir.name) / "vgpu-driver.conf"
         path.write_text(description.config)
+        files = [str(path)]
         conf(["--config-file", str(path), *argv], default_config_files=[])
-    conf.set_override("connection_uri", uri, group="libvirt")
-    conf.set_override("sysfs_root", str(sysfs_root), group="libvirt")
     state = Path(workdir.name) / "state"
-    conf.set_override("state_path", str(state), group="devices")
     LOG.debug(
         "Working on simulated host %s through %s", description.source, uri
     )
-    return Context(conf, LibvirtHost(uri, sysfs_root), description, workdir)
+    host = LibvirtHost(uri, sysfs_root)
+    context = Context(conf, host, description, workdir, argv, files)
+    context.overrides = [
+        ("connection_uri", uri, "libvirt"),
+        ("sysfs_root", str(sysfs_root), "libvirt"),
+        ("state_path", str(state), "devices"),
+    ]
+    context.apply_overrides()
+    return context

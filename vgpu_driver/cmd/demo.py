@@ -1,18 +1,60 @@
 """``vgpu-driver demo``: the main job on its embedded default.
 
 It works on a shipped simulated host (``demo`` unless
-``--host-description`` names another) served by libvirt's real test
-driver, with the host's own nova.conf-style configuration.
+``--host-description`` names another), served by libvirt's real test
+driver, with the host's own nova.conf-style configuration. It starts an
+embedded Placement (the real service, SQLite) on 127.0.0.1, reports the
+host to it, shows the tree as Placement holds it, and asks Placement
+which pGPUs could serve a few realistic requests.
 """
 
 from __future__ import annotations
 
-from vgpu_driver.cmd import check_config, discover, inventory
+from pathlib import Path
+from typing import Any
+
+from vgpu_driver.cmd import check_config, discover, output
 from vgpu_driver.cmd.context import Context
+from vgpu_driver.cmd.inventory import print_table, tree_report
+from vgpu_driver.cmd.sync import describe
+from vgpu_driver.driver import VgpuDriver, sync_placement
+from vgpu_driver.placement.client import PlacementClient, client_from_conf
+from vgpu_driver.placement.server import EmbeddedPlacement
+from vgpu_driver.placement.sync import PlacementSync
+
+REQUESTS = [
+    ("one vGPU", "resources=VGPU:1"),
+    (
+        "one vGPU of type nvidia-35",
+        "resources=VGPU:1&required=CUSTOM_NVIDIA_35",
+    ),
+    (
+        "one vGPU able to drive 3840x2160",
+        "resources=VGPU:1&required=HW_GPU_RESOLUTION_W3840H2160",
+    ),
+    (
+        "two vGPUs from two different pGPUs",
+        "resources1=VGPU:1&resources2=VGPU:1&group_policy=isolate",
+    ),
+    ("one generic mlx5 mdev", "resources=CUSTOM_MLX5:1"),
+]
 
 
 def _banner(title: str) -> None:
     print(f"\n=== {title} ===\n")
+
+
+def candidates(
+    client: PlacementClient, query: str, names: dict[str, str]
+) -> list[list[str]]:
+    """Allocation candidates: for each, the providers it would use."""
+    body = client.request("GET", f"/allocation_candidates?{query}").body
+    found: list[list[str]] = []
+    for request in body["allocation_requests"]:
+        used = sorted(names.get(rp, rp) for rp in request["allocations"])
+        if used not in found:  # isolated groups come in both orders
+            found.append(used)
+    return found
 
 
 def run(context: Context) -> int:
@@ -25,9 +67,39 @@ def run(context: Context) -> int:
     rc = check_config.run(context.conf)
     if rc:
         return rc
-    _banner("Discovery")
-    rc = discover.run(context)
-    if rc:
-        return rc
-    _banner("Resource-provider tree")
-    return inventory.run(context)
+    _banner("Discovery (libvirt test driver + sysfs)")
+    discover.run(context)
+    workdir = Path(context.workdir.name) if context.workdir else Path(".")
+    with EmbeddedPlacement(workdir / "placement") as placement:
+        _banner(f"Placement at {placement.url} (openstack-placement, SQLite)")
+        context.add_config(placement.conf_section())
+        return _with_placement(context)
+
+
+def _with_placement(context: Context) -> int:
+    conf = context.conf
+    driver = VgpuDriver(conf, context.host)
+    syncer = PlacementSync(client_from_conf(conf), conf.host)
+    report = sync_placement(driver, syncer)
+    print(f"First sync:  {describe(report)}")
+    report = sync_placement(driver, syncer)
+    print(f"Second sync: {describe(report)}")
+    _banner("The provider tree as Placement holds it")
+    syncer.refresh()
+    tree = syncer.read_tree()
+    tree_data = tree_report(tree, conf.host)
+    print_table(tree_data)
+    names = {
+        tree.data(p["name"]).uuid: p["name"].removeprefix(f"{conf.host}_")
+        for p in tree_data["providers"]
+    }
+    _banner("Allocation candidates")
+    rows: list[list[Any]] = []
+    for title, query in REQUESTS:
+        found = candidates(syncer.client, query, names)
+        shown = [" + ".join(c) for c in found[:3]]
+        if len(found) > 3:
+            shown.append(f"... ({len(found)} in all)")
+        rows.append([title, len(found), shown or None])
+    output.table(["Request", "Candidates", "Served by"], rows)
+    return 0

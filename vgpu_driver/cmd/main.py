@@ -68,6 +68,45 @@ def _inventory(context: Context) -> int:
     return inventory.run(context)
 
 
+def _sync(context: Context) -> int:
+    from vgpu_driver.cmd import sync
+
+    return sync.run(context)
+
+
+def _sync_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--periodic",
+        type=int,
+        metavar="SECONDS",
+        default=0,
+        help="Sync again every SECONDS, until interrupted.",
+    )
+
+
+def _placement_server(conf: cfg.ConfigOpts) -> int:
+    from pathlib import Path
+
+    from vgpu_driver.placement import server
+
+    server.serve(
+        conf.command.bind,
+        conf.command.port,
+        Path(conf.command.database),
+    )
+    return 0
+
+
+def _server_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bind", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8778)
+    parser.add_argument(
+        "--database",
+        default="placement.sqlite",
+        help="SQLite file; the schema is created on first start.",
+    )
+
+
 COMMANDS: dict[str, tuple[str, Handler, Callable[..., None]]] = {
     "check-config": (
         "Validate the configuration and print what it will apply.",
@@ -83,6 +122,16 @@ COMMANDS: dict[str, tuple[str, Handler, Callable[..., None]]] = {
         "Show the resource-provider tree the host would report.",
         _with_context(_inventory),
         _format_arg,
+    ),
+    "sync": (
+        "Report the host's device providers to Placement.",
+        _with_context(_sync),
+        _sync_args,
+    ),
+    "placement-server": (
+        "Run the embedded Placement (real service, SQLite, noauth2).",
+        _placement_server,
+        _server_args,
     ),
     "demo": (
         "Run the main job on the embedded simulated host.",

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from vgpu_driver.cmd import main as cli
+
+pytestmark = pytest.mark.functional
 
 
 def test_demo_runs_on_the_embedded_host(capsys):
@@ -11,4 +15,4 @@ def test_demo_runs_on_the_embedded_host(capsys):
     assert "Simulated host: demo" in out
     assert "CUSTOM_MLX5" in out  # the effective configuration
     assert "GRID M10-2B" in out  # discovery through libvirt's test driver
-    assert "compute1_pci_0000_41_00_0  VGPU            12" in out  # the tree
+    assert "Allocation candidates" in out

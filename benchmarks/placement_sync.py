@@ -1,0 +1,112 @@
+"""Placement sync: HTTP requests and time, against the embedded Placement.
+
+* one host (the demo host, 6 device providers): first sync and no-op sync;
+* 100 simulated hosts with 8 pGPUs each, syncing at once (16 threads)
+  against one embedded Placement, then a no-op round.
+
+    python -m benchmarks.placement_sync [--hosts N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from oslo_config import cfg
+
+from vgpu_driver import conf as vconf
+from vgpu_driver.driver import VgpuDriver, sync_placement
+from vgpu_driver.host import description as hostdesc
+from vgpu_driver.host.simulated import SimulatedHost
+from vgpu_driver.placement.client import client_from_conf
+from vgpu_driver.placement.server import EmbeddedPlacement
+from vgpu_driver.placement.sync import PlacementSync, SyncReport
+
+
+def make_node(
+    directory: Path,
+    section: str,
+    description: hostdesc.HostDescription,
+    nodename: str,
+) -> tuple[VgpuDriver, PlacementSync]:
+    path = directory / f"{nodename}.conf"
+    path.write_text(description.config + section)
+    conf = cfg.ConfigOpts()
+    vconf.register_opts(conf)
+    conf(["--config-file", str(path)], default_config_files=[])
+    conf.set_override("state_path", str(directory / nodename), "devices")
+    driver = VgpuDriver(conf, SimulatedHost(description))
+    syncer = PlacementSync(client_from_conf(conf), nodename)
+    return driver, syncer
+
+
+def timed(
+    driver: VgpuDriver, syncer: PlacementSync
+) -> tuple[SyncReport, float]:
+    start = time.perf_counter()
+    report = sync_placement(driver, syncer)
+    return report, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--hosts", type=int, default=100)
+    parser.add_argument("--pgpus", type=int, default=8)
+    args = parser.parse_args()
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        EmbeddedPlacement(Path(tmp) / "placement") as placement,
+    ):
+        directory = Path(tmp)
+        section = placement.conf_section()
+        demo = hostdesc.load("demo")
+        driver, syncer = make_node(directory, section, demo, "bench-demo")
+        first, first_s = timed(driver, syncer)
+        noop, noop_s = timed(driver, syncer)
+        print("One host (demo: 6 device providers)")
+        print(
+            f"  first sync: {first.requests:4d} requests {first_s * 1000:8.1f} ms"
+        )
+        print(
+            f"  no-op sync: {noop.requests:4d} requests {noop_s * 1000:8.1f} ms"
+        )
+
+        raw = hostdesc.dense_raw(args.pgpus, args.pgpus * 4, args.pgpus * 2)
+        dense = hostdesc.parse(json.dumps(raw), "bench")
+        nodes = [
+            make_node(directory, section, dense, f"bench-{i:03d}")
+            for i in range(args.hosts)
+        ]
+        with ThreadPoolExecutor(16) as pool:
+            start = time.perf_counter()
+            reports = list(pool.map(lambda n: sync_placement(*n), nodes))
+            first_all = time.perf_counter() - start
+            start = time.perf_counter()
+            again = list(pool.map(lambda n: sync_placement(*n), nodes))
+            noop_all = time.perf_counter() - start
+        total = sum(r.requests for r in reports)
+        print(f"{args.hosts} hosts x {args.pgpus} pGPUs, 16 at a time")
+        print(
+            f"  first sync: {total:5d} requests {first_all:8.2f} s "
+            f"({total / first_all:.0f} req/s, "
+            f"{first_all / args.hosts * 1000:.0f} ms/host)"
+        )
+        print(
+            f"  no-op sync: {sum(r.requests for r in again):5d} requests "
+            f"{noop_all:8.2f} s"
+        )
+        providers = placement_count(syncer)
+        print(f"  providers in Placement: {providers}")
+
+
+def placement_count(syncer: PlacementSync) -> int:
+    body = syncer.client.request("GET", "/resource_providers").body
+    return len(body["resource_providers"])
+
+
+if __name__ == "__main__":
+    main()

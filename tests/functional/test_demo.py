@@ -1,0 +1,26 @@
+"""The README's main job, end to end with the embedded Placement."""
+
+from __future__ import annotations
+
+import pytest
+
+from vgpu_driver.cmd import main as cli
+
+pytestmark = pytest.mark.functional
+
+
+def test_demo_syncs_and_asks_placement_for_candidates(capsys):
+    assert cli.main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "Second sync: 0 created, 0 updated, 0 removed; 0 request(s)" in out
+    rows = {
+        line.split("  ")[0]: line
+        for line in out.split("=== Allocation candidates ===")[1].splitlines()
+        if line
+    }
+    assert "pci_0000_84_00_0, pci_0000_85_00_0" in rows[
+        "one vGPU of type nvidia-35"
+    ]
+    assert " 2 " in rows["one vGPU able to drive 3840x2160"]
+    assert "pci_0000_3b_00_0" in rows["one generic mlx5 mdev"]
+    assert "+" in rows["two vGPUs from two different pGPUs"]

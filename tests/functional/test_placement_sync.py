@@ -1,0 +1,344 @@
+"""Keeping a real Placement in sync with the host."""
+
+from __future__ import annotations
+
+import textwrap
+import threading
+import uuid
+
+import pytest
+
+from tests import helpers
+from tests.functional.conftest import placement_conf
+from tests.functional.fault_proxy import FaultProxy
+from vgpu_driver.driver import VgpuDriver, sync_placement
+from vgpu_driver.exception import PlacementUnavailable
+from vgpu_driver.host.simulated import SimulatedHost
+from vgpu_driver.placement.client import client_from_conf
+from vgpu_driver.placement.sync import PlacementSync
+
+pytestmark = pytest.mark.functional
+
+
+class Node:
+    """A simulated compute node syncing to the real Placement."""
+
+    def __init__(
+        self,
+        url,
+        tmp_path,
+        host_name="demo",
+        config=None,
+        nodename=None,
+        host=None,
+    ):
+        self.description = helpers.load(host_name)
+        self.host = host or SimulatedHost(self.description)
+        self.nodename = nodename or f"node-{uuid.uuid4().hex[:8]}"
+        self.url, self.tmp_path = url, tmp_path
+        self.configure(config or self.description.config)
+        self.syncer = PlacementSync(
+            client_from_conf(self.conf), self.nodename, refresh_interval=3600
+        )
+
+    def configure(self, config):
+        self.conf = placement_conf(
+            self.url, self.tmp_path, textwrap.dedent(config)
+        )
+        self.conf.set_override(
+            "state_path", str(self.tmp_path / self.nodename), "devices"
+        )
+        self.driver = VgpuDriver(self.conf, self.host)
+
+    def sync(self):
+        return sync_placement(self.driver, self.syncer)
+
+
+def placement_view(client, nodename):
+    """name -> (inventory summary, traits), read straight from Placement."""
+    [root] = client.request(
+        "GET", f"/resource_providers?name={nodename}"
+    ).body["resource_providers"]
+    providers = client.request(
+        "GET", f"/resource_providers?in_tree={root['uuid']}"
+    ).body["resource_providers"]
+    view = {}
+    for provider in providers:
+        inv = client.request(
+            "GET", f"/resource_providers/{provider['uuid']}/inventories"
+        ).body["inventories"]
+        traits = client.request(
+            "GET", f"/resource_providers/{provider['uuid']}/traits"
+        ).body["traits"]
+        short = provider["name"].removeprefix(f"{nodename}_")
+        view[short] = (
+            {rc: (r["total"], r["reserved"]) for rc, r in inv.items()},
+            set(traits),
+            provider["uuid"],
+            provider["parent_provider_uuid"],
+        )
+    return view
+
+
+def summary(view):
+    return {name: v[0] for name, v in view.items()}
+
+
+def allocate(client, consumer, rp_uuid, rc="VGPU", amount=1):
+    client.request(
+        "PUT",
+        f"/allocations/{consumer}",
+        body={
+            "allocations": {rp_uuid: {"resources": {rc: amount}}},
+            "project_id": "p",
+            "user_id": "u",
+            "consumer_generation": None,
+        },
+        ok=(204,),
+    )
+
+
+def test_first_sync_creates_the_tree(placement_url, tmp_path, client):
+    node = Node(placement_url, tmp_path)
+    report = node.sync()
+    assert report.created[0] == node.nodename
+    view = placement_view(client, node.nodename)
+    assert summary(view) == {
+        node.nodename: {},
+        "pci_0000_3b_00_0": {"CUSTOM_MLX5": (64, 0)},
+        "pci_0000_41_00_0": {"VGPU": (12, 0)},
+        "pci_0000_84_00_0": {"VGPU": (4, 0)},
+        "pci_0000_85_00_0": {"VGPU": (4, 0)},
+        "pci_0000_86_00_0": {"VGPU": (16, 0)},
+        "pci_0000_87_00_0": {"VGPU": (16, 0)},
+    }
+    root_uuid = view[node.nodename][2]
+    for name, (_inv, traits, _uuid, parent) in view.items():
+        if name != node.nodename:
+            assert parent == root_uuid
+            assert "OWNER_NOVA" in traits
+    assert {"CUSTOM_GOLD", "CUSTOM_NVIDIA_35"} <= view["pci_0000_84_00_0"][1]
+
+
+def test_no_op_sync_sends_no_request(placement_url, tmp_path):
+    node = Node(placement_url, tmp_path)
+    node.sync()
+    before = node.syncer.client.request_count
+    report = node.sync()
+    assert report.requests == 0
+    assert node.syncer.client.request_count == before
+    assert not report.changed
+
+
+def test_refresh_interval_rereads_and_keeps_operator_traits(
+    placement_url, tmp_path, client
+):
+    node = Node(placement_url, tmp_path)
+    node.sync()
+    rp = placement_view(client, node.nodename)["pci_0000_84_00_0"][2]
+    current = client.request("GET", f"/resource_providers/{rp}/traits").body
+    client.ensure_traits(["CUSTOM_RACK_7"])
+    client.request(
+        "PUT",
+        f"/resource_providers/{rp}/traits",
+        body={
+            "resource_provider_generation": current[
+                "resource_provider_generation"
+            ],
+            "traits": [*current["traits"], "CUSTOM_RACK_7"],
+        },
+    )
+    node.syncer.refresh_interval = 0  # re-read Placement this time
+    report = node.sync()
+    assert report.requests > 0 and not report.changed
+    assert (
+        "CUSTOM_RACK_7"
+        in placement_view(client, node.nodename)["pci_0000_84_00_0"][1]
+    )
+
+
+def test_generation_conflict_is_retried_and_merges_traits(
+    placement_url, tmp_path, client
+):
+    node = Node(placement_url, tmp_path)
+    node.sync()
+    rp = placement_view(client, node.nodename)["pci_0000_84_00_0"][2]
+    # an operator writes between our syncs: our cached generation is stale
+    current = client.request("GET", f"/resource_providers/{rp}/traits").body
+    client.ensure_traits(["CUSTOM_OPERATOR"])
+    client.request(
+        "PUT",
+        f"/resource_providers/{rp}/traits",
+        body={
+            "resource_provider_generation": current[
+                "resource_provider_generation"
+            ],
+            "traits": [*current["traits"], "CUSTOM_OPERATOR"],
+        },
+    )
+    # and our config drops CUSTOM_GOLD: we must write, and conflict
+    node.configure(
+        node.description.config.replace("traits = CUSTOM_GOLD\n", "")
+    )
+    node.sync()
+    traits = placement_view(client, node.nodename)["pci_0000_84_00_0"][1]
+    assert "CUSTOM_OPERATOR" in traits
+    assert "CUSTOM_GOLD" not in traits
+    assert "CUSTOM_NVIDIA_35" in traits
+
+
+def test_changed_host_type_switch_removal_and_lowered_cap(
+    placement_url, tmp_path, client
+):
+    node = Node(placement_url, tmp_path, host_name="m10")
+    node.sync()
+    node.configure(
+        """
+        [devices]
+        enabled_mdev_types = nvidia-35,nvidia-36
+        [mdev_nvidia-35]
+        device_addresses = 0000:84:00.0
+        [mdev_nvidia-36]
+        device_addresses = 0000:85:00.0,0000:86:00.0
+        max_instances = 20
+        """
+    )
+    node.host.unplug("pci_0000_86_00_0")  # one guest still uses a device
+    report = node.sync()
+    view = summary(placement_view(client, node.nodename))
+    assert view == {
+        node.nodename: {},
+        "pci_0000_84_00_0": {"VGPU": (4, 0)},
+        "pci_0000_85_00_0": {"VGPU": (16, 0)},  # switched to nvidia-36
+        "pci_0000_86_00_0": {"VGPU": (1, 1)},  # gone, in use: reserved
+    }
+    assert report.updated
+    # the cap goes down: 85 shares what is left after the 1 in use
+    node.configure(
+        """
+        [devices]
+        enabled_mdev_types = nvidia-35,nvidia-36
+        [mdev_nvidia-35]
+        device_addresses = 0000:84:00.0
+        [mdev_nvidia-36]
+        device_addresses = 0000:85:00.0
+        max_instances = 5
+        """
+    )
+    node.sync()
+    view = summary(placement_view(client, node.nodename))
+    assert view["pci_0000_85_00_0"] == {"VGPU": (5, 0)}
+
+
+def test_removed_pgpu_without_allocations_goes_with_allocations_stays(
+    placement_url, tmp_path, client
+):
+    node = Node(placement_url, tmp_path, host_name="m10")
+    node.sync()
+    view = placement_view(client, node.nodename)
+    allocate(client, str(uuid.uuid4()), view["pci_0000_85_00_0"][2])
+    node.host.unplug("pci_0000_85_00_0")  # allocated in Placement only
+    node.configure(node.description.config)
+    node.sync()
+    report = node.sync()
+    assert "pci_0000_85_00_0" in summary(placement_view(client, node.nodename))
+    assert report.kept_in_use == [f"{node.nodename}_pci_0000_85_00_0"]
+    # 84's device goes with nothing allocated and its guest deleted
+    guest = next(
+        g for g in node.host.discover().guests if g.name == "instance-00000021"
+    )
+    node.host.forget_guest(guest.uuid)
+    node.host.unplug("pci_0000_84_00_0")
+    node.sync()
+    assert "pci_0000_84_00_0" not in summary(
+        placement_view(client, node.nodename)
+    )
+
+
+def test_concurrent_syncers_of_one_host_converge(
+    placement_url, tmp_path, client
+):
+    nodename = f"node-{uuid.uuid4().hex[:8]}"
+    nodes = [
+        Node(placement_url, tmp_path / str(i), nodename=nodename)
+        for i in range(4)
+    ]
+    errors = []
+
+    def run(node):
+        try:
+            node.sync()
+            node.sync()
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in nodes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    found = client.request("GET", f"/resource_providers?name={nodename}").body
+    assert len(found["resource_providers"]) == 1
+    view = summary(placement_view(client, nodename))
+    assert len(view) == 7
+    assert view["pci_0000_86_00_0"] == {"VGPU": (16, 0)}
+
+
+def test_many_hosts_at_once(placement_url, tmp_path, client):
+    nodes = [
+        Node(placement_url, tmp_path / str(i), host_name="m10")
+        for i in range(8)
+    ]
+    errors = []
+
+    def run(node):
+        try:
+            node.sync()
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in nodes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    for node in nodes:
+        assert summary(placement_view(client, node.nodename)) == {
+            node.nodename: {},
+            "pci_0000_84_00_0": {"VGPU": (4, 0)},
+            "pci_0000_85_00_0": {"VGPU": (4, 0)},
+            "pci_0000_86_00_0": {"VGPU": (16, 0)},
+        }
+
+
+def test_5xx_is_retried_with_backoff(placement_url, tmp_path, client):
+    with FaultProxy(placement_url) as proxy:
+        node = Node(proxy.url, tmp_path)
+        proxy.fail_next = 2  # fewer than max_attempts (3)
+        report = node.sync()
+        assert report.created
+    assert summary(placement_view(client, node.nodename))["pci_0000_84_00_0"]
+
+
+def test_placement_down_is_a_clear_error_and_the_next_sync_finishes(
+    placement_url, tmp_path, client
+):
+    with FaultProxy(placement_url) as proxy:
+        node = Node(proxy.url, tmp_path)
+        node.sync()
+        node.configure(
+            node.description.config.replace(
+                "traits = CUSTOM_GOLD", "traits = CUSTOM_SILVER"
+            )
+        )
+        proxy.fail_next = 100
+        with pytest.raises(PlacementUnavailable) as caught:
+            node.sync()
+        assert proxy.url in str(caught.value)
+        assert "3 attempts" in str(caught.value)
+        proxy.fail_next = 0
+        node.sync()
+    traits = placement_view(client, node.nodename)["pci_0000_84_00_0"][1]
+    assert "CUSTOM_SILVER" in traits and "CUSTOM_GOLD" not in traits

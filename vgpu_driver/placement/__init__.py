@@ -1,0 +1,1 @@
+"""Keeping a real Placement service in sync with the provider tree."""

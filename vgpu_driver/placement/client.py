@@ -1,0 +1,181 @@
+"""A small Placement client over openstacksdk's placement adapter.
+
+openstacksdk's placement proxy is a keystoneauth ``Adapter``: its raw
+``get``/``put``/``post``/``delete`` take an explicit ``microversion`` and
+return the response without raising, so every call here checks the
+status code and Placement's ``errors[].code`` itself. Connection failures
+and 5xx answers are retried with exponential backoff, within a bound.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from keystoneauth1 import exceptions as ks_exc
+from keystoneauth1 import loading as ks_loading
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from vgpu_driver.exception import PlacementError, PlacementUnavailable
+
+LOG = logging.getLogger(__name__)
+
+# 1.26: reserved may equal total; 1.30: reshaper; 1.36: same_subtree in
+# allocation candidates. Placement has served 1.36 since Train (2019).
+MICROVERSION = "1.36"
+
+CONCURRENT_UPDATE = "placement.concurrent_update"
+DUPLICATE_NAME = "placement.duplicate_name"
+IN_USE = "placement.resource_provider.in_use"
+INVENTORY_IN_USE = "placement.inventory.inuse"
+
+
+class Response:
+    """Status, JSON body and Placement's error code of one answer."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        self.status = status
+        self.body = body
+
+    @property
+    def error_code(self) -> str | None:
+        if isinstance(self.body, dict):
+            errors = self.body.get("errors") or []
+            if errors and isinstance(errors[0], dict):
+                code = errors[0].get("code")
+                return str(code) if code else None
+        return None
+
+    @property
+    def detail(self) -> str:
+        if isinstance(self.body, dict) and self.body.get("errors"):
+            first = self.body["errors"][0]
+            return str(first.get("detail") or first.get("title") or "")
+        return str(self.body)[:200]
+
+
+class PlacementClient:
+    def __init__(
+        self,
+        adapter: Any,
+        *,
+        max_attempts: int = 4,
+        retry_delay: float = 0.5,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.adapter = adapter
+        self.max_attempts = max_attempts
+        self.retry_delay = retry_delay
+        self.sleep = sleep
+        self.requests: Counter[str] = Counter()
+        self._known_classes: set[str] = set()
+        self._known_traits: set[str] = set()
+
+    @property
+    def request_count(self) -> int:
+        return sum(self.requests.values())
+
+    @property
+    def url(self) -> str:
+        try:
+            return str(self.adapter.get_endpoint())
+        except Exception:
+            return "placement"
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        ok: Iterable[int] = (200,),
+        allow: Iterable[int] = (),
+    ) -> Response:
+        """Send one request; retry faults; raise unless the status is in
+        ``ok`` or ``allow`` (``allow`` is returned for the caller to read).
+        """
+        ok, allow = set(ok), set(allow)
+        delay = self.retry_delay
+        reason = ""
+        for attempt in range(1, self.max_attempts + 1):
+            self.requests[method] += 1
+            try:
+                raw = self.adapter.request(
+                    path,
+                    method,
+                    json=body,
+                    microversion=MICROVERSION,
+                    raise_exc=False,
+                    headers={"Accept": "application/json"},
+                )
+            except (ks_exc.ConnectionError, ks_exc.RequestTimeout) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+            else:
+                response = Response(raw.status_code, _json(raw))
+                if response.status in ok or response.status in allow:
+                    return response
+                if response.status < 500:
+                    raise PlacementError(
+                        method=method,
+                        url=path,
+                        reason=f"{response.status} {response.error_code or ''}"
+                        f" {response.detail}".strip(),
+                    )
+                reason = f"{response.status} {response.detail}"
+            if attempt < self.max_attempts:
+                LOG.warning(
+                    "Placement %s %s failed (%s); retrying in %.1fs",
+                    method,
+                    path,
+                    reason,
+                    delay,
+                )
+                self.sleep(delay)
+                delay *= 2
+        raise PlacementUnavailable(
+            method=method,
+            url=self.url,
+            attempts=self.max_attempts,
+            reason=reason,
+        )
+
+    # -- calls the SDK has no helper for -------------------------------
+
+    def ensure_resource_class(self, name: str) -> None:
+        if name in self._known_classes or not name.startswith("CUSTOM_"):
+            return
+        self.request("PUT", f"/resource_classes/{name}", ok=(201, 204))
+        self._known_classes.add(name)
+
+    def ensure_traits(self, names: Iterable[str]) -> None:
+        for name in sorted(set(names) - self._known_traits):
+            if name.startswith("CUSTOM_"):
+                self.request("PUT", f"/traits/{name}", ok=(201, 204))
+            self._known_traits.add(name)
+
+
+def _json(raw: Any) -> Any:
+    try:
+        return raw.json()
+    except ValueError:
+        return raw.text
+
+
+def client_from_conf(conf: cfg.ConfigOpts) -> PlacementClient:
+    """A client from ``[placement]``, read exactly like nova.conf's."""
+    import openstack.connection
+
+    group = "placement"
+    auth = ks_loading.load_auth_from_conf_options(conf, group)
+    session = ks_loading.load_session_from_conf_options(conf, group, auth=auth)
+    connection = openstack.connection.Connection(
+        session=session, oslo_conf=conf
+    )
+    return PlacementClient(
+        connection.placement,
+        max_attempts=conf.placement.max_attempts,
+        retry_delay=conf.placement.retry_delay,
+    )
