@@ -18,6 +18,7 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from vgpu_driver.conf import loader
+from vgpu_driver.exception import ReshapeFailed, ReshapeNeeded
 from vgpu_driver.host.base import Host
 from vgpu_driver.host.state import StateStore
 from vgpu_driver.model import naming, trait
@@ -143,6 +144,23 @@ class VgpuDriver:
         inventory = self.discover()
         with self._lock:
             root = provider_tree.data(nodename)
+            old = self._old_layout(provider_tree, root, nodename, inventory)
+            if old and allocations is None:
+                raise ReshapeNeeded(nodename=nodename)
+            moves = (
+                self._plan_moves(provider_tree, old, allocations, inventory)
+                if old and allocations is not None
+                else {}
+            )
+            for vf_provider in old[1:]:
+                provider_tree.remove(vf_provider)
+            if old and old[0]:
+                kept = {
+                    rc: rec
+                    for rc, rec in root.inventory.items()
+                    if rc not in self._managed_classes()
+                }
+                provider_tree.update_inventory(nodename, kept)
             mine = self._device_providers(provider_tree, root.uuid, nodename)
             plans = plan_providers(
                 nodename,
@@ -157,6 +175,11 @@ class VgpuDriver:
             written = dict(self._written_traits)
             for plan in plans:
                 self._write(provider_tree, root.uuid, plan, inventory)
+            if moves:
+                assert allocations is not None
+                self._move_allocations(
+                    provider_tree, nodename, moves, allocations
+                )
             for name in sorted(set(mine) - {p.name for p in plans}):
                 LOG.info(
                     "Removing provider %s: its device has nothing to offer "
@@ -172,6 +195,119 @@ class VgpuDriver:
                     {n: sorted(t) for n, t in self._written_traits.items()},
                 )
             return plans
+
+    # -- reshape (upgrades from older layouts) --------------------------
+
+    def _old_layout(
+        self, tree: Any, root: Any, nodename: str, inventory: HostInventory
+    ) -> list[str]:
+        """[root-has-VGPU flag ("" or root name), per-VF provider names...]
+        or [] when the tree already has this library's layout."""
+        classes = self._managed_classes()
+        on_root = nodename if set(root.inventory) & classes else ""
+        vf_names = {
+            f"{nodename}_{vf.address}" for pf in inventory.pfs for vf in pf.vfs
+        }
+        per_vf = sorted(
+            tree.data(u).name
+            for u in tree.get_provider_uuids(root.uuid)
+            if tree.data(u).name in vf_names
+            and set(tree.data(u).inventory) & classes
+        )
+        if not on_root and not per_vf:
+            return []
+        return [on_root, *per_vf]
+
+    def _plan_moves(
+        self,
+        tree: Any,
+        old: list[str],
+        allocations: Allocations,
+        inventory: HostInventory,
+    ) -> dict[str, dict[str, Counter[str]]]:
+        """consumer -> device name -> resource class -> units to move,
+        found from the guests' devices. Raises ReshapeFailed, having
+        changed nothing, when a consumer cannot be matched."""
+        classes = self._managed_classes()
+        old_uuids = {tree.data(name).uuid for name in old if name}
+        guests = {g.uuid: g for g in inventory.guests}
+        vf_pf = {vf.address: pf.name for pf in inventory.pfs for vf in pf.vfs}
+        moves: dict[str, dict[str, Counter[str]]] = {}
+        for consumer, record in allocations.items():
+            wanted: Counter[str] = Counter()
+            for rp_uuid, alloc in record.get("allocations", {}).items():
+                if rp_uuid in old_uuids:
+                    for rc, amount in alloc.get("resources", {}).items():
+                        if rc in classes:
+                            wanted[rc] += int(amount)
+            if not wanted:
+                continue
+            guest = guests.get(consumer)
+            if guest is None:
+                raise ReshapeFailed(
+                    nodename=tree.data(old_uuids.pop()).name,
+                    reason=f"consumer {consumer} holds "
+                    f"{dict(wanted)} but no guest of that uuid is on the "
+                    "host, so its devices cannot be placed on a pGPU. "
+                    "Delete or heal that allocation, then restart",
+                )
+            devices: list[tuple[str, str]] = []
+            for uuid in guest.mdevs:
+                if uuid in self._seen_mdevs:
+                    parent, type_id = self._seen_mdevs[uuid]
+                    type_cfg = self.config.get(type_id)
+                    rc = type_cfg.resource_class if type_cfg else str(orc.VGPU)
+                    devices.append((parent, rc))
+            for address in guest.pci_devices:
+                if address in vf_pf:
+                    devices.append((vf_pf[address], str(orc.VGPU)))
+            placed: dict[str, Counter[str]] = {}
+            for rc, amount in wanted.items():
+                matching = [d for d, c in devices if c == rc]
+                if len(matching) != amount:
+                    raise ReshapeFailed(
+                        nodename=guest.name,
+                        reason=f"consumer {consumer} holds {amount} {rc} but "
+                        f"its guest {guest.name} has {len(matching)} such "
+                        "device(s) on the host",
+                    )
+                for device in matching:
+                    placed.setdefault(device, Counter())[rc] += 1
+            moves[consumer] = placed
+        return moves
+
+    def _move_allocations(
+        self,
+        tree: Any,
+        nodename: str,
+        moves: dict[str, dict[str, Counter[str]]],
+        allocations: Allocations,
+    ) -> None:
+        """Rewrite ``allocations`` in place (Nova's contract): the moved
+        units leave the old providers and land on the per-pGPU ones."""
+        classes = self._managed_classes()
+        for consumer, placed in moves.items():
+            record = allocations[consumer]
+            current = record["allocations"]
+            for rp_uuid in list(current):
+                resources = current[rp_uuid].get("resources", {})
+                for rc in list(resources):
+                    if rc in classes:
+                        del resources[rc]
+                if not resources:
+                    del current[rp_uuid]
+            for device, counts in placed.items():
+                rp = tree.data(naming.provider_name(nodename, device)).uuid
+                entry = current.setdefault(rp, {"resources": {}})
+                for rc, amount in counts.items():
+                    entry["resources"][rc] = (
+                        entry["resources"].get(rc, 0) + amount
+                    )
+            LOG.info(
+                "Reshape moves the devices of consumer %s to %s",
+                consumer,
+                ", ".join(sorted(placed)),
+            )
 
     def confirm_flushed(self) -> None:
         """The tree last updated is now in Placement: from here on this
@@ -269,7 +405,19 @@ def sync_placement(driver: VgpuDriver, syncer: Any) -> Any:
     """One sync pass: Placement's tree, updated from the host, flushed."""
     before = syncer.client.request_count
     tree = syncer.read_tree()
-    driver.update_provider_tree(tree, syncer.nodename)
+    try:
+        driver.update_provider_tree(tree, syncer.nodename)
+    except ReshapeNeeded:
+        # Nova's handshake: again, with the allocations, then one atomic
+        # POST /reshaper; then a normal pass for traits and removals.
+        allocations = syncer.allocations_for_tree()
+        tree = syncer.read_tree()
+        driver.update_provider_tree(
+            tree, syncer.nodename, allocations=allocations
+        )
+        syncer.reshape(tree, allocations)
+        tree = syncer.read_tree()
+        driver.update_provider_tree(tree, syncer.nodename)
     report = syncer.flush(tree)
     driver.confirm_flushed()
     report.requests = syncer.client.request_count - before

@@ -51,7 +51,21 @@ def make_app(database: Path) -> WSGIApp:
     config([], default_config_files=[])
     db_api.configure(config)
     app: WSGIApp = deploy.loadapp(config)
-    return _serialized(app)
+    return _serialized(_service_roles(app))
+
+
+def _service_roles(app: WSGIApp) -> WSGIApp:
+    """With Keystone, a compute node's Placement user has the ``service``
+    role (Placement's policy wants it for ``POST /reshaper``). noauth2
+    gives the ``admin`` token only ``admin``; give it both, as a
+    deployment's service user has."""
+
+    def application(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("HTTP_X_AUTH_TOKEN") == "admin":
+            environ.setdefault("HTTP_X_ROLES", "admin,service,member,reader")
+        return app(environ, start_response)
+
+    return application
 
 
 def _serialized(app: WSGIApp) -> WSGIApp:

@@ -188,6 +188,93 @@ class PlacementSync:
                 break
         return tree
 
+    # -- reshape -------------------------------------------------------
+
+    def allocations_for_tree(self) -> dict[str, Any]:
+        """Every allocation of every consumer of the node's providers, as
+        Nova hands them to update_provider_tree for a reshape."""
+        consumers: set[str] = set()
+        for uuid in list(self._cache):
+            body = self.client.request(
+                "GET", f"/resource_providers/{uuid}/allocations"
+            ).body
+            consumers.update(body["allocations"])
+        found = {}
+        for consumer in sorted(consumers):
+            body = self.client.request("GET", f"/allocations/{consumer}").body
+            found[consumer] = {
+                "allocations": {
+                    rp: {"resources": dict(a["resources"])}
+                    for rp, a in body["allocations"].items()
+                },
+                "consumer_generation": body.get("consumer_generation"),
+                "project_id": body.get("project_id"),
+                "user_id": body.get("user_id"),
+            }
+        return found
+
+    def reshape(self, tree: Any, allocations: dict[str, Any]) -> SyncReport:
+        """Send a reshaped tree and its moved allocations in one atomic
+        ``POST /reshaper``: Placement applies all of it or none."""
+        report = SyncReport()
+        before = self.client.request_count
+        try:
+            wanted = [
+                tree.data(u) for u in tree.get_provider_uuids(self.nodename)
+            ]
+            uuid_map: dict[str, str] = {}
+            for data in wanted:  # the reshaper moves, it does not create
+                parent = uuid_map.get(data.parent_uuid, data.parent_uuid)
+                uuid_map[data.uuid] = self._ensure_provider(
+                    data.uuid, data.name, parent, report
+                )
+                for rc in data.inventory:
+                    self.client.ensure_resource_class(rc)
+            body = {
+                "inventories": {
+                    uuid_map[d.uuid]: {
+                        "resource_provider_generation": self._cache[
+                            uuid_map[d.uuid]
+                        ].generation,
+                        "inventories": {
+                            rc: _full_record(r)
+                            for rc, r in d.inventory.items()
+                        },
+                    }
+                    for d in wanted
+                },
+                "allocations": {
+                    consumer: {
+                        **record,
+                        "allocations": {
+                            uuid_map.get(rp, rp): a
+                            for rp, a in record["allocations"].items()
+                        },
+                    }
+                    for consumer, record in allocations.items()
+                },
+            }
+            # providers the tree dropped (Nova's per-VF ones) give up their
+            # inventory in the same request; a later flush deletes them
+            for remote in self._cache.values():
+                if remote.uuid not in body["inventories"]:
+                    body["inventories"][remote.uuid] = {
+                        "resource_provider_generation": remote.generation,
+                        "inventories": {},
+                    }
+            self.client.request("POST", "/reshaper", body=body, ok=(204,))
+            report.updated.extend(d.name for d in wanted)
+            LOG.info(
+                "Reshaped %s: %d providers, %d consumers moved atomically",
+                self.nodename,
+                len(wanted),
+                len(allocations),
+            )
+        finally:
+            self.invalidate()
+            report.requests = self.client.request_count - before
+        return report
+
     # -- writing -------------------------------------------------------
 
     def flush(self, tree: Any) -> SyncReport:

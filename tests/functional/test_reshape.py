@@ -1,0 +1,151 @@
+"""Upgrades: old layouts moved to per-pGPU providers by one reshaper."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from tests.functional.test_placement_sync import Node, placement_view
+from vgpu_driver.exception import ReshapeFailed
+from vgpu_driver.placement.sync import root_uuid_for
+
+pytestmark = pytest.mark.functional
+
+FULL = {"reserved": 0, "min_unit": 1, "step_size": 1, "allocation_ratio": 1.0}
+
+
+def make_provider(client, name, parent=None, uuid_=None, inventory=None):
+    body = {"name": name, "uuid": uuid_ or str(uuid.uuid4())}
+    if parent:
+        body["parent_provider_uuid"] = parent
+    created = client.request("POST", "/resource_providers", body=body).body
+    if inventory:
+        client.request(
+            "PUT",
+            f"/resource_providers/{created['uuid']}/inventories",
+            body={
+                "resource_provider_generation": created["generation"],
+                "inventories": {
+                    rc: {**FULL, "total": n, "max_unit": n}
+                    for rc, n in inventory.items()
+                },
+            },
+        )
+    return created["uuid"]
+
+
+def put_allocation(client, consumer, allocations):
+    client.request(
+        "PUT",
+        f"/allocations/{consumer}",
+        body={
+            "allocations": {
+                rp: {"resources": res} for rp, res in allocations.items()
+            },
+            "project_id": "p1",
+            "user_id": "u1",
+            "consumer_generation": None,
+        },
+        ok=(204,),
+    )
+
+
+def get_allocation(client, consumer):
+    body = client.request("GET", f"/allocations/{consumer}").body
+    return {rp: a["resources"] for rp, a in body["allocations"].items()}
+
+
+def test_vgpu_on_the_root_moves_to_per_pgpu_children(
+    placement_url, tmp_path, client
+):
+    node = Node(placement_url, tmp_path, host_name="m10")
+    root = make_provider(
+        client,
+        node.nodename,
+        uuid_=root_uuid_for(node.nodename),
+        inventory={"VCPU": 16, "VGPU": 24},
+    )
+    guests = {g.name: g.uuid for g in node.host.discover().guests}
+    on_84, on_86 = guests["instance-00000021"], guests["instance-00000022"]
+    put_allocation(client, on_84, {root: {"VCPU": 2, "VGPU": 1}})
+    put_allocation(client, on_86, {root: {"VGPU": 1}})
+    node.sync()
+    view = placement_view(client, node.nodename)
+    assert view[node.nodename][0] == {"VCPU": (16, 0)}  # VGPU left the root
+    rp84, rp86 = view["pci_0000_84_00_0"][2], view["pci_0000_86_00_0"][2]
+    assert get_allocation(client, on_84) == {
+        root: {"VCPU": 2},
+        rp84: {"VGPU": 1},
+    }
+    assert get_allocation(client, on_86) == {rp86: {"VGPU": 1}}
+    usages = client.request("GET", f"/resource_providers/{rp84}/usages").body
+    assert usages["usages"] == {"VGPU": 1}
+    # and the next sync is an ordinary one
+    assert node.sync().requests == 0
+
+
+def test_per_vf_providers_move_to_one_provider_per_physical_gpu(
+    placement_url, tmp_path, client
+):
+    node = Node(placement_url, tmp_path, host_name="l40-sriov")
+    root = make_provider(
+        client,
+        node.nodename,
+        uuid_=root_uuid_for(node.nodename),
+        inventory={"VCPU": 8},
+    )
+    vf_rps = {
+        address: make_provider(
+            client,
+            f"{node.nodename}_{address}",
+            parent=root,
+            inventory={"VGPU": 1},
+        )
+        for address in ("0000:41:00.4", "0000:41:00.5", "0000:41:00.6")
+    }
+    [guest] = node.host.discover().guests  # uses VF 0000:41:00.4
+    put_allocation(client, guest.uuid, {vf_rps["0000:41:00.4"]: {"VGPU": 1}})
+    node.sync()
+    view = placement_view(client, node.nodename)
+    assert set(view) == {node.nodename, "pci_0000_41_00_0"}  # VF rps gone
+    pf_rp = view["pci_0000_41_00_0"][2]
+    assert view["pci_0000_41_00_0"][0] == {"VGPU": (12, 0)}
+    assert get_allocation(client, guest.uuid) == {pf_rp: {"VGPU": 1}}
+
+
+def test_unmatched_consumer_fails_clearly_and_changes_nothing(
+    placement_url, tmp_path, client
+):
+    node = Node(placement_url, tmp_path, host_name="m10")
+    root = make_provider(
+        client,
+        node.nodename,
+        uuid_=root_uuid_for(node.nodename),
+        inventory={"VGPU": 24},
+    )
+    ghost = str(uuid.uuid4())  # no guest of this uuid on the host
+    put_allocation(client, ghost, {root: {"VGPU": 1}})
+    before = placement_view(client, node.nodename)
+    with pytest.raises(ReshapeFailed) as caught:
+        node.sync()
+    assert ghost in str(caught.value)
+    assert placement_view(client, node.nodename) == before
+    assert get_allocation(client, ghost) == {root: {"VGPU": 1}}
+
+
+def test_update_provider_tree_without_allocations_asks_for_reshape(
+    placement_url, tmp_path, client
+):
+    from vgpu_driver.exception import ReshapeNeeded
+
+    node = Node(placement_url, tmp_path, host_name="m10")
+    make_provider(
+        client,
+        node.nodename,
+        uuid_=root_uuid_for(node.nodename),
+        inventory={"VGPU": 24},
+    )
+    tree = node.syncer.read_tree()
+    with pytest.raises(ReshapeNeeded):
+        node.driver.update_provider_tree(tree, node.nodename)
