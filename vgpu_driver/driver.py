@@ -17,11 +17,17 @@ import os_resource_classes as orc
 from oslo_config import cfg
 from oslo_log import log as logging
 
+from vgpu_driver.binder import MIGRATION, DeviceBinder, Target
 from vgpu_driver.conf import loader
-from vgpu_driver.exception import ReshapeFailed, ReshapeNeeded
+from vgpu_driver.exception import (
+    DeviceCapacityExhausted,
+    ReshapeFailed,
+    ReshapeNeeded,
+)
 from vgpu_driver.host.base import Host
 from vgpu_driver.host.state import StateStore
 from vgpu_driver.model import naming, trait
+from vgpu_driver.model.binding import BoundDevice
 from vgpu_driver.model.check import unknown_addresses
 from vgpu_driver.model.config import DeviceConfig
 from vgpu_driver.model.device import HostInventory
@@ -69,7 +75,14 @@ class VgpuDriver:
         self._planned_traits: dict[str, frozenset[str]] = {}
         self._reasons: dict[str, str | None] = {}
         self._warned_addresses = False
-        self.unschedulable: set[str] = set()
+        self.binder = DeviceBinder(
+            host,
+            self.state,
+            remove_unused=conf.devices.remove_unused_mdevs,
+        )
+        # parents whose device fails: their providers are reserved
+        self.unschedulable = self.binder.unschedulable
+        self._targets: dict[str, Target] = {}
 
     def _load(self, key: str) -> dict[str, Any]:
         found = self.state.load(key, {}) if self.state else {}
@@ -102,6 +115,7 @@ class VgpuDriver:
                 for problem in unknown_addresses(self.config, inventory):
                     LOG.warning("Configuration: %s", problem)
                 self._warned_addresses = True
+            self.binder.refresh(inventory, self._targets)
         return inventory
 
     def held_devices(
@@ -180,6 +194,14 @@ class VgpuDriver:
                 self._move_allocations(
                     provider_tree, nodename, moves, allocations
                 )
+            self._targets = {
+                provider_tree.data(plan.name).uuid: Target(
+                    plan.device, plan.type_id, plan.resource_class
+                )
+                for plan in plans
+            }
+            self.binder.refresh(inventory, self._targets)
+            self.binder.remove_stale_free_mdevs(self._configured(inventory))
             for name in sorted(set(mine) - {p.name for p in plans}):
                 LOG.info(
                     "Removing provider %s: its device has nothing to offer "
@@ -195,6 +217,128 @@ class VgpuDriver:
                     {n: sorted(t) for n, t in self._written_traits.items()},
                 )
             return plans
+
+    def _configured(self, inventory: HostInventory) -> dict[str, str]:
+        """Parent name -> the type the configuration gives it."""
+        configured = {}
+        for parent in inventory.parents:
+            type_cfg = self.config.type_for_parent(
+                parent.keys, parent.type_ids
+            )
+            if type_cfg is not None:
+                configured[parent.name] = type_cfg.type_id
+        return configured
+
+    # -- devices through an instance's life ----------------------------
+
+    def allocate_mdevs(
+        self, instance_uuid: str, allocations: Mapping[str, Any]
+    ) -> list[BoundDevice]:
+        """Devices for an instance's allocations (``{rp_uuid:
+        {"resources": {rc: n}}}``): a free mdev reused or one created per
+        unit, or a VF set to the type. Claimed until released or seen in
+        the guest's domain. Raises ProviderUnknown or
+        DeviceCapacityExhausted (the instance must be rescheduled), having
+        undone anything it made."""
+        wanted = self.binder.wanted(allocations, self._managed_classes())
+        return self.binder.bind(instance_uuid, wanted)
+
+    @staticmethod
+    def guest_hostdev_xml(devices: list[BoundDevice]) -> list[str]:
+        """The ``<hostdev>`` elements to put in the guest's XML."""
+        return [device.hostdev_xml() for device in devices]
+
+    def release_mdevs(self, instance_uuid: str) -> list[str]:
+        """On delete: drop the instance's claims; its mdevs stay for reuse
+        (or go, with ``[devices] remove_unused_mdevs``); VF types are
+        cleared."""
+        return self.binder.release(instance_uuid)
+
+    def init_host(
+        self, instances: list[str] | None = None
+    ) -> dict[str, list[str]]:
+        """At service start: rebuild who uses what from every guest and the
+        library's claims, recreate mdevs guests need that are gone (same
+        uuid, same parent), start defined-only ones, re-apply VF types.
+        ``instances``: the instances the service has on this host (claims
+        of any other are dropped)."""
+        inventory = self.discover(rescan_guests=True)
+        done = self.binder.recover(inventory, self._seen_mdevs, instances)
+        self.discover()
+        return done
+
+    def restore_vf_types(self) -> list[str]:
+        """``vgpu-driver restore``: re-apply recorded VF vGPU types."""
+        return self.binder.restore_vf_types(self.discover())
+
+    # resize and cold migration
+    def finish_migration(
+        self, instance_uuid: str, allocations: Mapping[str, Any]
+    ) -> list[BoundDevice]:
+        """On the destination: bind from the new allocations."""
+        return self.allocate_mdevs(instance_uuid, allocations)
+
+    def finish_revert_migration(self, instance_uuid: str) -> list[BoundDevice]:
+        """On the source: the guest's own devices again (recreated if they
+        went away meanwhile)."""
+        inventory = self.discover()
+        guest = next(
+            (g for g in inventory.guests if g.uuid == instance_uuid), None
+        )
+        if guest is None:
+            return []
+        self.binder.recover(
+            HostInventory(
+                inventory.parents, inventory.mdevs, inventory.pfs, (guest,)
+            ),
+            self._seen_mdevs,
+        )
+        inventory = self.discover()
+        present = {m.uuid: m for m in inventory.mdevs}
+        devices = [
+            BoundDevice("mdev", u, present[u].parent, present[u].type_id)
+            for u in guest.mdevs
+            if u in present
+        ]
+        return devices
+
+    def confirm_migration(self, instance_uuid: str) -> list[str]:
+        """On the source, once the move is confirmed: release."""
+        return self.release_mdevs(instance_uuid)
+
+    # live migration (destination side)
+    def claim_for_live_migration(
+        self,
+        instance_uuid: str,
+        source_mdevs: Mapping[str, str],
+        allocations: Mapping[str, Any],
+    ) -> dict[str, str]:
+        """Claim destination devices of the same types as the source's
+        mdevs (``{source uuid: type id}``) and return ``{source uuid:
+        destination uuid}`` for the guest's XML. The claim is on disk: it
+        survives a restart of the service until success or rollback."""
+        wanted = self.binder.wanted(allocations, self._managed_classes())
+        bound = self.binder.bind(instance_uuid, wanted, MIGRATION)
+        pool = {d.type_id: [] for d in bound}  # type: dict[str, list[str]]
+        for device in bound:
+            pool[device.type_id].append(device.id)
+        mapping = {}
+        for source, type_id in sorted(source_mdevs.items()):
+            if not pool.get(type_id):
+                self.binder.release(instance_uuid)
+                raise DeviceCapacityExhausted(
+                    count=1, type_id=type_id, parent="the destination"
+                )
+            mapping[source] = pool[type_id].pop(0)
+        return mapping
+
+    def live_migration_succeeded(self, instance_uuid: str) -> None:
+        self.binder.end_migration(instance_uuid)
+
+    def rollback_live_migration_at_destination(
+        self, instance_uuid: str
+    ) -> list[str]:
+        return self.binder.release(instance_uuid)
 
     # -- reshape (upgrades from older layouts) --------------------------
 
@@ -367,7 +511,11 @@ class VgpuDriver:
         inventory: HostInventory,
     ) -> None:
         if not tree.exists(plan.name):
-            tree.new_child(plan.name, root_uuid)
+            tree.new_child(
+                plan.name,
+                root_uuid,
+                uuid=naming.child_provider_uuid(root_uuid, plan.name),
+            )
             LOG.info(
                 "New provider %s: %s x%d of type %s",
                 plan.name,

@@ -95,6 +95,7 @@ class LibvirtHost:
         self._guests: dict[str, Guest] | None = None
         self._inactive_supported = True
         self._unsupported: set[str] = set()
+        self._version: int | None = None
 
     # -- plumbing ------------------------------------------------------
 
@@ -122,9 +123,27 @@ class LibvirtHost:
             self._conn = None
 
     def library_version(self) -> int:
-        return int(
-            self._call("getLibVersion", self.connection().getLibVersion)
-        )
+        if self._version is None:
+            conn = self.connection()
+            self._version = int(
+                self._call("getLibVersion", conn.getLibVersion)
+            )
+        return self._version
+
+    def mdev_exists(self, mdev: Mdev) -> bool:
+        """One lookup: is this mdev (still) known to libvirt?"""
+        conn = self.connection()
+        try:
+            self._call(
+                "nodeDeviceLookupByName",
+                conn.nodeDeviceLookupByName,
+                mdev.name,
+            )
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() == libvirt.VIR_ERR_NO_NODE_DEVICE:
+                return False
+            raise
+        return True
 
     # -- discovery -----------------------------------------------------
 

@@ -197,6 +197,11 @@ class SimulatedHost:
                 iommu_group=mdev.iommu_group,
             )
 
+    def mdev_exists(self, mdev: Mdev) -> bool:
+        with self._lock:
+            self.operations["mdev_exists"] += 1
+            return any(m.uuid == mdev.uuid for m in self._state.mdevs)
+
     def start_mdev(self, mdev: Mdev) -> None:
         with self._lock:
             self._check_fault("start_mdev", mdev.uuid)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid as uuidlib
 
 import os_resource_classes as orc
 import os_traits
@@ -69,6 +70,12 @@ def is_valid_trait(name: str) -> bool:
 def type_trait(type_id: str) -> str:
     """The trait naming a type: ``nvidia-35`` gives ``CUSTOM_NVIDIA_35``."""
     return str(os_traits.normalize_name(type_id))
+
+
+def child_provider_uuid(root_uuid: str, name: str) -> str:
+    """A child provider's uuid, derived from its root and name, so every
+    writer of one host's tree picks the same one."""
+    return str(uuidlib.uuid5(uuidlib.UUID(root_uuid), name))
 
 
 def provider_name(nodename: str, device_name: str) -> str:

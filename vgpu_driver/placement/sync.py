@@ -49,10 +49,6 @@ def root_uuid_for(nodename: str) -> str:
     return str(uuidlib.uuid5(NAMESPACE, nodename))
 
 
-def child_uuid_for(root_uuid: str, name: str) -> str:
-    return str(uuidlib.uuid5(uuidlib.UUID(root_uuid), name))
-
-
 @dataclasses.dataclass
 class Remote:
     """What Placement holds for one provider, as last seen."""
@@ -333,8 +329,6 @@ class PlacementSync:
         if existing is not None:
             return existing.uuid
         uuid = local_uuid
-        if parent_uuid is not None and self._root_uuid is not None:
-            uuid = child_uuid_for(self._root_uuid, name)
         body: dict[str, Any] = {"name": name, "uuid": uuid}
         if parent_uuid:
             body["parent_provider_uuid"] = parent_uuid

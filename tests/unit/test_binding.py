@@ -1,0 +1,344 @@
+"""Binding allocations to devices, and the instance's life after."""
+
+from __future__ import annotations
+
+import textwrap
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests import helpers
+from tests.unit.test_provider_tree import new_tree
+from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.exception import (
+    DeviceCapacityExhausted,
+    DeviceOperationFailed,
+    ProviderUnknown,
+)
+from vgpu_driver.host.simulated import SimulatedHost
+from vgpu_driver.model.device import Guest
+
+
+class Node:
+    """A driver on a simulated host, with its provider tree."""
+
+    def __init__(
+        self, make_conf, state, name="m10", config=None, host=None, extra=""
+    ):
+        self.description = helpers.load(name)
+        self.host = host or SimulatedHost(self.description)
+        text = textwrap.dedent(config or self.description.config) + extra
+        self.conf = make_conf(text)
+        self.conf.set_override("state_path", str(state), "devices")
+        self.driver = VgpuDriver(self.conf, self.host)
+        self.tree = new_tree()
+        self.update()
+
+    def update(self):
+        return {
+            p.device: p
+            for p in self.driver.update_provider_tree(self.tree, "node1")
+        }
+
+    def rp(self, device):
+        return self.tree.data(f"node1_{device}").uuid
+
+    def alloc(self, *units, rc="VGPU"):
+        found = {}
+        for device, count in units:
+            found[self.rp(device)] = {"resources": {rc: count}}
+        return found
+
+    def mdevs(self):
+        return {m.uuid: m for m in self.host.discover().mdevs}
+
+
+@pytest.fixture
+def node(make_conf, tmp_path):
+    def factory(name="m10", **kwargs):
+        return Node(make_conf, tmp_path / "state", name, **kwargs)
+
+    return factory
+
+
+FREE_ON_86 = "e905c06b-d33d-55fa-b0e1-6654dc764fac"  # m10: nvidia-36, unused
+
+
+def test_free_mdev_is_reused_then_one_is_created(node):
+    n = node()
+    [first] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_86_00_0", 1)))
+    assert (first.kind, first.created) == ("mdev", False)
+    [second] = n.driver.allocate_mdevs("i2", n.alloc(("pci_0000_86_00_0", 1)))
+    assert second.created and second.id in n.mdevs()
+    assert second.id != first.id
+    assert n.host.operations["create_mdev"] == 1
+    [xml] = n.driver.guest_hostdev_xml([second])
+    assert f"<address uuid='{second.id}'/>" in xml
+    assert "type='mdev'" in xml and "model='vfio-pci'" in xml
+    assert "managed='no'" in xml
+
+
+def test_two_vgpus_from_two_pgpus_for_one_guest(node):
+    n = node()
+    devices = n.driver.allocate_mdevs(
+        "i1", n.alloc(("pci_0000_84_00_0", 1), ("pci_0000_85_00_0", 1))
+    )
+    assert sorted(d.parent for d in devices) == [
+        "pci_0000_84_00_0",
+        "pci_0000_85_00_0",
+    ]
+    assert all(d.type_id == "nvidia-35" for d in devices)
+    assert len({d.id for d in devices}) == 2
+
+
+def test_generic_mdev_and_unmanaged_classes_are_ignored(node):
+    n = node("mlx5")
+    allocations = n.alloc(("pci_0000_3b_00_0", 1), rc="CUSTOM_MLX5")
+    allocations[str(uuid.uuid4())] = {
+        "resources": {"VCPU": 4, "MEMORY_MB": 512}
+    }
+    [device] = n.driver.allocate_mdevs("i1", allocations)
+    assert device.type_id == "mlx5_core-local" and device.created
+
+
+def test_sriov_vf_is_set_to_the_type_and_cleared_on_release(node):
+    n = node("l40-sriov")
+    # 0000:41:00.5 already carries L40-4Q and no guest uses it: reused
+    [reused] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_41_00_0", 1)))
+    assert (reused.kind, reused.id, reused.created) == (
+        "vf",
+        "0000:41:00.5",
+        False,
+    )
+    [fresh] = n.driver.allocate_mdevs("i2", n.alloc(("pci_0000_41_00_0", 1)))
+    assert fresh.created
+    [xml] = n.driver.guest_hostdev_xml([fresh])
+    bus = fresh.id.split(":")[1]
+    assert "type='pci'" in xml and f"bus='0x{bus}'" in xml
+    vfs = {vf.address: vf for vf in n.host.discover().pfs[0].vfs}
+    assert vfs[fresh.id].current_type == 1157
+    assert n.driver.binder.vf_types[fresh.id] == 1157
+    n.driver.release_mdevs("i2")
+    vfs = {vf.address: vf for vf in n.host.discover().pfs[0].vfs}
+    assert vfs[fresh.id].current_type == 0
+    assert fresh.id not in n.driver.binder.vf_types
+
+
+def test_exhaustion_raises_and_leaves_nothing_behind(node):
+    n = node()
+    before = set(n.mdevs())
+    devices = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_85_00_0", 4)))
+    assert len(devices) == 4
+    claims = n.driver.binder.claims()
+    with pytest.raises(DeviceCapacityExhausted, match="pci_0000_85_00_0"):
+        n.driver.allocate_mdevs("i2", n.alloc(("pci_0000_85_00_0", 1)))
+    assert n.driver.binder.claims() == claims
+    assert set(n.mdevs()) - before == {d.id for d in devices}
+
+
+def test_failed_create_is_rolled_back_and_the_parent_reserved(node):
+    n = node()
+    n.host.failures["create_mdev"] = lambda parent: (
+        parent == "pci_0000_85_00_0"
+    )
+    before = set(n.mdevs())
+    with pytest.raises(DeviceOperationFailed):
+        n.driver.allocate_mdevs(
+            "i1", n.alloc(("pci_0000_84_00_0", 1), ("pci_0000_85_00_0", 1))
+        )
+    assert set(n.mdevs()) == before  # the mdev made on 84 is gone again
+    assert n.driver.binder.claims() == {}
+    assert n.update()["pci_0000_85_00_0"].reserved == 4  # unschedulable
+    n.host.failures.clear()
+    n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_84_00_0", 1)))
+    n.driver.unschedulable.discard("pci_0000_85_00_0")  # operator fixed it
+    [device] = n.driver.allocate_mdevs("i2", n.alloc(("pci_0000_85_00_0", 1)))
+    assert device.created
+    assert n.update()["pci_0000_85_00_0"].reserved == 0
+
+
+def test_unknown_provider_is_an_error_and_claims_nothing(node):
+    n = node()
+    bogus = str(uuid.uuid4())
+    with pytest.raises(ProviderUnknown, match=bogus):
+        n.driver.allocate_mdevs("i1", {bogus: {"resources": {"VGPU": 1}}})
+    assert n.driver.binder.claims() == {}
+
+
+def test_sixty_concurrent_binds_get_unique_devices(node):
+    n = node("dense")
+    providers = [p for p in sorted(n.update())]
+    before = set(n.mdevs())
+
+    def bind(i):
+        device = providers[i % len(providers)]
+        return n.driver.allocate_mdevs(f"inst-{i}", n.alloc((device, 1)))
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(bind, range(60)))
+    ids = [d.id for bound in results for d in bound]
+    assert len(ids) == 60 and len(set(ids)) == 60
+    created = {d.id for bound in results for d in bound if d.created}
+    assert set(n.mdevs()) - before == created
+    claimed = n.driver.binder.claims()
+    assert set(claimed) == set(ids)
+    assert len({c["instance"] for c in claimed.values()}) == 60
+
+
+def test_release_keeps_the_mdev_for_reuse_or_removes_it(
+    node, make_conf, tmp_path
+):
+    n = node()
+    [device] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_85_00_0", 1)))
+    assert n.driver.release_mdevs("i1") == [device.id]
+    assert device.id in n.mdevs()
+    [again] = n.driver.allocate_mdevs("i2", n.alloc(("pci_0000_85_00_0", 1)))
+    assert again.id == device.id and not again.created
+    m = Node(
+        make_conf,
+        tmp_path / "other",
+        "m10",
+        extra="[devices]\nremove_unused_mdevs = true\n",
+    )
+    [device] = m.driver.allocate_mdevs("i1", m.alloc(("pci_0000_85_00_0", 1)))
+    m.driver.release_mdevs("i1")
+    assert device.id not in m.mdevs()
+
+
+def test_claim_holds_until_the_guest_is_defined_with_it(node):
+    n = node()
+    [device] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_86_00_0", 1)))
+    n.driver.discover()
+    assert device.id in n.driver.binder.claims()  # no domain yet
+    n.host.note_guest(Guest("i1", "instance-1", (device.id,)))
+    n.driver.discover()
+    assert device.id not in n.driver.binder.claims()
+    # and the device stays taken: it is in the domain now
+    [other] = n.driver.allocate_mdevs("i2", n.alloc(("pci_0000_86_00_0", 1)))
+    assert other.id != device.id
+
+
+def test_restart_recreates_missing_mdevs_with_same_uuid(
+    node, make_conf, tmp_path
+):
+    n = node()
+    [device] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_85_00_0", 1)))
+    n.host.note_guest(Guest("i1", "instance-1", (device.id,)))
+    n.driver.discover()
+    guests_mdevs = {u for g in n.host.discover().guests for u in g.mdevs}
+    n.host.reboot(keep_persistent=False)  # no mdev survives
+    assert not set(n.mdevs()) & guests_mdevs
+    restarted = Node(make_conf, tmp_path / "state", "m10", host=n.host)
+    done = restarted.driver.init_host()
+    assert set(done["recreated"]) == guests_mdevs
+    after = n.mdevs()
+    assert guests_mdevs <= set(after)
+    assert after[device.id].parent == "pci_0000_85_00_0"
+    assert after[device.id].type_id == "nvidia-35"
+
+
+def test_restart_drops_claims_of_instances_that_are_gone(
+    node, make_conf, tmp_path
+):
+    n = node()
+    n.driver.allocate_mdevs("kept", n.alloc(("pci_0000_85_00_0", 1)))
+    n.driver.allocate_mdevs("gone", n.alloc(("pci_0000_85_00_0", 1)))
+    restarted = Node(make_conf, tmp_path / "state", "m10", host=n.host)
+    done = restarted.driver.init_host(instances=["kept"])
+    assert len(done["dropped_claims"]) == 1
+    owners = {c["instance"] for c in restarted.driver.binder.claims().values()}
+    assert owners == {"kept"}
+
+
+def test_vf_types_are_restored_after_a_reboot(node, make_conf, tmp_path):
+    n = node("l40-sriov")
+    [device] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_41_00_0", 2)))[
+        :1
+    ]
+    n.host.reboot()
+    assert all(vf.current_type == 0 for vf in n.host.discover().pfs[0].vfs)
+    restarted = Node(make_conf, tmp_path / "state", "l40-sriov", host=n.host)
+    restored = restarted.driver.restore_vf_types()
+    assert device.id in restored
+    vfs = {vf.address: vf for vf in n.host.discover().pfs[0].vfs}
+    assert vfs[device.id].current_type == 1157
+
+
+def test_live_migration_claim_survives_a_restart(node, make_conf, tmp_path):
+    n = node()
+    source = {"src-a": "nvidia-35", "src-b": "nvidia-35"}
+    mapping = n.driver.claim_for_live_migration(
+        "mig", source, n.alloc(("pci_0000_85_00_0", 2))
+    )
+    assert set(mapping) == {"src-a", "src-b"}
+    assert len(set(mapping.values())) == 2
+    restarted = Node(make_conf, tmp_path / "state", "m10", host=n.host)
+    claims = restarted.driver.binder.claims()
+    assert set(mapping.values()) <= set(claims)
+    assert {claims[d]["purpose"] for d in mapping.values()} == {"migration"}
+    # the claimed devices are not handed to anyone else meanwhile
+    others = restarted.driver.allocate_mdevs(
+        "other", restarted.alloc(("pci_0000_85_00_0", 2))
+    )
+    assert not {d.id for d in others} & set(mapping.values())
+    restarted.driver.rollback_live_migration_at_destination("mig")
+    assert not set(mapping.values()) & set(restarted.driver.binder.claims())
+
+
+def test_live_migration_success_ends_the_claim(node):
+    n = node()
+    mapping = n.driver.claim_for_live_migration(
+        "mig", {"src": "nvidia-36"}, n.alloc(("pci_0000_86_00_0", 1))
+    )
+    n.driver.live_migration_succeeded("mig")
+    n.host.note_guest(Guest("mig", "instance-m", tuple(mapping.values())))
+    n.driver.discover()
+    assert n.driver.binder.claims() == {}
+
+
+def test_type_change_with_guests_in_place(node, make_conf, tmp_path):
+    n = node()
+    switched = """
+        [devices]
+        enabled_mdev_types = nvidia-35
+    """
+    m = Node(
+        make_conf, tmp_path / "state", "m10", config=switched, host=n.host
+    )
+    plans = m.update()
+    # 86: one nvidia-36 in use (kept, reserved), its free one removed
+    assert (
+        plans["pci_0000_86_00_0"].total,
+        plans["pci_0000_86_00_0"].reserved,
+    ) == (1, 1)
+    assert FREE_ON_86 not in m.mdevs()
+    guest = next(
+        g for g in n.host.discover().guests if g.name == "instance-00000022"
+    )
+    assert set(guest.mdevs) <= set(m.mdevs())  # the guest keeps working
+    m.driver.release_mdevs(guest.uuid)
+    m.update()  # the freed nvidia-36 is removed: the parent can switch
+    plans = m.update()
+    assert plans["pci_0000_86_00_0"].type_id == "nvidia-35"
+    assert plans["pci_0000_86_00_0"].reserved == 0
+
+
+def test_resize_binds_on_destination_and_revert_reuses_source(node):
+    source, destination = node(), node()
+    guest = next(
+        g
+        for g in source.host.discover().guests
+        if g.name == "instance-00000021"
+    )
+    new = destination.driver.finish_migration(
+        guest.uuid, destination.alloc(("pci_0000_85_00_0", 1))
+    )
+    assert len(new) == 1
+    # revert: the source's devices, even if one went away meanwhile
+    [gone] = [source.mdevs()[u] for u in guest.mdevs]
+    source.host.remove_mdev(gone)
+    devices = source.driver.finish_revert_migration(guest.uuid)
+    assert [d.id for d in devices] == list(guest.mdevs)
+    destination.driver.release_mdevs(guest.uuid)
+    assert destination.driver.binder.claims() == {}

@@ -1,0 +1,602 @@
+"""Binding Placement allocations to devices, through an instance's life.
+
+Claims: a bind records, before anything is created, which devices it
+gives to which instance (persisted atomically under ``[devices]
+state_path``). A claimed device is never given to anyone else, between
+the bind and the guest being defined, across a restart of the service,
+and for the length of a live migration, until it is released or (for a
+spawn) seen in the guest's domain. Choosing and claiming happen under one
+lock; creating happens outside it, on devices already claimed.
+
+Failure undoes the bind: mdevs it created are removed, VF types it set
+are cleared, its claims are dropped. A parent whose device fails (not one
+that is merely full) is marked unschedulable, so its provider is
+reserved, until an operation on it works again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from oslo_log import log as logging
+
+from vgpu_driver.exception import (
+    DeviceCapacityExhausted,
+    DeviceOperationFailed,
+    ProviderUnknown,
+    VgpuDriverError,
+)
+from vgpu_driver.host.base import Host
+from vgpu_driver.host.state import StateStore
+from vgpu_driver.model.binding import (
+    BoundDevice,
+    ParentView,
+    PfView,
+    choose,
+    sriov_type_number,
+)
+from vgpu_driver.model.device import HostInventory, Mdev, Parent
+
+LOG = logging.getLogger(__name__)
+CLAIMS_RECORD = "claims"
+VF_TYPES_RECORD = "vf-types"
+SPAWN, MIGRATION = "spawn", "migration"
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What a provider stands for."""
+
+    device: str
+    type_id: str
+    resource_class: str
+
+
+class DeviceBinder:
+    def __init__(
+        self,
+        host: Host,
+        state: StateStore | None,
+        *,
+        remove_unused: bool = False,
+    ) -> None:
+        self.host = host
+        self.state = state
+        self.remove_unused = remove_unused
+        self.unschedulable: set[str] = set()
+        self._lock = threading.RLock()
+        self._claims: dict[str, dict[str, Any]] = self._load(CLAIMS_RECORD)
+        self._vf_types: dict[str, int] = {
+            k: int(v) for k, v in self._load(VF_TYPES_RECORD).items()
+        }
+        self._targets: dict[str, Target] = {}
+        self._parents: dict[str, ParentView] = {}
+        self._parent_objects: dict[str, Parent] = {}
+        self._pfs: dict[str, PfView] = {}
+        self._mdevs: dict[str, Mdev] = {}
+        self._used: dict[str, str] = {}  # device id -> guest uuid
+
+    # -- records -------------------------------------------------------
+
+    def _load(self, key: str) -> dict[str, Any]:
+        found = self.state.load(key, {}) if self.state else {}
+        return dict(found) if isinstance(found, dict) else {}
+
+    def _save(self) -> None:
+        if self.state is not None:
+            self.state.save(CLAIMS_RECORD, self._claims)
+            self.state.save(VF_TYPES_RECORD, self._vf_types)
+
+    def claims(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {k: dict(v) for k, v in self._claims.items()}
+
+    @property
+    def vf_types(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._vf_types)
+
+    # -- the view of the host ------------------------------------------
+
+    def refresh(
+        self, inventory: HostInventory, targets: Mapping[str, Target]
+    ) -> None:
+        """Take a new reading of the host and of the providers."""
+        with self._lock:
+            self._targets = dict(targets)
+            self._used = {
+                **inventory.mdev_users(),
+                **inventory.pci_users(),
+            }
+            # a spawn claim ends when the guest's domain has the device
+            for device_id, claim in list(self._claims.items()):
+                if (
+                    claim["purpose"] == SPAWN
+                    and self._used.get(device_id) == claim["instance"]
+                ):
+                    del self._claims[device_id]
+            self._mdevs = {m.uuid: m for m in inventory.mdevs}
+            self._parent_objects = {p.name: p for p in inventory.parents}
+            self._parents = {}
+            for parent in inventory.parents:
+                free: dict[str, list[str]] = {}
+                for mdev in inventory.mdevs_of(parent.name):
+                    if mdev.uuid not in self._used:
+                        free.setdefault(mdev.type_id, []).append(mdev.uuid)
+                self._parents[parent.name] = ParentView(
+                    parent.name,
+                    {t.id: t.available for t in parent.types},
+                    free,
+                )
+            # every VF a guest uses keeps its type across reboots, even one
+            # this library did not set
+            recorded = dict(self._vf_types)
+            for pf in inventory.pfs:
+                for vf in pf.vfs:
+                    if vf.current_type and vf.address in self._used:
+                        self._vf_types.setdefault(vf.address, vf.current_type)
+            if recorded != self._vf_types:
+                self._save()
+            self._pfs = {
+                pf.name: PfView(
+                    pf.name,
+                    {vf.address: vf.current_type for vf in pf.vfs},
+                    {
+                        vf.address: {t.id for t in vf.creatable}
+                        for vf in pf.vfs
+                    },
+                )
+                for pf in inventory.pfs
+            }
+
+    def _busy(self) -> set[str]:
+        return set(self._used) | set(self._claims)
+
+    # -- binding -------------------------------------------------------
+
+    def wanted(
+        self, allocations: Mapping[str, Any], classes: Iterable[str]
+    ) -> list[tuple[str, str, int]]:
+        """(device, type, units) for the allocations this library
+        manages; other resource classes are ignored."""
+        managed = set(classes)
+        wanted = []
+        for rp_uuid, alloc in allocations.items():
+            for rc, amount in alloc.get("resources", {}).items():
+                if rc not in managed:
+                    continue
+                target = self._targets.get(rp_uuid)
+                if target is None or target.resource_class != rc:
+                    raise ProviderUnknown(rp_uuid=rp_uuid)
+                wanted.append((target.device, target.type_id, int(amount)))
+        return wanted
+
+    def bind(
+        self,
+        instance: str,
+        wanted: list[tuple[str, str, int]],
+        purpose: str = SPAWN,
+    ) -> list[BoundDevice]:
+        with self._lock:
+            mine = [
+                BoundDevice(**{k: c[k] for k in _DEVICE_FIELDS})
+                for c in self._claims.values()
+                if c["instance"] == instance and c["purpose"] == purpose
+            ]
+            if mine:
+                return mine  # the same bind again: idempotent
+            chosen = self._choose_existing(wanted)
+            for device in chosen:
+                self._claim(instance, device, purpose)
+            self._save()
+        done: list[BoundDevice] = []
+        try:
+            self._make(chosen, done)
+        except VgpuDriverError as exc:
+            self._undo(instance, chosen, done, exc)
+            if _is_exhaustion(exc) and not isinstance(
+                exc, DeviceCapacityExhausted
+            ):
+                first = next(d for d in chosen if d not in done and d.created)
+                raise DeviceCapacityExhausted(
+                    count=1, type_id=first.type_id, parent=first.parent
+                ) from exc
+            raise
+        with self._lock:
+            for device in done:
+                self.unschedulable.discard(device.parent)
+        LOG.info(
+            "Bound %s to instance %s: %s",
+            ", ".join(f"{d.kind} {d.id}" for d in chosen) or "nothing",
+            instance,
+            "; ".join(
+                f"{d.id} on {d.parent} ({'new' if d.created else 'reused'})"
+                for d in chosen
+            ),
+        )
+        return chosen
+
+    def _choose_existing(
+        self, wanted: list[tuple[str, str, int]]
+    ) -> list[BoundDevice]:
+        """Choose; a free mdev that vanished behind our back (one lookup
+        each) is dropped from the view and the choice made again."""
+        for _attempt in range(8):
+            chosen = choose(wanted, self._parents, self._pfs, self._busy())
+            gone = [
+                d
+                for d in chosen
+                if d.kind == "mdev"
+                and not d.created
+                and not self.host.mdev_exists(self._mdevs[d.id])
+            ]
+            if not gone:
+                return chosen
+            for device in gone:
+                LOG.warning("mdev %s vanished; not reusing it", device.id)
+                self._parents[device.parent].free[device.type_id].remove(
+                    device.id
+                )
+                self._mdevs.pop(device.id, None)
+        raise DeviceCapacityExhausted(
+            count=sum(n for _, _, n in wanted),
+            type_id=",".join({t for _, t, _ in wanted}),
+            parent=",".join({d for d, _, _ in wanted}),
+        )
+
+    def _claim(self, instance: str, device: BoundDevice, purpose: str) -> None:
+        self._claims[device.id] = {
+            **device.record(),
+            "instance": instance,
+            "purpose": purpose,
+        }
+        if device.kind == "vf":
+            number = sriov_type_number(device.type_id)
+            self._pfs[device.parent].vfs[device.id] = number
+            self._vf_types[device.id] = number  # restored after a reboot
+            return
+        view = self._parents[device.parent]
+        if device.created:
+            view.available[device.type_id] -= 1
+        else:
+            view.free[device.type_id].remove(device.id)
+
+    def _make(
+        self, chosen: list[BoundDevice], done: list[BoundDevice]
+    ) -> None:
+        """Create what the bind needs, appending each device made to
+        ``done`` as soon as it exists (so a failure can undo exactly it)."""
+        for device in chosen:
+            if device.kind == "vf" and device.created:
+                number = sriov_type_number(device.type_id)
+                self.host.set_vf_type(device.id, number)
+                with self._lock:
+                    self._vf_types[device.id] = number
+                done.append(device)
+            elif device.kind == "mdev" and device.created:
+                parent = self._parent_objects[device.parent]
+                mdev = self.host.create_mdev(parent, device.type_id, device.id)
+                with self._lock:
+                    self._mdevs[mdev.uuid] = mdev
+                done.append(device)
+            elif device.kind == "mdev":
+                mdev = self._mdevs[device.id]
+                if not mdev.active:
+                    self.host.start_mdev(mdev)
+
+    def _undo(
+        self,
+        instance: str,
+        chosen: list[BoundDevice],
+        done: list[BoundDevice],
+        exc: VgpuDriverError,
+    ) -> None:
+        for device in done:
+            try:
+                self._unmake(device)
+            except VgpuDriverError as cleanup:
+                LOG.error("Could not undo %s: %s", device.id, cleanup)
+        with self._lock:
+            for device in chosen:
+                claim = self._claims.get(device.id)
+                if claim and claim["instance"] == instance:
+                    del self._claims[device.id]
+                    self._return_to_view(device, made=device in done)
+            failing = {d.parent for d in chosen if d.created and d not in done}
+            if not _is_exhaustion(exc):
+                for parent in failing:
+                    if parent not in self.unschedulable:
+                        LOG.error(
+                            "Parent %s failed (%s); its provider takes no "
+                            "new guests until it works again",
+                            parent,
+                            exc,
+                        )
+                    self.unschedulable.add(parent)
+            self._save()
+        LOG.warning(
+            "Bind for instance %s failed and was undone: %s", instance, exc
+        )
+
+    def _unmake(self, device: BoundDevice) -> None:
+        if device.kind == "vf":
+            self.host.set_vf_type(device.id, 0)
+            with self._lock:
+                self._vf_types.pop(device.id, None)
+        else:
+            mdev = self._mdevs.get(device.id)
+            if mdev is not None:
+                self.host.remove_mdev(mdev)
+                with self._lock:
+                    self._mdevs.pop(device.id, None)
+
+    def _return_to_view(self, device: BoundDevice, made: bool) -> None:
+        """Give a device back to the view after its claim is dropped;
+        ``made``: it was created and has since been removed."""
+        if device.kind == "vf":
+            pf = self._pfs.get(device.parent)
+            if pf is not None and device.created:
+                pf.vfs[device.id] = 0
+            return
+        view = self._parents.get(device.parent)
+        if view is None:
+            return
+        if device.created and (made or device.id not in self._mdevs):
+            view.available[device.type_id] = (
+                view.available.get(device.type_id, 0) + 1
+            )
+        elif device.id in self._mdevs:
+            view.free.setdefault(device.type_id, []).append(device.id)
+
+    # -- release -------------------------------------------------------
+
+    def release(
+        self, instance: str, guest_devices: Iterable[str] = ()
+    ) -> list[str]:
+        """Drop an instance's claims and hand its devices back: mdevs stay
+        for reuse (or are removed with ``remove_unused``), VF types are
+        cleared. Returns the device ids released."""
+        with self._lock:
+            ids = {
+                k for k, c in self._claims.items() if c["instance"] == instance
+            }
+            ids |= {k for k, g in self._used.items() if g == instance}
+            ids |= set(guest_devices)
+            released = []
+            for device_id in sorted(ids):
+                claim = self._claims.pop(device_id, None)
+                self._used.pop(device_id, None)
+                device = self._device(device_id, claim)
+                if device is None:
+                    continue
+                try:
+                    self._hand_back(device)
+                except VgpuDriverError as exc:
+                    LOG.error("Releasing %s: %s", device_id, exc)
+                    self.unschedulable.add(device.parent)
+                released.append(device_id)
+            self._save()
+        self.host.forget_guest(instance)
+        if released:
+            LOG.info(
+                "Released %s of instance %s", ", ".join(released), instance
+            )
+        return released
+
+    def _device(
+        self, device_id: str, claim: dict[str, Any] | None
+    ) -> BoundDevice | None:
+        if claim is not None:
+            return BoundDevice(**{k: claim[k] for k in _DEVICE_FIELDS})
+        mdev = self._mdevs.get(device_id)
+        if mdev is not None:
+            return BoundDevice("mdev", mdev.uuid, mdev.parent, mdev.type_id)
+        for pf in self._pfs.values():
+            if device_id in pf.vfs:
+                number = pf.vfs[device_id]
+                return BoundDevice(
+                    "vf", device_id, pf.name, f"nvidia-{number}"
+                )
+        return None
+
+    def _hand_back(self, device: BoundDevice) -> None:
+        if device.kind == "vf":
+            self.host.set_vf_type(device.id, 0)
+            self._vf_types.pop(device.id, None)
+            pf = self._pfs.get(device.parent)
+            if pf is not None:
+                pf.vfs[device.id] = 0
+                pf.creatable.setdefault(device.id, set()).add(
+                    sriov_type_number(device.type_id)
+                )
+            return
+        mdev = self._mdevs.get(device.id)
+        view = self._parents.get(device.parent)
+        if mdev is None or view is None:
+            return
+        if self.remove_unused:
+            self.host.remove_mdev(mdev)
+            self._mdevs.pop(device.id, None)
+            view.available[device.type_id] = (
+                view.available.get(device.type_id, 0) + 1
+            )
+        else:
+            view.free.setdefault(device.type_id, []).append(device.id)
+
+    # -- migration -----------------------------------------------------
+
+    def end_migration(self, instance: str) -> None:
+        """A live migration succeeded: its claims become spawn claims,
+        ended as soon as the guest's domain is seen with them."""
+        with self._lock:
+            for claim in self._claims.values():
+                if (
+                    claim["instance"] == instance
+                    and claim["purpose"] == MIGRATION
+                ):
+                    claim["purpose"] = SPAWN
+            self._save()
+
+    # -- start of the service ------------------------------------------
+
+    def recover(
+        self,
+        inventory: HostInventory,
+        seen: Mapping[str, tuple[str, str]],
+        instances: Iterable[str] | None = None,
+    ) -> dict[str, list[str]]:
+        """What a compute service does at start. Recreates mdevs guests
+        need but that are gone (same uuid, same parent), starts the ones
+        only defined, re-applies recorded VF types, and (when the caller
+        lists the instances it has) drops claims of unknown instances."""
+        done: dict[str, list[str]] = {
+            "recreated": [],
+            "started": [],
+            "vf_types": [],
+            "dropped_claims": [],
+            "failed": [],
+        }
+        present = {m.uuid: m for m in inventory.mdevs}
+        parents = {p.name: p for p in inventory.parents}
+        for guest in inventory.guests:
+            for uuid in guest.mdevs:
+                mdev = present.get(uuid)
+                if mdev is not None and not mdev.active:
+                    self._try(
+                        done, "started", uuid, self.host.start_mdev, mdev
+                    )
+                elif mdev is None:
+                    where = seen.get(uuid) or self._claimed_where(uuid)
+                    if where is None or where[0] not in parents:
+                        LOG.error(
+                            "Guest %s needs mdev %s, which is gone, and its "
+                            "parent is unknown or absent; it cannot start",
+                            guest.name,
+                            uuid,
+                        )
+                        done["failed"].append(uuid)
+                        continue
+                    parent, type_id = where
+                    self._try(
+                        done,
+                        "recreated",
+                        uuid,
+                        self.host.create_mdev,
+                        parents[parent],
+                        type_id,
+                        uuid,
+                    )
+        done["vf_types"] = self.restore_vf_types(inventory)
+        if instances is not None:
+            known = set(instances)
+            with self._lock:
+                for device_id, claim in list(self._claims.items()):
+                    if claim["instance"] not in known:
+                        del self._claims[device_id]
+                        done["dropped_claims"].append(device_id)
+                self._save()
+        return done
+
+    def _claimed_where(self, uuid: str) -> tuple[str, str] | None:
+        claim = self._claims.get(uuid)
+        return (claim["parent"], claim["type_id"]) if claim else None
+
+    def _try(
+        self,
+        done: dict[str, list[str]],
+        key: str,
+        name: str,
+        fn: Any,
+        *args: Any,
+    ) -> None:
+        try:
+            fn(*args)
+            done[key].append(name)
+            LOG.info("Recovery: %s %s", key, name)
+        except VgpuDriverError as exc:
+            LOG.error("Recovery of %s failed: %s", name, exc)
+            done["failed"].append(name)
+
+    def restore_vf_types(self, inventory: HostInventory) -> list[str]:
+        """Re-apply the VF types this library set (the card forgets them
+        at reboot or driver reload)."""
+        current = {
+            vf.address: vf.current_type
+            for pf in inventory.pfs
+            for vf in pf.vfs
+        }
+        restored = []
+        for address, number in sorted(self.vf_types.items()):
+            if address not in current:
+                LOG.warning(
+                    "VF %s is not on the host; its type waits", address
+                )
+                continue
+            if current[address] == number:
+                continue
+            if current[address]:
+                LOG.error(
+                    "VF %s has type %d, not the recorded %d; leaving it",
+                    address,
+                    current[address],
+                    number,
+                )
+                continue
+            self.host.set_vf_type(address, number)
+            restored.append(address)
+        if restored:
+            LOG.info("Restored vGPU types of VFs %s", ", ".join(restored))
+        return restored
+
+    # -- type changes --------------------------------------------------
+
+    def remove_stale_free_mdevs(
+        self, configured: Mapping[str, str]
+    ) -> list[str]:
+        """Free mdevs of another type than the parent's configured one
+        block the switch (one type per pGPU): remove them."""
+        with self._lock:
+            stale = [
+                (parent, type_id, uuid)
+                for parent, view in self._parents.items()
+                if parent in configured
+                for type_id, uuids in view.free.items()
+                if type_id != configured[parent]
+                for uuid in list(uuids)
+                if uuid not in self._claims
+            ]
+        removed = []
+        for parent, type_id, uuid in stale:
+            mdev = self._mdevs.get(uuid)
+            if mdev is None:
+                continue
+            try:
+                self.host.remove_mdev(mdev)
+            except VgpuDriverError as exc:
+                LOG.error("Could not remove stale mdev %s: %s", uuid, exc)
+                continue
+            with self._lock:
+                self._parents[parent].free[type_id].remove(uuid)
+                self._mdevs.pop(uuid, None)
+            removed.append(uuid)
+            LOG.info(
+                "Removed free %s mdev %s: %s now serves %s",
+                type_id,
+                uuid,
+                parent,
+                configured[parent],
+            )
+        return removed
+
+
+_DEVICE_FIELDS = ("kind", "id", "parent", "type_id", "created")
+
+
+def _is_exhaustion(exc: VgpuDriverError) -> bool:
+    return isinstance(exc, DeviceCapacityExhausted) or (
+        isinstance(exc, DeviceOperationFailed)
+        and "available" in str(exc).lower()
+    )

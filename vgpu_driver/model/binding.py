@@ -1,0 +1,120 @@
+"""Which devices to give an instance: pure rules.
+
+For each unit of each allocation, on the provider's parent: reuse a free
+device of the configured type (an mdev no guest uses and nobody has
+claimed; for SR-IOV, a VF already set to the type), else make one (a new
+mdev, or a free VF set to the type). Nothing here touches the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid as uuidlib
+from collections.abc import Iterable, Mapping
+
+from vgpu_driver.exception import DeviceCapacityExhausted
+from vgpu_driver.host.domain_xml import (
+    hostdev_xml_for_mdev,
+    hostdev_xml_for_pci,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class BoundDevice:
+    """A device given (or to be given) to a guest."""
+
+    kind: str  # "mdev" or "vf"
+    id: str  # mdev uuid, or VF PCI address
+    parent: str  # parent or physical function (libvirt name)
+    type_id: str
+    created: bool = False  # made for this bind (undone on failure)
+
+    def hostdev_xml(self) -> str:
+        if self.kind == "vf":
+            return hostdev_xml_for_pci(self.id)
+        return hostdev_xml_for_mdev(self.id)
+
+    def record(self) -> dict[str, object]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class ParentView:
+    """What the binder knows of one parent, kept current between
+    discoveries by its own creates and removes."""
+
+    name: str
+    available: dict[str, int]  # type id -> room for more
+    free: dict[str, list[str]]  # type id -> free mdev uuids
+
+
+@dataclasses.dataclass
+class PfView:
+    name: str
+    vfs: dict[str, int]  # VF address -> current type number (0: none)
+    creatable: dict[str, set[int]]  # VF address -> type numbers it takes
+
+
+def sriov_type_number(type_id: str) -> int:
+    return int(type_id.removeprefix("nvidia-"))
+
+
+def choose(
+    wanted: Iterable[tuple[str, str, int]],
+    parents: Mapping[str, ParentView],
+    pfs: Mapping[str, PfView],
+    busy: set[str],
+) -> list[BoundDevice]:
+    """Devices for ``wanted`` units: (device name, type id, count).
+
+    ``busy``: device ids used by guests or claimed. Raises
+    DeviceCapacityExhausted when a parent has no room. ``created``
+    marks what would have to be made.
+    """
+    taken = set(busy)
+    chosen: list[BoundDevice] = []
+    for device, type_id, count in wanted:
+        for _ in range(count):
+            pick = _pick(device, type_id, parents, pfs, taken, chosen)
+            if pick is None:
+                raise DeviceCapacityExhausted(
+                    count=count, type_id=type_id, parent=device
+                )
+            taken.add(pick.id)
+            chosen.append(pick)
+    return chosen
+
+
+def _pick(
+    device: str,
+    type_id: str,
+    parents: Mapping[str, ParentView],
+    pfs: Mapping[str, PfView],
+    taken: set[str],
+    chosen: list[BoundDevice],
+) -> BoundDevice | None:
+    if device in pfs:
+        pf = pfs[device]
+        number = sriov_type_number(type_id)
+        ready = [a for a, t in sorted(pf.vfs.items()) if t == number]
+        for address in ready:
+            if address not in taken:
+                return BoundDevice("vf", address, device, type_id)
+        for address in sorted(pf.vfs):
+            if (
+                address not in taken
+                and pf.vfs[address] == 0
+                and number in pf.creatable.get(address, set())
+            ):
+                return BoundDevice("vf", address, device, type_id, True)
+        return None
+    parent = parents.get(device)
+    if parent is None:
+        return None
+    for uuid in parent.free.get(type_id, []):
+        if uuid not in taken:
+            return BoundDevice("mdev", uuid, device, type_id)
+    pending = sum(1 for c in chosen if c.parent == device and c.created)
+    if parent.available.get(type_id, 0) - pending > 0:
+        return BoundDevice("mdev", str(uuidlib.uuid4()), device, type_id, True)
+    return None
