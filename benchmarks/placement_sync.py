@@ -10,15 +10,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from oslo_config import cfg
-
-from vgpu_driver import conf as vconf
+from benchmarks.common import conf_for, dense
 from vgpu_driver.driver import VgpuDriver, sync_placement
 from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.simulated import SimulatedHost
@@ -33,12 +30,7 @@ def make_node(
     description: hostdesc.HostDescription,
     nodename: str,
 ) -> tuple[VgpuDriver, PlacementSync]:
-    path = directory / f"{nodename}.conf"
-    path.write_text(description.config + section)
-    conf = cfg.ConfigOpts()
-    vconf.register_opts(conf)
-    conf(["--config-file", str(path)], default_config_files=[])
-    conf.set_override("state_path", str(directory / nodename), "devices")
+    conf = conf_for(description.config + section, directory, nodename)
     driver = VgpuDriver(conf, SimulatedHost(description))
     syncer = PlacementSync(client_from_conf(conf), nodename)
     return driver, syncer
@@ -75,10 +67,9 @@ def main() -> None:
             f"  no-op sync: {noop.requests:4d} requests {noop_s * 1000:8.1f} ms"
         )
 
-        raw = hostdesc.dense_raw(args.pgpus, args.pgpus * 4, args.pgpus * 2)
-        dense = hostdesc.parse(json.dumps(raw), "bench")
+        host = dense(args.pgpus, args.pgpus * 4, args.pgpus * 2)
         nodes = [
-            make_node(directory, section, dense, f"bench-{i:03d}")
+            make_node(directory, section, host, f"bench-{i:03d}")
             for i in range(args.hosts)
         ]
         with ThreadPoolExecutor(16) as pool:

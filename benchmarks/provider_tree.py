@@ -9,14 +9,11 @@ guest scan included) and a steady one, split into discovery and the tree.
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from pathlib import Path
 
-from oslo_config import cfg
-
-from vgpu_driver import conf as vconf
+from benchmarks.common import conf_for, dense
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
@@ -24,15 +21,10 @@ from vgpu_driver.model.provider_tree import ProviderTree
 
 
 def measure(parents: int, mdevs: int, guests: int) -> dict[str, float]:
-    raw = hostdesc.dense_raw(parents, mdevs, guests)
-    description = hostdesc.parse(json.dumps(raw), "bench")
+    description = dense(parents, mdevs, guests)
     with tempfile.TemporaryDirectory() as tmp:
         uri, sysfs = hostdesc.materialize(description, Path(tmp))
-        conf_file = Path(tmp) / "vgpu.conf"
-        conf_file.write_text(description.config)
-        conf = cfg.ConfigOpts()
-        vconf.register_opts(conf)
-        conf(["--config-file", str(conf_file)], default_config_files=[])
+        conf = conf_for(description.config, Path(tmp))
         host = LibvirtHost(uri, sysfs)
         host.connection()
         driver = VgpuDriver(conf, host, persist=False)

@@ -24,3 +24,6 @@ def test_demo_syncs_and_asks_placement_for_candidates(capsys):
     assert " 2 " in rows["one vGPU able to drive 3840x2160"]
     assert "pci_0000_3b_00_0" in rows["one generic mlx5 mdev"]
     assert "+" in rows["two vGPUs from two different pGPUs"]
+    # then a pretend instance gets its devices and gives them back
+    assert "<hostdev mode='subsystem'" in out
+    assert "allocation deleted" in out and "Claims left: 0" in out

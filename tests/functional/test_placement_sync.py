@@ -84,6 +84,22 @@ def summary(view):
     return {name: v[0] for name, v in view.items()}
 
 
+def add_trait(client, rp, trait):
+    """An operator adds a trait (as osc-placement would)."""
+    current = client.request("GET", f"/resource_providers/{rp}/traits").body
+    client.ensure_traits([trait])
+    client.request(
+        "PUT",
+        f"/resource_providers/{rp}/traits",
+        body={
+            "resource_provider_generation": current[
+                "resource_provider_generation"
+            ],
+            "traits": [*current["traits"], trait],
+        },
+    )
+
+
 def allocate(client, consumer, rp_uuid, rc="VGPU", amount=1):
     client.request(
         "PUT",
@@ -136,18 +152,7 @@ def test_refresh_interval_rereads_and_keeps_operator_traits(
     node = Node(placement_url, tmp_path)
     node.sync()
     rp = placement_view(client, node.nodename)["pci_0000_84_00_0"][2]
-    current = client.request("GET", f"/resource_providers/{rp}/traits").body
-    client.ensure_traits(["CUSTOM_RACK_7"])
-    client.request(
-        "PUT",
-        f"/resource_providers/{rp}/traits",
-        body={
-            "resource_provider_generation": current[
-                "resource_provider_generation"
-            ],
-            "traits": [*current["traits"], "CUSTOM_RACK_7"],
-        },
-    )
+    add_trait(client, rp, "CUSTOM_RACK_7")
     node.syncer.refresh_interval = 0  # re-read Placement this time
     report = node.sync()
     assert report.requests > 0 and not report.changed
@@ -164,18 +169,7 @@ def test_generation_conflict_is_retried_and_merges_traits(
     node.sync()
     rp = placement_view(client, node.nodename)["pci_0000_84_00_0"][2]
     # an operator writes between our syncs: our cached generation is stale
-    current = client.request("GET", f"/resource_providers/{rp}/traits").body
-    client.ensure_traits(["CUSTOM_OPERATOR"])
-    client.request(
-        "PUT",
-        f"/resource_providers/{rp}/traits",
-        body={
-            "resource_provider_generation": current[
-                "resource_provider_generation"
-            ],
-            "traits": [*current["traits"], "CUSTOM_OPERATOR"],
-        },
-    )
+    add_trait(client, rp, "CUSTOM_OPERATOR")
     # and our config drops CUSTOM_GOLD: we must write, and conflict
     node.configure(
         node.description.config.replace("traits = CUSTOM_GOLD\n", "")

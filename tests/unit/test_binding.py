@@ -342,3 +342,38 @@ def test_resize_binds_on_destination_and_revert_reuses_source(node):
     assert [d.id for d in devices] == list(guest.mdevs)
     destination.driver.release_mdevs(guest.uuid)
     assert destination.driver.binder.claims() == {}
+
+
+def test_a_bind_costs_one_libvirt_call_whatever_the_guests(
+    make_conf, tmp_path
+):
+    import json
+
+    from vgpu_driver.host import description as hostdesc
+
+    for guests in (4, 200):
+        raw = hostdesc.dense_raw(4, guests + 8, guests)
+        description = hostdesc.parse(json.dumps(raw), "dense")
+        host = helpers.libvirt_host(description, tmp_path / f"h{guests}")
+        n = Node(
+            make_conf,
+            tmp_path / f"s{guests}",
+            "dense",
+            host=host,
+            config=description.config,
+        )
+        allocations = n.alloc((sorted(n.update())[0], 1))
+        host.calls.clear()
+        [device] = n.driver.allocate_mdevs("i1", allocations)
+        assert not device.created  # a free mdev is reused
+        # one existence lookup of the reused mdev, nothing per guest/mdev
+        assert dict(host.calls) == {"nodeDeviceLookupByName": 1}
+
+
+def test_restore_command_reapplies_recorded_vf_types(capsys):
+    from vgpu_driver.cmd import main as cli
+
+    assert cli.main(["--host-description", "l40-sriov", "restore"]) == 0
+    out = capsys.readouterr().out
+    # the guest's VF carries L40-4Q: recorded; nothing was lost to restore
+    assert "1 VF type(s) recorded, 0 re-applied" in out

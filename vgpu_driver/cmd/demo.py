@@ -10,6 +10,7 @@ which pGPUs could serve a few realistic requests.
 
 from __future__ import annotations
 
+import uuid as uuidlib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from vgpu_driver.cmd.context import Context
 from vgpu_driver.cmd.inventory import print_table, tree_report
 from vgpu_driver.cmd.sync import describe
 from vgpu_driver.driver import VgpuDriver, sync_placement
+from vgpu_driver.host.base import Host
+from vgpu_driver.host.simulated import SimulatedHost
 from vgpu_driver.placement.client import PlacementClient, client_from_conf
 from vgpu_driver.placement.server import EmbeddedPlacement
 from vgpu_driver.placement.sync import PlacementSync
@@ -78,7 +81,12 @@ def run(context: Context) -> int:
 
 def _with_placement(context: Context) -> int:
     conf = context.conf
-    driver = VgpuDriver(conf, context.host)
+    host: Host = context.host
+    if context.description is not None:
+        # libvirt's test driver cannot create mdevs: sync and bind on the
+        # simulated host, which reports the same (the contract tests).
+        host = SimulatedHost(context.description)
+    driver = VgpuDriver(conf, host)
     syncer = PlacementSync(client_from_conf(conf), conf.host)
     report = sync_placement(driver, syncer)
     print(f"First sync:  {describe(report)}")
@@ -102,4 +110,43 @@ def _with_placement(context: Context) -> int:
             shown.append(f"... ({len(found)} in all)")
         rows.append([title, len(found), shown or None])
     output.table(["Request", "Candidates", "Served by"], rows)
+    return _bind(driver, syncer, names)
+
+
+def _bind(
+    driver: VgpuDriver, syncer: PlacementSync, names: dict[str, str]
+) -> int:
+    """Claim a candidate in Placement for a pretend instance, bind it,
+    show the guest's devices, release."""
+    client = syncer.client
+    instance = str(uuidlib.uuid4())
+    title, query = REQUESTS[3]
+    body = client.request("GET", f"/allocation_candidates?{query}").body
+    request = body["allocation_requests"][0]
+    client.request(
+        "PUT",
+        f"/allocations/{instance}",
+        body={
+            **request,
+            "project_id": "demo",
+            "user_id": "demo",
+            "consumer_generation": None,
+        },
+        ok=(204,),
+    )
+    allocations = request["allocations"]
+    _banner(f"Binding instance {instance} ({title})")
+    print("Allocations in Placement:")
+    for rp, alloc in allocations.items():
+        print(f"  {names.get(rp, rp)}: {alloc['resources']}")
+    devices = driver.allocate_mdevs(instance, allocations)
+    for device in devices:
+        how = "created" if device.created else "reused"
+        print(f"\n{device.kind} {device.id} on {device.parent} ({how}):")
+        print(device.hostdev_xml())
+    _banner(f"Deleting instance {instance}")
+    released = driver.release_mdevs(instance)
+    client.request("DELETE", f"/allocations/{instance}", ok=(204,))
+    print(f"Released {', '.join(released)}; allocation deleted.")
+    print(f"Claims left: {len(driver.binder.claims())}")
     return 0

@@ -8,7 +8,7 @@ from typing import Any
 from vgpu_driver.cmd import output
 from vgpu_driver.cmd.context import Context
 from vgpu_driver.driver import VgpuDriver
-from vgpu_driver.model.provider_tree import ProviderTree
+from vgpu_driver.model.provider_tree import INVENTORY_FIELDS, ProviderTree
 
 ROOT_NAMESPACE = uuid.UUID("5d0e7bd4-2d2f-4f4e-8d68-4a9b1c5b3e10")
 
@@ -35,17 +35,7 @@ def tree_report(tree: Any, nodename: str) -> dict[str, Any]:
                 "name": data.name,
                 "parent": names.get(data.parent_uuid),
                 "inventories": {
-                    rc: {
-                        k: record[k]
-                        for k in (
-                            "total",
-                            "reserved",
-                            "min_unit",
-                            "max_unit",
-                            "step_size",
-                            "allocation_ratio",
-                        )
-                    }
+                    rc: {k: record[k] for k in INVENTORY_FIELDS}
                     for rc, record in sorted(data.inventory.items())
                 },
                 "traits": sorted(data.traits),

@@ -24,7 +24,7 @@ LOG = logging.getLogger(__name__)
 Handler = Callable[[cfg.ConfigOpts], int]
 _ARGV: list[str] = []
 # Commands that run as services log their decisions at INFO.
-SERVICE_COMMANDS = {"sync", "placement-server"}
+SERVICE_COMMANDS = {"sync", "placement-server", "restore"}
 
 
 def _format_arg(parser: argparse.ArgumentParser) -> None:
@@ -107,6 +107,16 @@ def _server_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _restore(context: Context) -> int:
+    from vgpu_driver.cmd import restore
+
+    return restore.run(context)
+
+
+def _no_args(parser: argparse.ArgumentParser) -> None:
+    del parser
+
+
 COMMANDS: dict[str, tuple[str, Handler, Callable[..., None]]] = {
     "check-config": (
         "Validate the configuration and print what it will apply.",
@@ -127,6 +137,11 @@ COMMANDS: dict[str, tuple[str, Handler, Callable[..., None]]] = {
         "Report the host's device providers to Placement.",
         _with_context(_sync),
         _sync_args,
+    ),
+    "restore": (
+        "Re-apply recorded SR-IOV VF vGPU types (run at boot).",
+        _with_context(_restore),
+        _no_args,
     ),
     "placement-server": (
         "Run the embedded Placement (real service, SQLite, noauth2).",

@@ -15,6 +15,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 Inventory = Mapping[str, Mapping[str, Any]]
+# The fields of an inventory record, as Placement has them.
+INVENTORY_FIELDS = (
+    "total",
+    "reserved",
+    "min_unit",
+    "max_unit",
+    "step_size",
+    "allocation_ratio",
+)
 
 
 class ProviderData(NamedTuple):

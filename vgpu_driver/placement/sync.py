@@ -34,7 +34,7 @@ from typing import Any
 from oslo_log import log as logging
 
 from vgpu_driver.exception import PlacementError, PlacementUnavailable
-from vgpu_driver.model.provider_tree import ProviderTree
+from vgpu_driver.model.provider_tree import INVENTORY_FIELDS, ProviderTree
 from vgpu_driver.placement.client import (
     CONCURRENT_UPDATE,
     IN_USE,
@@ -522,12 +522,5 @@ def _full_record(record: dict[str, Any]) -> dict[str, Any]:
         key: (
             float(full[key]) if key == "allocation_ratio" else int(full[key])
         )
-        for key in (
-            "total",
-            "reserved",
-            "min_unit",
-            "max_unit",
-            "step_size",
-            "allocation_ratio",
-        )
+        for key in INVENTORY_FIELDS
     }
