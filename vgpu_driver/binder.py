@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -66,7 +67,8 @@ class DeviceBinder:
         self.host = host
         self.state = state
         self.remove_unused = remove_unused
-        self.unschedulable: set[str] = set()
+        # parent name -> when it failed (time.monotonic)
+        self.unschedulable: dict[str, float] = {}
         self._lock = threading.RLock()
         self._claims: dict[str, dict[str, Any]] = self._load(CLAIMS_RECORD)
         self._vf_types: dict[str, int] = {
@@ -207,7 +209,7 @@ class DeviceBinder:
             raise
         with self._lock:
             for device in done:
-                self.unschedulable.discard(device.parent)
+                self.unschedulable.pop(device.parent, None)
         LOG.info(
             "Bound %s to instance %s: %s",
             ", ".join(f"{d.kind} {d.id}" for d in chosen) or "nothing",
@@ -315,7 +317,7 @@ class DeviceBinder:
                             parent,
                             exc,
                         )
-                    self.unschedulable.add(parent)
+                    self.unschedulable[parent] = time.monotonic()
             self._save()
         LOG.warning(
             "Bind for instance %s failed and was undone: %s", instance, exc
@@ -376,7 +378,7 @@ class DeviceBinder:
                     self._hand_back(device)
                 except VgpuDriverError as exc:
                     LOG.error("Releasing %s: %s", device_id, exc)
-                    self.unschedulable.add(device.parent)
+                    self.unschedulable[device.parent] = time.monotonic()
                 released.append(device_id)
             self._save()
         self.host.forget_guest(instance)
@@ -425,6 +427,20 @@ class DeviceBinder:
             )
         else:
             view.free.setdefault(device.type_id, []).append(device.id)
+
+    def retry_failed(self, interval: float) -> list[str]:
+        """Offer failed parents again once ``interval`` seconds passed."""
+        with self._lock:
+            now = time.monotonic()
+            due = [
+                name
+                for name, since in self.unschedulable.items()
+                if now - since >= interval
+            ]
+            for name in due:
+                del self.unschedulable[name]
+                LOG.info("Offering %s again after its failure", name)
+            return due
 
     # -- migration -----------------------------------------------------
 

@@ -156,6 +156,9 @@ class VgpuDriver:
         Returns the plans written, for reporting.
         """
         inventory = self.discover()
+        self.binder.retry_failed(
+            self.conf.devices.failed_device_retry_interval
+        )
         with self._lock:
             root = provider_tree.data(nodename)
             old = self._old_layout(provider_tree, root, nodename, inventory)

@@ -150,12 +150,12 @@ def test_failed_create_is_rolled_back_and_the_parent_reserved(node):
     assert set(n.mdevs()) == before  # the mdev made on 84 is gone again
     assert n.driver.binder.claims() == {}
     assert n.update()["pci_0000_85_00_0"].reserved == 4  # unschedulable
+    assert n.update()["pci_0000_85_00_0"].reserved == 4  # for a while
     n.host.failures.clear()
-    n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_84_00_0", 1)))
-    n.driver.unschedulable.discard("pci_0000_85_00_0")  # operator fixed it
+    n.conf.set_override("failed_device_retry_interval", 0, "devices")
+    assert n.update()["pci_0000_85_00_0"].reserved == 0  # offered again
     [device] = n.driver.allocate_mdevs("i2", n.alloc(("pci_0000_85_00_0", 1)))
     assert device.created
-    assert n.update()["pci_0000_85_00_0"].reserved == 0
 
 
 def test_unknown_provider_is_an_error_and_claims_nothing(node):

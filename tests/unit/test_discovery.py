@@ -9,7 +9,7 @@ import pytest
 
 from tests import helpers
 from vgpu_driver.cmd import main as cli
-from vgpu_driver.exception import HostUnreachable
+from vgpu_driver.exception import DeviceOperationFailed, HostUnreachable
 from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model import check
@@ -183,3 +183,38 @@ def test_discover_cli_reports_a_wrong_address(tmp_path, write_conf, capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "WARNING: [mdev_nvidia-35] device_addresses = 0000:48:00.0" in out
+
+
+def test_libvirt_host_writes_sysfs_where_libvirt_cannot_create(tmp_path):
+    """libvirt's test driver cannot create mdevs: the adapter falls back
+    to the kernel's sysfs interface, as on libvirt < 7.3."""
+    host = helpers.libvirt_host(helpers.load("m10"), tmp_path)
+    inventory = host.discover()
+    parent = inventory.parent("pci_0000_87_00_0")
+    uuid = "0b5f4c1e-9a55-4a0f-8d2b-6f1e2a3b4c5d"
+    mdev = host.create_mdev(parent, "nvidia-35", uuid)
+    create = (
+        tmp_path
+        / "sys/devices/pci0000:00/0000:87:00.0"
+        / "mdev_supported_types/nvidia-35/create"
+    )
+    assert create.read_text() == uuid
+    assert (mdev.uuid, mdev.parent) == (uuid, parent.name)
+    # removal goes through libvirt (nodedev destroy) when libvirt has it
+    existing = inventory.mdevs[0]
+    host.calls.clear()
+    host.remove_mdev(existing)
+    assert host.calls["destroy"] == 1
+    remove = tmp_path / "sys/bus/mdev/devices" / existing.uuid / "remove"
+    assert remove.read_text() == ""
+
+
+def test_libvirt_host_sets_a_vf_type_through_sysfs(tmp_path):
+    host = helpers.libvirt_host(helpers.load("l40-sriov"), tmp_path)
+    host.set_vf_type("0000:41:00.6", 1157)
+    current = (
+        tmp_path / "sys/bus/pci/devices/0000:41:00.6/nvidia/current_vgpu_type"
+    )
+    assert current.read_text() == "1157"
+    with pytest.raises(DeviceOperationFailed, match=r"0000:99:00\.1"):
+        host.set_vf_type("0000:99:00.1", 1157)

@@ -84,6 +84,17 @@ default it is kept and reused by the next instance, which is faster; set
 this when a device must not carry state from one guest to the next.
 """,
     ),
+    cfg.IntOpt(
+        "failed_device_retry_interval",
+        default=300,
+        min=0,
+        help="""
+Seconds a parent device whose operations failed (an mdev create error, a
+VF that refused its type) stays reserved in Placement before it is
+offered again. If it fails again it is reserved again. 0 offers it again
+at the next provider-tree update.
+""",
+    ),
     cfg.StrOpt(
         "state_path",
         default="/var/lib/vgpu-driver",
