@@ -377,3 +377,15 @@ def test_restore_command_reapplies_recorded_vf_types(capsys):
     out = capsys.readouterr().out
     # the guest's VF carries L40-4Q: recorded; nothing was lost to restore
     assert "1 VF type(s) recorded, 0 re-applied" in out
+
+
+def test_restart_starts_defined_mdevs_guests_need(node, make_conf, tmp_path):
+    n = node()
+    [device] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_85_00_0", 1)))
+    n.host.note_guest(Guest("i1", "instance-1", (device.id,)))
+    n.host.reboot(autostart=False)  # persistent, but only defined now
+    assert n.mdevs()[device.id].active is False
+    restarted = Node(make_conf, tmp_path / "state", "m10", host=n.host)
+    done = restarted.driver.init_host()
+    assert device.id in done["started"]
+    assert n.mdevs()[device.id].active is True

@@ -110,6 +110,7 @@ class MdevSpec:
     type: str
     legacy_name: bool = False
     iommu_group: int | None = None
+    active: bool = True  # False: defined in libvirt, not created
 
     @property
     def libvirt_name(self) -> str:
@@ -193,7 +194,9 @@ class HostDescription:
         spec = parent.type(type_id)
         if spec is None:
             return 0
-        used = [m.type for m in self.mdevs if m.parent == parent.name]
+        used = [
+            m.type for m in self.mdevs if m.parent == parent.name and m.active
+        ]
         return kernel.available_instances(
             type_id, spec.capacity, used, parent.homogeneous
         )

@@ -73,6 +73,7 @@ def inventory_of(description: HostDescription) -> HostInventory:
             parent=m.parent,
             name=m.libvirt_name,
             iommu_group=m.iommu_group,
+            active=m.active,
         )
         for m in description.mdevs
     ]
@@ -205,6 +206,24 @@ class SimulatedHost:
     def start_mdev(self, mdev: Mdev) -> None:
         with self._lock:
             self._check_fault("start_mdev", mdev.uuid)
+            spec = next(
+                (m for m in self._state.mdevs if m.uuid == mdev.uuid), None
+            )
+            if spec is None:
+                raise DeviceOperationFailed(
+                    action="start mdev", device=mdev.uuid, reason="not defined"
+                )
+            parent = self._state.parent(spec.parent)
+            if (
+                not spec.active
+                and self._state.available(parent, spec.type) < 1
+            ):
+                raise DeviceOperationFailed(
+                    action="start mdev",
+                    device=mdev.uuid,
+                    reason="no available instances (EDQUOT)",
+                )
+            spec.active = True
 
     def remove_mdev(self, mdev: Mdev) -> None:
         with self._lock:
@@ -258,15 +277,20 @@ class SimulatedHost:
                 p for p in self._state.pfs if p.name != device_name
             ]
 
-    def reboot(self, *, keep_persistent: bool = True) -> None:
+    def reboot(
+        self, *, keep_persistent: bool = True, autostart: bool = True
+    ) -> None:
         """Forget what a host reboot forgets: mdevs that were not
-        persistent (all of them if ``keep_persistent`` is false) and every
-        VF's vGPU type. Guests stay defined."""
+        persistent (all of them if ``keep_persistent`` is false), and every
+        VF's vGPU type. Persistent mdevs come back started, or only
+        defined without ``autostart``. Guests stay defined."""
         with self._lock:
             self._state.mdevs = [
                 m
                 for m in self._state.mdevs
                 if keep_persistent and m.uuid in self._persistent
             ]
+            for mdev in self._state.mdevs:
+                mdev.active = autostart
             for pf in self._state.pfs:
                 pf.vf_types.clear()
