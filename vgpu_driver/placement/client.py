@@ -28,9 +28,7 @@ LOG = logging.getLogger(__name__)
 MICROVERSION = "1.36"
 
 CONCURRENT_UPDATE = "placement.concurrent_update"
-DUPLICATE_NAME = "placement.duplicate_name"
 IN_USE = "placement.resource_provider.in_use"
-INVENTORY_IN_USE = "placement.inventory.inuse"
 
 
 class Response:

@@ -1,0 +1,75 @@
+"""The pure provider tree (Nova's ProviderTree interface)."""
+
+from __future__ import annotations
+
+import pytest
+
+from vgpu_driver.model.provider_tree import ProviderTree
+
+VGPU = {
+    "VGPU": {
+        "total": 4,
+        "reserved": 0,
+        "min_unit": 1,
+        "max_unit": 4,
+        "step_size": 1,
+        "allocation_ratio": 1.0,
+    }
+}
+
+
+def make_tree():
+    tree = ProviderTree()
+    tree.new_root("node", "r0", generation=3)
+    tree.new_child("node_a", "node", uuid="c1")
+    tree.new_child("node_a_x", "c1", uuid="g1")
+    tree.new_child("node_b", "r0", uuid="c2")
+    return tree
+
+
+def test_lookups_by_name_or_uuid_and_subtrees_parents_first():
+    tree = make_tree()
+    assert tree.exists("node_a") and tree.exists("c1")
+    assert tree.data("node").generation == 3
+    assert tree.data("g1").parent_uuid == "c1"
+    assert tree.get_provider_uuids("node") == ["r0", "c1", "c2", "g1"]
+    assert tree.get_provider_uuids_in_tree("g1") == ["r0", "c1", "c2", "g1"]
+    assert [r.name for r in tree.roots()] == ["node"]
+
+
+def test_remove_takes_the_subtree():
+    tree = make_tree()
+    tree.remove("node_a")
+    assert not tree.exists("c1") and not tree.exists("g1")
+    assert tree.get_provider_uuids() == ["r0", "c2"]
+
+
+def test_duplicate_and_unknown_providers_are_errors():
+    tree = make_tree()
+    with pytest.raises(ValueError, match="already exists"):
+        tree.new_child("node_a", "node")
+    with pytest.raises(ValueError, match="No such provider"):
+        tree.data("nope")
+
+
+def test_commands_report_whether_they_changed_anything():
+    tree = make_tree()
+    assert tree.has_inventory_changed("c1", VGPU)
+    assert tree.update_inventory("c1", VGPU) is True
+    assert tree.update_inventory("c1", VGPU) is False
+    assert tree.update_traits("c1", ["CUSTOM_A"]) is True
+    assert tree.update_traits("c1", ["CUSTOM_A"]) is False
+    tree.add_traits("c1", "CUSTOM_B")
+    assert tree.has_traits("c1", ["CUSTOM_A", "CUSTOM_B"])
+    tree.remove_traits("c1", "CUSTOM_A")
+    assert not tree.have_traits_changed("c1", ["CUSTOM_B"])
+    assert tree.update_aggregates("c1", ["agg1"]) is True
+    assert tree.data("c1").aggregates == frozenset({"agg1"})
+
+
+def test_snapshots_are_copies():
+    tree = make_tree()
+    tree.update_inventory("c1", VGPU)
+    snapshot = tree.data("c1")
+    snapshot.inventory["VGPU"]["total"] = 99
+    assert tree.data("c1").inventory["VGPU"]["total"] == 4
