@@ -54,6 +54,25 @@ class Node:
         return sync_placement(self.driver, self.syncer)
 
 
+def sync_all_at_once(nodes, rounds=1):
+    """Every node syncs in its own thread; returns the errors."""
+    errors = []
+
+    def run(node):
+        try:
+            for _ in range(rounds):
+                node.sync()
+        except Exception as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in nodes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
 def placement_view(client, nodename):
     """name -> (inventory summary, traits), read straight from Placement."""
     [root] = client.request(
@@ -257,21 +276,7 @@ def test_concurrent_syncers_of_one_host_converge(
         Node(placement_url, tmp_path / str(i), nodename=nodename)
         for i in range(4)
     ]
-    errors = []
-
-    def run(node):
-        try:
-            node.sync()
-            node.sync()
-        except Exception as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(n,)) for n in nodes]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    assert sync_all_at_once(nodes, rounds=2) == []
     found = client.request("GET", f"/resource_providers?name={nodename}").body
     assert len(found["resource_providers"]) == 1
     view = summary(placement_view(client, nodename))
@@ -284,20 +289,7 @@ def test_many_hosts_at_once(placement_url, tmp_path, client):
         Node(placement_url, tmp_path / str(i), host_name="m10")
         for i in range(8)
     ]
-    errors = []
-
-    def run(node):
-        try:
-            node.sync()
-        except Exception as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(n,)) for n in nodes]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
+    assert sync_all_at_once(nodes) == []
     for node in nodes:
         assert summary(placement_view(client, node.nodename)) == {
             node.nodename: {},

@@ -132,13 +132,8 @@ class LibvirtHost:
 
     def mdev_exists(self, mdev: Mdev) -> bool:
         """One lookup: is this mdev (still) known to libvirt?"""
-        conn = self.connection()
         try:
-            self._call(
-                "nodeDeviceLookupByName",
-                conn.nodeDeviceLookupByName,
-                mdev.name,
-            )
+            self._lookup(mdev)
         except libvirt.libvirtError as exc:
             if exc.get_error_code() == libvirt.VIR_ERR_NO_NODE_DEVICE:
                 return False
@@ -457,16 +452,16 @@ class LibvirtHost:
         self._mdevs[mdev.name] = mdev
         return mdev
 
+    def _lookup(self, mdev: Mdev) -> Any:
+        conn = self.connection()
+        return self._call(
+            "nodeDeviceLookupByName", conn.nodeDeviceLookupByName, mdev.name
+        )
+
     def start_mdev(self, mdev: Mdev) -> None:
         with self._lock:
-            conn = self.connection()
             try:
-                device = self._call(
-                    "nodeDeviceLookupByName",
-                    conn.nodeDeviceLookupByName,
-                    mdev.name,
-                )
-                self._call("create", device.create, 0)
+                self._call("create", self._lookup(mdev).create, 0)
             except libvirt.libvirtError as exc:
                 raise DeviceOperationFailed(
                     action="start mdev",
@@ -477,13 +472,8 @@ class LibvirtHost:
 
     def remove_mdev(self, mdev: Mdev) -> None:
         with self._lock:
-            conn = self.connection()
             try:
-                device = self._call(
-                    "nodeDeviceLookupByName",
-                    conn.nodeDeviceLookupByName,
-                    mdev.name,
-                )
+                device = self._lookup(mdev)
                 if mdev.active:
                     self._call("destroy", device.destroy)
                 if mdev.persistent:
