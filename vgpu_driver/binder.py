@@ -5,8 +5,16 @@ gives to which instance (persisted atomically under ``[devices]
 state_path``). A claimed device is never given to anyone else, between
 the bind and the guest being defined, across a restart of the service,
 and for the length of a live migration, until it is released or (for a
-spawn) seen in the guest's domain. Choosing and claiming happen under one
-lock; creating happens outside it, on devices already claimed.
+spawn) seen in the guest's domain.
+
+Several processes may bind on one host (two driver objects, a compute
+service and an operator's tool), so choosing and claiming happen under
+the records' lock, which holds across processes, after re-reading the
+claims from disk; creating happens outside it, on devices already
+claimed. Every write bumps the claims record's ``epoch``: a binder that
+finds an epoch it did not write knows another process changed the host
+(created an mdev, ended a claim because its guest now has the device), so
+it re-reads the host, guests included, before it chooses anything.
 
 Failure undoes the bind: mdevs it created are removed, VF types it set
 are cleared, its claims are dropped. A parent whose device fails (not one
@@ -16,10 +24,11 @@ reserved, until an operation on it works again.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from oslo_log import log as logging
@@ -31,7 +40,12 @@ from vgpu_driver.exception import (
     VgpuDriverError,
 )
 from vgpu_driver.host.base import Host
-from vgpu_driver.host.state import StateStore
+from vgpu_driver.host.state import (
+    StateRecordCorrupt,
+    StateStore,
+    expect,
+    validate_str_map,
+)
 from vgpu_driver.model.binding import (
     BoundDevice,
     ParentView,
@@ -70,10 +84,12 @@ class DeviceBinder:
         # parent name -> when it failed (time.monotonic)
         self.unschedulable: dict[str, float] = {}
         self._lock = threading.RLock()
-        self._claims: dict[str, dict[str, Any]] = self._load(CLAIMS_RECORD)
-        self._vf_types: dict[str, int] = {
-            k: int(v) for k, v in self._load(VF_TYPES_RECORD).items()
-        }
+        # the records as last read under the lock (refreshed by every
+        # operation, so never trusted across operations)
+        self._claims: dict[str, dict[str, Any]] = {}
+        self._vf_types: dict[str, int] = {}
+        self._epoch: int | None = None  # the claims epoch we last saw
+        self._stale = False  # another process wrote since we last saw
         self._targets: dict[str, Target] = {}
         self._parents: dict[str, ParentView] = {}
         self._parent_objects: dict[str, Parent] = {}
@@ -83,23 +99,81 @@ class DeviceBinder:
 
     # -- records -------------------------------------------------------
 
-    def _load(self, key: str) -> dict[str, Any]:
-        found = self.state.load(key, {}) if self.state else {}
-        return dict(found) if isinstance(found, dict) else {}
+    @contextlib.contextmanager
+    def _records(self) -> Iterator[None]:
+        """Hold the thread lock and the records' cross-process lock, with
+        the claims and VF types freshly read from disk."""
+        with self._lock:
+            if self.state is None:
+                yield
+                return
+            with self.state.locked():
+                claims = self.state.load(CLAIMS_RECORD, {}, _validate_claims)
+                epoch, self._claims = _claims_of(claims)
+                self._vf_types = dict(
+                    self.state.load(VF_TYPES_RECORD, {}, _validate_vf_types)
+                )
+                if self._epoch is not None and epoch != self._epoch:
+                    self._stale = True
+                self._epoch = epoch
+                yield
 
     def _save(self) -> None:
-        if self.state is not None:
-            self.state.save(CLAIMS_RECORD, self._claims)
-            self.state.save(VF_TYPES_RECORD, self._vf_types)
+        """Write both records (inside :meth:`_records`)."""
+        if self.state is None:
+            return
+        self._epoch = (self._epoch or 0) + 1
+        self.state.save(
+            CLAIMS_RECORD, {"epoch": self._epoch, "claims": self._claims}
+        )
+        self.state.save(VF_TYPES_RECORD, self._vf_types)
+
+    def view_is_stale(self) -> bool:
+        """Has another process changed the records since we last read
+        them (so our reading of the host may be out of date)?"""
+        if self.state is None:
+            return False
+        with self._records():
+            return self._stale
+
+    def repair_records(self) -> list[str]:
+        """At service start: move unreadable records aside (they are
+        kept) so they can be rebuilt from the host. Returns their new
+        paths."""
+        moved: list[str] = []
+        if self.state is None:
+            return moved
+        with self._lock, self.state.locked():
+            for key, validate in (
+                (CLAIMS_RECORD, _validate_claims),
+                (VF_TYPES_RECORD, _validate_vf_types),
+            ):
+                try:
+                    self.state.load(key, {}, validate)
+                except StateRecordCorrupt:
+                    where = self.state.quarantine(key)
+                    if where is not None:
+                        moved.append(str(where))
+            if moved:
+                self._stale = True
+        return moved
 
     def claims(self) -> dict[str, dict[str, Any]]:
-        with self._lock:
+        with self._records():
             return {k: dict(v) for k, v in self._claims.items()}
 
     @property
     def vf_types(self) -> dict[str, int]:
-        with self._lock:
+        with self._records():
             return dict(self._vf_types)
+
+    def claimed_devices(self) -> list[tuple[str, str, str]]:
+        """(device id, parent, type id) of every claim, as on disk now."""
+        with self._records():
+            return [
+                (device_id, c["parent"], c["type_id"])
+                for device_id, c in sorted(self._claims.items())
+            ]
 
     # -- the view of the host ------------------------------------------
 
@@ -107,52 +181,72 @@ class DeviceBinder:
         self, inventory: HostInventory, targets: Mapping[str, Target]
     ) -> None:
         """Take a new reading of the host and of the providers."""
-        with self._lock:
+        with self._records():
             self._targets = dict(targets)
-            self._used = {
-                **inventory.mdev_users(),
-                **inventory.pci_users(),
-            }
-            # a spawn claim ends when the guest's domain has the device
-            for device_id, claim in list(self._claims.items()):
+            self._take_view(inventory)
+
+    def _rebuild_view(self) -> None:
+        """Another process changed the host: read it again, guests too
+        (inside :meth:`_records`)."""
+        LOG.info(
+            "Another process changed the device claims; re-reading the host"
+        )
+        self._take_view(self.host.discover(rescan_guests=True))
+
+    def _take_view(self, inventory: HostInventory) -> None:
+        changed = False
+        self._stale = False
+        self._used = {
+            **inventory.mdev_users(),
+            **inventory.pci_users(),
+        }
+        # a spawn claim ends when the guest's domain has the device
+        for device_id, claim in list(self._claims.items()):
+            if (
+                claim["purpose"] == SPAWN
+                and self._used.get(device_id) == claim["instance"]
+            ):
+                del self._claims[device_id]
+                changed = True
+        self._mdevs = {m.uuid: m for m in inventory.mdevs}
+        self._parent_objects = {p.name: p for p in inventory.parents}
+        free: dict[str, dict[str, list[str]]] = {
+            p.name: {} for p in inventory.parents
+        }
+        for mdev in inventory.mdevs:
+            if mdev.uuid not in self._used and mdev.parent in free:
+                free[mdev.parent].setdefault(mdev.type_id, []).append(
+                    mdev.uuid
+                )
+        self._parents = {
+            parent.name: ParentView(
+                parent.name,
+                {t.id: t.available for t in parent.types},
+                free[parent.name],
+            )
+            for parent in inventory.parents
+        }
+        # every VF a guest uses keeps its type across reboots, even one
+        # this library did not set
+        for pf in inventory.pfs:
+            for vf in pf.vfs:
                 if (
-                    claim["purpose"] == SPAWN
-                    and self._used.get(device_id) == claim["instance"]
+                    vf.current_type
+                    and vf.address in self._used
+                    and vf.address not in self._vf_types
                 ):
-                    del self._claims[device_id]
-            self._mdevs = {m.uuid: m for m in inventory.mdevs}
-            self._parent_objects = {p.name: p for p in inventory.parents}
-            self._parents = {}
-            for parent in inventory.parents:
-                free: dict[str, list[str]] = {}
-                for mdev in inventory.mdevs_of(parent.name):
-                    if mdev.uuid not in self._used:
-                        free.setdefault(mdev.type_id, []).append(mdev.uuid)
-                self._parents[parent.name] = ParentView(
-                    parent.name,
-                    {t.id: t.available for t in parent.types},
-                    free,
-                )
-            # every VF a guest uses keeps its type across reboots, even one
-            # this library did not set
-            recorded = dict(self._vf_types)
-            for pf in inventory.pfs:
-                for vf in pf.vfs:
-                    if vf.current_type and vf.address in self._used:
-                        self._vf_types.setdefault(vf.address, vf.current_type)
-            if recorded != self._vf_types:
-                self._save()
-            self._pfs = {
-                pf.name: PfView(
-                    pf.name,
-                    {vf.address: vf.current_type for vf in pf.vfs},
-                    {
-                        vf.address: {t.id for t in vf.creatable}
-                        for vf in pf.vfs
-                    },
-                )
-                for pf in inventory.pfs
-            }
+                    self._vf_types[vf.address] = vf.current_type
+                    changed = True
+        if changed:
+            self._save()
+        self._pfs = {
+            pf.name: PfView(
+                pf.name,
+                {vf.address: vf.current_type for vf in pf.vfs},
+                {vf.address: {t.id for t in vf.creatable} for vf in pf.vfs},
+            )
+            for pf in inventory.pfs
+        }
 
     def _busy(self) -> set[str]:
         return set(self._used) | set(self._claims)
@@ -182,7 +276,7 @@ class DeviceBinder:
         wanted: list[tuple[str, str, int]],
         purpose: str = SPAWN,
     ) -> list[BoundDevice]:
-        with self._lock:
+        with self._records():
             mine = [
                 BoundDevice(**{k: c[k] for k in _DEVICE_FIELDS})
                 for c in self._claims.values()
@@ -190,6 +284,8 @@ class DeviceBinder:
             ]
             if mine:
                 return mine  # the same bind again: idempotent
+            if self._stale:
+                self._rebuild_view()
             chosen = self._choose_existing(wanted)
             for device in chosen:
                 self._claim(instance, device, purpose)
@@ -275,8 +371,6 @@ class DeviceBinder:
             if device.kind == "vf" and device.created:
                 number = sriov_type_number(device.type_id)
                 self.host.set_vf_type(device.id, number)
-                with self._lock:
-                    self._vf_types[device.id] = number
                 done.append(device)
             elif device.kind == "mdev" and device.created:
                 parent = self._parent_objects[device.parent]
@@ -301,7 +395,10 @@ class DeviceBinder:
                 self._unmake(device)
             except VgpuDriverError as cleanup:
                 LOG.error("Could not undo %s: %s", device.id, cleanup)
-        with self._lock:
+        with self._records():
+            for device in done:
+                if device.kind == "vf":
+                    self._vf_types.pop(device.id, None)
             for device in chosen:
                 claim = self._claims.get(device.id)
                 if claim and claim["instance"] == instance:
@@ -326,8 +423,6 @@ class DeviceBinder:
     def _unmake(self, device: BoundDevice) -> None:
         if device.kind == "vf":
             self.host.set_vf_type(device.id, 0)
-            with self._lock:
-                self._vf_types.pop(device.id, None)
         else:
             mdev = self._mdevs.get(device.id)
             if mdev is not None:
@@ -361,7 +456,9 @@ class DeviceBinder:
         """Drop an instance's claims and hand its devices back: mdevs stay
         for reuse (or are removed with ``remove_unused``), VF types are
         cleared. Returns the device ids released."""
-        with self._lock:
+        with self._records():
+            if self._stale:
+                self._rebuild_view()
             ids = {
                 k for k, c in self._claims.items() if c["instance"] == instance
             }
@@ -447,7 +544,7 @@ class DeviceBinder:
     def end_migration(self, instance: str) -> None:
         """A live migration succeeded: its claims become spawn claims,
         ended as soon as the guest's domain is seen with them."""
-        with self._lock:
+        with self._records():
             for claim in self._claims.values():
                 if (
                     claim["instance"] == instance
@@ -505,19 +602,20 @@ class DeviceBinder:
                         type_id,
                         uuid,
                     )
-        done["vf_types"] = self.restore_vf_types(inventory)
+        done["vf_types"] = self.restore_vf_types(inventory, done["failed"])
         if instances is not None:
             known = set(instances)
-            with self._lock:
+            with self._records():
                 for device_id, claim in list(self._claims.items()):
                     if claim["instance"] not in known:
                         del self._claims[device_id]
                         done["dropped_claims"].append(device_id)
-                self._save()
+                if done["dropped_claims"]:
+                    self._save()
         return done
 
     def _claimed_where(self, uuid: str) -> tuple[str, str] | None:
-        claim = self._claims.get(uuid)
+        claim = self.claims().get(uuid)
         return (claim["parent"], claim["type_id"]) if claim else None
 
     def _try(
@@ -536,9 +634,12 @@ class DeviceBinder:
             LOG.error("Recovery of %s failed: %s", name, exc)
             done["failed"].append(name)
 
-    def restore_vf_types(self, inventory: HostInventory) -> list[str]:
+    def restore_vf_types(
+        self, inventory: HostInventory, failed: list[str] | None = None
+    ) -> list[str]:
         """Re-apply the VF types this library set (the card forgets them
-        at reboot or driver reload)."""
+        at reboot or driver reload). A VF that refuses its type is logged
+        and added to ``failed``; the others are still restored."""
         current = {
             vf.address: vf.current_type
             for pf in inventory.pfs
@@ -561,7 +662,15 @@ class DeviceBinder:
                     number,
                 )
                 continue
-            self.host.set_vf_type(address, number)
+            try:
+                self.host.set_vf_type(address, number)
+            except VgpuDriverError as exc:
+                LOG.error(
+                    "Could not restore the type of VF %s: %s", address, exc
+                )
+                if failed is not None:
+                    failed.append(f"{address}: {exc}")
+                continue
             restored.append(address)
         if restored:
             LOG.info("Restored vGPU types of VFs %s", ", ".join(restored))
@@ -573,8 +682,12 @@ class DeviceBinder:
         self, configured: Mapping[str, str]
     ) -> list[str]:
         """Free mdevs of another type than the parent's configured one
-        block the switch (one type per pGPU): remove them."""
-        with self._lock:
+        block the switch (one type per pGPU): remove them. Done under the
+        records' lock, so no other process can claim one meanwhile."""
+        removed: list[str] = []
+        with self._records():
+            if self._stale:
+                self._rebuild_view()
             stale = [
                 (parent, type_id, uuid)
                 for parent, view in self._parents.items()
@@ -584,27 +697,27 @@ class DeviceBinder:
                 for uuid in list(uuids)
                 if uuid not in self._claims
             ]
-        removed = []
-        for parent, type_id, uuid in stale:
-            mdev = self._mdevs.get(uuid)
-            if mdev is None:
-                continue
-            try:
-                self.host.remove_mdev(mdev)
-            except VgpuDriverError as exc:
-                LOG.error("Could not remove stale mdev %s: %s", uuid, exc)
-                continue
-            with self._lock:
+            for parent, type_id, uuid in stale:
+                mdev = self._mdevs.get(uuid)
+                if mdev is None:
+                    continue
+                try:
+                    self.host.remove_mdev(mdev)
+                except VgpuDriverError as exc:
+                    LOG.error("Could not remove stale mdev %s: %s", uuid, exc)
+                    continue
                 self._parents[parent].free[type_id].remove(uuid)
                 self._mdevs.pop(uuid, None)
-            removed.append(uuid)
-            LOG.info(
-                "Removed free %s mdev %s: %s now serves %s",
-                type_id,
-                uuid,
-                parent,
-                configured[parent],
-            )
+                removed.append(uuid)
+                LOG.info(
+                    "Removed free %s mdev %s: %s now serves %s",
+                    type_id,
+                    uuid,
+                    parent,
+                    configured[parent],
+                )
+            if removed:
+                self._save()  # others must re-read the host
         return removed
 
 
@@ -616,3 +729,56 @@ def _is_exhaustion(exc: VgpuDriverError) -> bool:
         isinstance(exc, DeviceOperationFailed)
         and "available" in str(exc).lower()
     )
+
+
+def _claims_of(record: Any) -> tuple[int, dict[str, dict[str, Any]]]:
+    """(epoch, claims) of a claims record, also of the first format (a
+    bare mapping of claims, epoch 0)."""
+    if "claims" in record and "epoch" in record:
+        return int(record["epoch"]), dict(record["claims"])
+    return 0, dict(record)
+
+
+_CLAIM_FIELDS = {
+    "kind": str,
+    "id": str,
+    "parent": str,
+    "type_id": str,
+    "created": bool,
+    "instance": str,
+    "purpose": str,
+}
+
+
+def _validate_claims(record: Any) -> None:
+    expect(isinstance(record, dict), "not a JSON object")
+    if "claims" in record and "epoch" in record:
+        expect(
+            isinstance(record["epoch"], int)
+            and isinstance(record["claims"], dict),
+            "epoch must be a number and claims an object",
+        )
+        claims = record["claims"]
+    else:
+        claims = record
+    for device_id, claim in claims.items():
+        expect(
+            isinstance(claim, dict), f"claim {device_id!r} is not an object"
+        )
+        for field, kind in _CLAIM_FIELDS.items():
+            expect(
+                isinstance(claim.get(field), kind),
+                f"claim {device_id!r} has no valid {field!r}",
+            )
+        expect(
+            claim["purpose"] in (SPAWN, MIGRATION)
+            and claim["kind"] in ("mdev", "vf")
+            and claim["id"] == device_id,
+            f"claim {device_id!r} is inconsistent",
+        )
+
+
+_validate_vf_types = validate_str_map(
+    lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+    "a vGPU type number",
+)

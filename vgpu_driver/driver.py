@@ -21,11 +21,16 @@ from vgpu_driver.binder import MIGRATION, DeviceBinder, Target
 from vgpu_driver.conf import loader
 from vgpu_driver.exception import (
     DeviceCapacityExhausted,
+    MigrationTypeMismatch,
     ReshapeFailed,
     ReshapeNeeded,
 )
 from vgpu_driver.host.base import Host
-from vgpu_driver.host.state import StateStore
+from vgpu_driver.host.state import (
+    StateStore,
+    Validator,
+    validate_str_map,
+)
 from vgpu_driver.model import naming, trait
 from vgpu_driver.model.binding import BoundDevice
 from vgpu_driver.model.check import unknown_addresses
@@ -61,17 +66,15 @@ class VgpuDriver:
         # mdev uuid -> (parent, type) of every mdev seen, kept on disk: a
         # guest's device whose parent vanished (even while the service was
         # down) is still counted against its provider.
-        self._seen_mdevs: dict[str, tuple[str, str]] = {
-            uuid: (str(v[0]), str(v[1]))
-            for uuid, v in self._load(MDEVS_RECORD).items()
-        }
+        self._seen_mdevs: dict[str, tuple[str, str]] = _as_seen(
+            self._load(MDEVS_RECORD, _validate_seen)
+        )
         # provider name -> traits this library last set on it (kept on
         # disk: a trait dropped from the config while the service was
         # down is still known as ours, unlike an operator's).
-        self._written_traits: dict[str, frozenset[str]] = {
-            name: frozenset(traits)
-            for name, traits in self._load(TRAITS_RECORD).items()
-        }
+        self._written_traits: dict[str, frozenset[str]] = _as_traits(
+            self._load(TRAITS_RECORD, _validate_traits)
+        )
         self._planned_traits: dict[str, frozenset[str]] = {}
         self._reasons: dict[str, str | None] = {}
         self._warned_addresses = False
@@ -84,18 +87,60 @@ class VgpuDriver:
         self.unschedulable = self.binder.unschedulable
         self._targets: dict[str, Target] = {}
 
-    def _load(self, key: str) -> dict[str, Any]:
-        found = self.state.load(key, {}) if self.state else {}
-        return found if isinstance(found, dict) else {}
+    def _load(self, key: str, validate: Validator) -> dict[str, Any]:
+        """One of the driver's records: caches of what the host showed,
+        so an unreadable one is moved aside and rebuilt."""
+        if self.state is None:
+            return {}
+        return dict(self.state.load_or_rebuild(key, {}, validate))
 
-    def _save(self, key: str, value: Any) -> None:
+    def _merge(
+        self,
+        key: str,
+        validate: Validator,
+        changed: Mapping[str, Any],
+        removed: set[str],
+    ) -> dict[str, Any]:
+        """Apply our changes to the record as it is on disk now (another
+        process may have written other entries): returns the merged
+        record."""
+        if self.state is None:
+            return dict(changed)
+
+        def merge(current: dict[str, Any]) -> dict[str, Any]:
+            kept = {k: v for k, v in current.items() if k not in removed}
+            return {**kept, **changed}
+
+        return dict(self.state.update(key, merge, {}, validate))
+
+    def _save_seen(self, new: dict[str, tuple[str, str]]) -> None:
+        old = self._seen_mdevs
+        merged = self._merge(
+            MDEVS_RECORD,
+            _validate_seen,
+            {u: list(w) for u, w in new.items() if old.get(u) != w},
+            set(old) - set(new),
+        )
+        self._seen_mdevs = _as_seen(merged) if self.state else new
+
+    def _save_traits(self, before: Mapping[str, frozenset[str]]) -> None:
+        after = self._written_traits
+        merged = self._merge(
+            TRAITS_RECORD,
+            _validate_traits,
+            {n: sorted(t) for n, t in after.items() if before.get(n) != t},
+            set(before) - set(after),
+        )
         if self.state is not None:
-            self.state.save(key, value)
+            self._written_traits = _as_traits(merged)
 
     # -- discovery -----------------------------------------------------
 
     def discover(self, *, rescan_guests: bool = False) -> HostInventory:
-        inventory = self.host.discover(rescan_guests=rescan_guests)
+        # Guests defined by another process are re-read when that process
+        # changed the claims (it ended a claim because the guest has it).
+        rescan = rescan_guests or self.binder.view_is_stale()
+        inventory = self.host.discover(rescan_guests=rescan)
         with self._lock:
             seen = {m.uuid: (m.parent, m.type_id) for m in inventory.mdevs}
             # forget devices no guest uses any more and that are gone
@@ -106,11 +151,7 @@ class VgpuDriver:
                 if uuid in users and uuid not in seen
             }
             if {**kept, **seen} != self._seen_mdevs:
-                self._seen_mdevs = {**kept, **seen}
-                self._save(
-                    MDEVS_RECORD,
-                    {u: list(w) for u, w in self._seen_mdevs.items()},
-                )
+                self._save_seen({**kept, **seen})
             if not self._warned_addresses:
                 for problem in unknown_addresses(self.config, inventory):
                     LOG.warning("Configuration: %s", problem)
@@ -121,12 +162,19 @@ class VgpuDriver:
     def held_devices(
         self, inventory: HostInventory
     ) -> dict[str, Counter[str]]:
-        """Device name -> type id -> devices of that type guests use."""
+        """Device name -> type id -> devices of that type that guests use
+        or that are claimed (bound, not yet in a guest; or reserved for an
+        incoming live migration)."""
         held: dict[str, Counter[str]] = {}
-        for uuid in inventory.mdev_users():
+        users = inventory.mdev_users()
+        for uuid in users:
             known = self._seen_mdevs.get(uuid)
             if known is not None:
                 parent, type_id = known
+                held.setdefault(parent, Counter())[type_id] += 1
+        pci_users = inventory.pci_users()
+        for device_id, parent, type_id in self.binder.claimed_devices():
+            if device_id not in users and device_id not in pci_users:
                 held.setdefault(parent, Counter())[type_id] += 1
         vf_owner = {
             vf.address: (pf.name, vf.current_type)
@@ -215,10 +263,7 @@ class VgpuDriver:
                 self._written_traits.pop(name, None)
                 self._reasons.pop(name, None)
             if written != self._written_traits:
-                self._save(
-                    TRAITS_RECORD,
-                    {n: sorted(t) for n, t in self._written_traits.items()},
-                )
+                self._save_traits(written)
             return plans
 
     def _configured(self, inventory: HostInventory) -> dict[str, str]:
@@ -265,14 +310,17 @@ class VgpuDriver:
         uuid, same parent), start defined-only ones, re-apply VF types.
         ``instances``: the instances the service has on this host (claims
         of any other are dropped)."""
+        moved = self.binder.repair_records()
         inventory = self.discover(rescan_guests=True)
         done = self.binder.recover(inventory, self._seen_mdevs, instances)
+        done["records_moved_aside"] = moved
         self.discover()
         return done
 
-    def restore_vf_types(self) -> list[str]:
-        """``vgpu-driver restore``: re-apply recorded VF vGPU types."""
-        return self.binder.restore_vf_types(self.discover())
+    def restore_vf_types(self, failed: list[str] | None = None) -> list[str]:
+        """``vgpu-driver restore``: re-apply recorded VF vGPU types, going
+        on past a VF that refuses (listed in ``failed``)."""
+        return self.binder.restore_vf_types(self.discover(), failed)
 
     # resize and cold migration
     def finish_migration(
@@ -321,6 +369,15 @@ class VgpuDriver:
         destination uuid}`` for the guest's XML. The claim is on disk: it
         survives a restart of the service until success or rollback."""
         wanted = self.binder.wanted(allocations, self._managed_classes())
+        offered = {type_id for _, type_id, _ in wanted}
+        for source, type_id in sorted(source_mdevs.items()):
+            if type_id not in offered:
+                raise MigrationTypeMismatch(
+                    instance=instance_uuid,
+                    source=source,
+                    type_id=type_id,
+                    offered=", ".join(sorted(offered)) or "no device",
+                )
         bound = self.binder.bind(instance_uuid, wanted, MIGRATION)
         pool = {d.type_id: [] for d in bound}  # type: dict[str, list[str]]
         for device in bound:
@@ -462,12 +519,11 @@ class VgpuDriver:
         with self._lock:
             if not self._planned_traits:
                 return
+            before = dict(self._written_traits)
             self._written_traits.update(self._planned_traits)
             self._planned_traits = {}
-            self._save(
-                TRAITS_RECORD,
-                {n: sorted(t) for n, t in self._written_traits.items()},
-            )
+            if before != self._written_traits:
+                self._save_traits(before)
 
     def _managed_classes(self) -> set[str]:
         return {str(orc.VGPU), *self.config.resource_classes()}
@@ -588,3 +644,21 @@ def _by_provider_name(
             for rc, amount in alloc.get("resources", {}).items():
                 used.setdefault(name, Counter())[rc] += int(amount)
     return {name: dict(counts) for name, counts in used.items()}
+
+
+def _is_string_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+_validate_traits = validate_str_map(_is_string_list, "a list of traits")
+_validate_seen = validate_str_map(
+    lambda v: _is_string_list(v) and len(v) == 2, "a [parent, type] pair"
+)
+
+
+def _as_seen(record: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    return {u: (str(w[0]), str(w[1])) for u, w in record.items()}
+
+
+def _as_traits(record: Mapping[str, Any]) -> dict[str, frozenset[str]]:
+    return {n: frozenset(t) for n, t in record.items()}

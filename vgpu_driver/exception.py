@@ -100,3 +100,22 @@ class ReshapeNeeded(VgpuDriverError):
 class ReshapeFailed(VgpuDriverError):
     msg_fmt = "Cannot reshape the providers of %(nodename)s: %(reason)s"
     code = "vgpu_driver.placement.reshape_failed"
+
+
+class MigrationTypeMismatch(VgpuDriverError):
+    msg_fmt = (
+        "Live migration of instance %(instance)s: source mdev %(source)s is "
+        "of type %(type_id)s, but the destination's allocations give "
+        "%(offered)s; a guest keeps its device type, so the destination "
+        "must offer %(type_id)s."
+    )
+    code = "vgpu_driver.bind.migration_type_mismatch"
+
+
+class PlacementConfigInvalid(VgpuDriverError):
+    msg_fmt = (
+        "Cannot build a Placement client from [placement]: %(reason)s. "
+        "Set auth_type (for example password, or admin_token with the "
+        "embedded Placement) and the options it needs."
+    )
+    code = "vgpu_driver.placement.config_invalid"

@@ -1,16 +1,32 @@
 """The library's own records on disk, under ``[devices] state_path``.
 
+Several processes of one host share these records (the compute service,
+a periodic ``vgpu-driver sync``, ``restore`` at boot, an operator's
+``audit``), so every change is a read-modify-write under one lock that
+holds across processes (``fcntl.flock`` on ``state_path/.lock``) as well
+as threads: :meth:`StateStore.update` takes the lock, re-reads the record
+and lets the caller merge its change into what is on disk now. Nothing
+ever writes a record it did not read under the same lock.
+
 Each record is a small JSON document in its own file, replaced
 atomically (write a temporary file, fsync, rename), so a crash leaves the
-old or the new version, never half of one.
+old or the new version, never half of one; temporary files of a failed
+or killed save are removed. A record that cannot be read (empty,
+truncated, not JSON, the wrong shape) is never taken as empty: loading it
+raises :class:`StateRecordCorrupt`, and :meth:`StateStore.quarantine`
+moves it aside, with a timestamp, for the caller that can rebuild it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import tempfile
 import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +35,11 @@ from oslo_log import log as logging
 from vgpu_driver.exception import VgpuDriverError
 
 LOG = logging.getLogger(__name__)
+LOCK_FILE = ".lock"
+TEMP_PREFIX = ".tmp-"
+
+# Checks a record's shape; raises ValueError (with the reason) if wrong.
+Validator = Callable[[Any], None]
 
 
 class StateStoreError(VgpuDriverError):
@@ -28,38 +49,208 @@ class StateStoreError(VgpuDriverError):
     code = "vgpu_driver.state.io"
 
 
+class StateRecordCorrupt(VgpuDriverError):
+    msg_fmt = (
+        "The record %(path)s cannot be read (%(reason)s), so nothing that "
+        "depends on it is done. Restart the compute service or run "
+        "'vgpu-driver restore': that moves the file aside (it is kept) and "
+        "rebuilds what it can from the guests."
+    )
+    code = "vgpu_driver.state.corrupt"
+
+
 class StateStore:
     def __init__(self, directory: str | os.PathLike[str]) -> None:
+        if not str(directory).strip():
+            raise StateStoreError(
+                action="use",
+                path="''",
+                reason="[devices] state_path is empty",
+            )
         self.directory = Path(directory)
-        self._lock = threading.Lock()
+        self._thread_lock = threading.RLock()
+        self._depth = 0
+        self._lock_fd: int | None = None
+        self._swept = False
 
-    def _path(self, key: str) -> Path:
+    def path(self, key: str) -> Path:
         return self.directory / f"{key}.json"
 
-    def load(self, key: str, default: Any) -> Any:
-        path = self._path(key)
+    # -- the lock --------------------------------------------------------
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the records' lock, against other threads and processes.
+        Re-entrant within a thread."""
+        with self._thread_lock:
+            if self._depth == 0:
+                self._acquire()
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0:
+                    self._release()
+
+    def _acquire(self) -> None:
+        lock_path = self.directory / LOCK_FILE
         try:
-            return json.loads(path.read_text())
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StateStoreError(
+                action="lock", path=str(lock_path), reason=str(exc)
+            ) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            os.close(fd)
+            raise StateStoreError(
+                action="lock", path=str(lock_path), reason=str(exc)
+            ) from exc
+        self._lock_fd = fd
+        if not self._swept:
+            self._sweep_temporaries()
+            self._swept = True
+
+    def _release(self) -> None:
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _sweep_temporaries(self) -> None:
+        """Under the lock no save is under way: any temporary file is what
+        a killed process left behind."""
+        for leftover in self.directory.glob(f"{TEMP_PREFIX}*"):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+                LOG.info("Removed %s, left by an interrupted save", leftover)
+
+    # -- reading and writing ---------------------------------------------
+
+    def load(
+        self, key: str, default: Any, validate: Validator | None = None
+    ) -> Any:
+        """The record, or ``default`` if there is none yet. Raises
+        StateRecordCorrupt if it exists but cannot be read."""
+        path = self.path(key)
+        try:
+            text = path.read_text()
         except FileNotFoundError:
             return default
-        except (OSError, ValueError) as exc:
-            LOG.warning("Ignoring unreadable record %s: %s", path, exc)
-            return default
+        except OSError as exc:
+            raise StateStoreError(
+                action="read", path=str(path), reason=str(exc)
+            ) from exc
+        try:
+            value = json.loads(text)
+            if validate is not None:
+                validate(value)
+        except (ValueError, TypeError, KeyError) as exc:
+            reason = "it is empty" if not text.strip() else str(exc)
+            raise StateRecordCorrupt(path=str(path), reason=reason) from exc
+        return value
 
     def save(self, key: str, value: Any) -> None:
-        path = self._path(key)
-        with self._lock:
+        """Replace the record atomically (under the lock)."""
+        path = self.path(key)
+        with self.locked():
+            tmp: str | None = None
             try:
-                self.directory.mkdir(parents=True, exist_ok=True)
                 fd, tmp = tempfile.mkstemp(
-                    dir=self.directory, prefix=f".{key}."
+                    dir=self.directory, prefix=f"{TEMP_PREFIX}{key}."
                 )
                 with os.fdopen(fd, "w") as handle:
                     json.dump(value, handle, indent=1, sort_keys=True)
                     handle.flush()
                     os.fsync(handle.fileno())
                 os.replace(tmp, path)
+                tmp = None
             except OSError as exc:
                 raise StateStoreError(
                     action="write", path=str(path), reason=str(exc)
                 ) from exc
+            finally:
+                if tmp is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+
+    def update(
+        self,
+        key: str,
+        change: Callable[[Any], Any],
+        default: Any,
+        validate: Validator | None = None,
+    ) -> Any:
+        """Under the lock: read the record as it is now, let ``change``
+        return the merged value, write it if it differs. Returns it."""
+        with self.locked():
+            current = self.load(key, default, validate)
+            merged = change(current)
+            if merged != current:
+                self.save(key, merged)
+            return merged
+
+    def quarantine(self, key: str) -> Path | None:
+        """Move an unreadable record aside (kept for the operator, with a
+        timestamp) so it can be rebuilt. Returns where it went."""
+        path = self.path(key)
+        with self.locked():
+            if not path.exists():
+                return None
+            stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+            target = path.with_name(f"{path.name}.corrupt-{stamp}")
+            n = 1
+            while target.exists():
+                target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+                n += 1
+            try:
+                os.replace(path, target)
+            except OSError as exc:
+                raise StateStoreError(
+                    action="move aside", path=str(path), reason=str(exc)
+                ) from exc
+            LOG.error(
+                "Record %s could not be read; moved it to %s and rebuilding "
+                "it from the host",
+                path,
+                target,
+            )
+            return target
+
+    def load_or_rebuild(
+        self, key: str, default: Any, validate: Validator | None = None
+    ) -> Any:
+        """For records that are a cache of what can be seen on the host:
+        an unreadable one is moved aside and ``default`` returned."""
+        with self.locked():
+            try:
+                return self.load(key, default, validate)
+            except StateRecordCorrupt as exc:
+                LOG.error("%s", exc)
+                self.quarantine(key)
+                return default
+
+
+# -- validators of the records' shapes -----------------------------------
+
+
+def expect(condition: bool, reason: str) -> None:
+    if not condition:
+        raise ValueError(reason)
+
+
+def validate_str_map(
+    check_value: Callable[[Any], bool], what: str
+) -> Validator:
+    def validate(value: Any) -> None:
+        expect(isinstance(value, dict), "not a JSON object")
+        for key, item in value.items():
+            expect(
+                isinstance(key, str) and check_value(item),
+                f"entry {key!r} is not {what}",
+            )
+
+    return validate
