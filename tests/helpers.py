@@ -25,3 +25,78 @@ def libvirt_host(
 
 def simulated_host(name: str) -> SimulatedHost:
     return SimulatedHost(hostdesc.load(name))
+
+
+class FileBackedHost(SimulatedHost):
+    """A simulated host whose state lives in one file, so several
+    processes share one "kernel" (and one list of defined guests), as
+    they would share a real host. Every operation locks the file, loads
+    the state, applies the kernel's rules and writes it back."""
+
+    def __init__(self, path: Path, description=None) -> None:
+        self.path = Path(path)
+        self._file_lock = self.path.with_suffix(".lock")
+        if description is not None:
+            super().__init__(description)
+            self._dump()
+        else:
+            super().__init__(self._read()[0])
+
+    def _read(self):
+        import pickle
+
+        return pickle.loads(self.path.read_bytes())
+
+    def _dump(self) -> None:
+        import pickle
+
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_bytes(pickle.dumps((self._state, self._persistent)))
+        tmp.replace(self.path)
+
+    def _shared(self, operation, *args, **kwargs):
+        import fcntl
+
+        with open(self._file_lock, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._state, self._persistent = self._read()
+            result = operation(*args, **kwargs)
+            self._dump()
+            return result
+
+    def discover(self, *, rescan_guests=False):
+        return self._shared(super().discover)
+
+    def note_guest(self, guest):
+        return self._shared(super().note_guest, guest)
+
+    def forget_guest(self, uuid):
+        return self._shared(super().forget_guest, uuid)
+
+    def refresh_guest(self, uuid):
+        return self._shared(super().refresh_guest, uuid)
+
+    def create_mdev(self, parent, type_id, uuid):
+        self._wait()
+        latency, self.latency = self.latency, 0.0
+        try:
+            return self._shared(super().create_mdev, parent, type_id, uuid)
+        finally:
+            self.latency = latency
+
+    def mdev_exists(self, mdev):
+        self._wait()
+        latency, self.latency = self.latency, 0.0
+        try:
+            return self._shared(super().mdev_exists, mdev)
+        finally:
+            self.latency = latency
+
+    def start_mdev(self, mdev):
+        return self._shared(super().start_mdev, mdev)
+
+    def remove_mdev(self, mdev):
+        return self._shared(super().remove_mdev, mdev)
+
+    def set_vf_type(self, vf_address, type_id):
+        return self._shared(super().set_vf_type, vf_address, type_id)

@@ -53,7 +53,7 @@ from vgpu_driver.model.binding import (
     choose,
     sriov_type_number,
 )
-from vgpu_driver.model.device import HostInventory, Mdev, Parent
+from vgpu_driver.model.device import Guest, HostInventory, Mdev, Parent
 
 LOG = logging.getLogger(__name__)
 CLAIMS_RECORD = "claims"
@@ -247,6 +247,47 @@ class DeviceBinder:
             )
             for pf in inventory.pfs
         }
+
+    def guest_defined(self, guest: Guest) -> list[str]:
+        """The caller defined ``guest``: its spawn claims on devices the
+        domain now has end (the domain itself keeps them from now on).
+        Returns the device ids whose claims ended."""
+        with self._records():
+            if self._stale:
+                self._rebuild_view()
+            for device_id in (*guest.mdevs, *guest.pci_devices):
+                self._used[device_id] = guest.uuid
+                for view in self._parents.values():
+                    for uuids in view.free.values():
+                        if device_id in uuids:
+                            uuids.remove(device_id)
+            ended = [
+                device_id
+                for device_id, claim in self._claims.items()
+                if claim["purpose"] == SPAWN
+                and claim["instance"] == guest.uuid
+                and self._used.get(device_id) == guest.uuid
+            ]
+            for device_id in ended:
+                del self._claims[device_id]
+            if ended:
+                self._save()
+        return ended
+
+    def instance_devices(self) -> dict[str, dict[str, list[str]]]:
+        """instance -> {"in_use": device ids its guest has, "claimed":
+        device ids claimed for it (spawns and incoming migrations)}."""
+        found: dict[str, dict[str, list[str]]] = {}
+        with self._records():
+            for device_id, guest in sorted(self._used.items()):
+                entry = found.setdefault(guest, {"in_use": [], "claimed": []})
+                entry["in_use"].append(device_id)
+            for device_id, claim in sorted(self._claims.items()):
+                entry = found.setdefault(
+                    claim["instance"], {"in_use": [], "claimed": []}
+                )
+                entry["claimed"].append(device_id)
+        return found
 
     def _busy(self) -> set[str]:
         return set(self._used) | set(self._claims)

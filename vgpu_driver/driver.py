@@ -291,6 +291,25 @@ class VgpuDriver:
         wanted = self.binder.wanted(allocations, self._managed_classes())
         return self.binder.bind(instance_uuid, wanted)
 
+    def guest_defined(self, instance_uuid: str) -> list[str]:
+        """The caller defined (or redefined) the instance's guest: re-read
+        that one domain, so its devices count as in use and its spawn
+        claims end. Returns the device ids whose claims ended."""
+        guest = self.host.refresh_guest(instance_uuid)
+        if guest is None:
+            return []
+        return self.binder.guest_defined(guest)
+
+    def guest_undefined(self, instance_uuid: str) -> None:
+        """The caller undefined the instance's guest (its claims stay
+        until :meth:`release_mdevs`)."""
+        self.host.forget_guest(instance_uuid)
+
+    def instance_devices(self) -> dict[str, dict[str, list[str]]]:
+        """Per instance, the devices its guest uses and those claimed for
+        it (binds not yet in a guest, incoming live migrations)."""
+        return self.binder.instance_devices()
+
     @staticmethod
     def guest_hostdev_xml(devices: list[BoundDevice]) -> list[str]:
         """The ``<hostdev>`` elements to put in the guest's XML."""

@@ -62,7 +62,7 @@ def node(make_conf, tmp_path):
     return factory
 
 
-FREE_ON_86 = "e905c06b-d33d-55fa-b0e1-6654dc764fac"  # m10: nvidia-36, unused
+FREE_ON_86 = "386818c0-9f18-5b12-8c04-386dbef1b1ab"  # m10: nvidia-36, unused
 
 
 def test_free_mdev_is_reused_then_one_is_created(node):
@@ -306,6 +306,7 @@ def test_type_change_with_guests_in_place(node, make_conf, tmp_path):
     m = Node(
         make_conf, tmp_path / "state", "m10", config=switched, host=n.host
     )
+    assert FREE_ON_86 in m.mdevs()
     plans = m.update()
     # 86: one nvidia-36 in use (kept, reserved), its free one removed
     assert (

@@ -16,11 +16,13 @@ number of mdevs and guests.
 
 Guests: which guest uses which device is read from every domain's XML on
 the first :meth:`discover` only (or when ``rescan_guests`` is asked, as a
-service does at start). After that it stays correct because every change
-to a guest's devices goes through the library (the binder calls
-:meth:`note_guest` when it hands devices out and :meth:`forget_guest` on
-release), and :meth:`watch_domain_events` re-reads a single domain when
-libvirt reports it defined or undefined by someone else.
+service does at start, or when another process changed the claims).
+After that it stays correct because every change to a guest's devices
+goes through the library: the caller reports a guest it defined
+(``VgpuDriver.guest_defined`` re-reads that one domain) and the binder
+forgets a released one, and :meth:`watch_domain_events` re-reads a
+single domain when libvirt reports it defined or undefined by someone
+else.
 """
 
 from __future__ import annotations
@@ -340,7 +342,7 @@ class LibvirtHost:
             if self._guests is not None:
                 self._guests.pop(uuid, None)
 
-    def refresh_guest(self, uuid: str) -> None:
+    def refresh_guest(self, uuid: str) -> Guest | None:
         """Re-read one domain (two calls), or forget it if it is gone."""
         conn = self.connection()
         try:
@@ -351,12 +353,13 @@ class LibvirtHost:
             if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
                 raise
             self.forget_guest(uuid)
-            return
+            return None
         guest = self._read_guest(domain)
         if guest is None:
             self.forget_guest(uuid)
         else:
             self.note_guest(guest)
+        return guest
 
     def watch_domain_events(self) -> int:
         """Keep guests current from libvirt's lifecycle events.

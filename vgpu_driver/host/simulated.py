@@ -16,6 +16,7 @@ itself, for :meth:`reboot`).
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -115,6 +116,8 @@ class SimulatedHost:
         self.operations: Counter[str] = Counter()
         # Fault injection: operation name -> predicate on its argument.
         self.failures: dict[str, Callable[[str], bool]] = {}
+        # Seconds each kernel operation takes (to widen race windows).
+        self.latency = 0.0
 
     @property
     def description(self) -> HostDescription:
@@ -147,7 +150,23 @@ class SimulatedHost:
                 g for g in self._state.guests if g.uuid != uuid
             ]
 
+    def refresh_guest(self, uuid: str) -> Guest | None:
+        """The guest as defined now (guests here are always current)."""
+        with self._lock:
+            spec = next(
+                (g for g in self._state.guests if g.uuid == uuid), None
+            )
+            if spec is None:
+                return None
+            return Guest(
+                spec.uuid, spec.name, tuple(spec.mdevs), tuple(spec.pci)
+            )
+
     # -- the kernel ----------------------------------------------------
+
+    def _wait(self) -> None:
+        if self.latency:
+            time.sleep(self.latency)
 
     def _check_fault(self, operation: str, subject: str) -> None:
         self.operations[operation] += 1
@@ -158,6 +177,7 @@ class SimulatedHost:
             )
 
     def create_mdev(self, parent: Parent, type_id: str, uuid: str) -> Mdev:
+        self._wait()
         with self._lock:
             self._check_fault("create_mdev", parent.name)
             spec = next(
@@ -199,11 +219,13 @@ class SimulatedHost:
             )
 
     def mdev_exists(self, mdev: Mdev) -> bool:
+        self._wait()
         with self._lock:
             self.operations["mdev_exists"] += 1
             return any(m.uuid == mdev.uuid for m in self._state.mdevs)
 
     def start_mdev(self, mdev: Mdev) -> None:
+        self._wait()
         with self._lock:
             self._check_fault("start_mdev", mdev.uuid)
             spec = next(
@@ -226,6 +248,7 @@ class SimulatedHost:
             spec.active = True
 
     def remove_mdev(self, mdev: Mdev) -> None:
+        self._wait()
         with self._lock:
             self._check_fault("remove_mdev", mdev.uuid)
             before = len(self._state.mdevs)
@@ -239,6 +262,7 @@ class SimulatedHost:
             self._persistent.discard(mdev.uuid)
 
     def set_vf_type(self, vf_address: str, type_id: int) -> None:
+        self._wait()
         with self._lock:
             self._check_fault("set_vf_type", vf_address)
             pf = next(

@@ -168,7 +168,7 @@ class StateStore:
                     os.fsync(handle.fileno())
                 os.replace(tmp, path)
                 tmp = None
-            except OSError as exc:
+            except (OSError, TypeError, ValueError) as exc:
                 raise StateStoreError(
                     action="write", path=str(path), reason=str(exc)
                 ) from exc
