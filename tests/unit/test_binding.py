@@ -299,6 +299,7 @@ def test_live_migration_success_ends_the_claim(node):
 
 def test_type_change_with_guests_in_place(node, make_conf, tmp_path):
     n = node()
+    assert FREE_ON_86 in n.mdevs()
     switched = """
         [devices]
         enabled_mdev_types = nvidia-35
@@ -306,7 +307,6 @@ def test_type_change_with_guests_in_place(node, make_conf, tmp_path):
     m = Node(
         make_conf, tmp_path / "state", "m10", config=switched, host=n.host
     )
-    assert FREE_ON_86 in m.mdevs()
     plans = m.update()
     # 86: one nvidia-36 in use (kept, reserved), its free one removed
     assert (
