@@ -33,7 +33,7 @@ from vgpu_driver.host.state import (
 )
 from vgpu_driver.model import naming, trait
 from vgpu_driver.model.binding import BoundDevice
-from vgpu_driver.model.check import unknown_addresses
+from vgpu_driver.model.check import host_problems
 from vgpu_driver.model.config import DeviceConfig
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.inventory import ProviderPlan, plan_providers
@@ -153,7 +153,7 @@ class VgpuDriver:
             if {**kept, **seen} != self._seen_mdevs:
                 self._save_seen({**kept, **seen})
             if not self._warned_addresses:
-                for problem in unknown_addresses(self.config, inventory):
+                for problem in host_problems(self.config, inventory):
                     LOG.warning("Configuration: %s", problem)
                 self._warned_addresses = True
             self.binder.refresh(inventory, self._targets)

@@ -18,7 +18,7 @@ from tests.unit.test_binding import Node
 from tests.unit.test_provider_tree import new_tree
 from vgpu_driver import conf as vconf
 from vgpu_driver.driver import VgpuDriver
-from vgpu_driver.exception import DeviceCapacityExhausted
+from vgpu_driver.exception import ConfigInvalid, DeviceCapacityExhausted
 from vgpu_driver.host.state import StateRecordCorrupt, StateStore
 from vgpu_driver.model.device import Guest
 
@@ -268,5 +268,7 @@ def test_the_driver_records_merge_entries_of_two_drivers(make_conf, tmp_path):
 def test_an_empty_state_path_is_a_clear_error(make_conf, tmp_path):
     conf = make_conf(helpers.load("m10").config)
     conf.set_override("state_path", "", "devices")
-    with pytest.raises(Exception, match="state_path is empty"):
+    with pytest.raises(
+        ConfigInvalid, match=r"\[devices\] state_path = : is empty"
+    ):
         VgpuDriver(conf, helpers.simulated_host("m10"))

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from oslo_config import cfg
 
+from vgpu_driver import exception
 from vgpu_driver.cmd import output
+from vgpu_driver.cmd.context import open_context
 from vgpu_driver.conf import loader
+from vgpu_driver.model.check import host_problems
 from vgpu_driver.model.config import DeviceConfig, Problem
 
 DEFAULT_PARENTS = "default for unlisted parents"
@@ -29,9 +34,22 @@ def _type_rows(config: DeviceConfig) -> list[dict[str, Any]]:
     ]
 
 
-def run(conf: cfg.ConfigOpts) -> int:
+def run(conf: cfg.ConfigOpts, argv: Sequence[str] = ()) -> int:
     fmt = conf.command.format
     config, errors = loader.read_device_config(conf)
+    host_note = None
+    if not errors and (
+        conf.config_file or conf.config_dir or conf.host_description
+    ):
+        found, host_note = _host_problems(conf, argv, config)
+        errors.extend(p for p in found if p.severity == "error")
+        config = dataclasses.replace(
+            config,
+            warnings=(
+                *config.warnings,
+                *(p for p in found if p.severity != "error"),
+            ),
+        )
     if fmt == "json":
         output.dump_json(
             {
@@ -40,11 +58,31 @@ def run(conf: cfg.ConfigOpts) -> int:
                 "types": _type_rows(config),
                 "warnings": [str(w) for w in config.warnings],
                 "errors": [str(e) for e in errors],
+                "host_checks": host_note or "done",
             }
         )
     else:
         _print_table(conf, config, errors)
+        if host_note:
+            print(f"NOTE: {host_note}")
     return 2 if errors else 0
+
+
+def _host_problems(
+    conf: cfg.ConfigOpts, argv: Sequence[str], config: DeviceConfig
+) -> tuple[list[Problem], str | None]:
+    """The configuration checked against the host: problems, and a note
+    when the host could not be read."""
+    try:
+        context = open_context(conf, argv)
+    except exception.VgpuDriverError as exc:
+        return [], f"host checks skipped: {exc}"
+    try:
+        return host_problems(config, context.host.discover()), None
+    except exception.VgpuDriverError as exc:
+        return [], f"host checks skipped: {exc}"
+    finally:
+        context.close()
 
 
 def _print_table(

@@ -23,6 +23,12 @@ LOG = logging.getLogger(__name__)
 
 Handler = Callable[[cfg.ConfigOpts], int]
 _ARGV: list[str] = []
+# Errors in what the user gave (files, options, descriptions): exit 2.
+USER_ERRORS = (
+    exception.ConfigInvalid,
+    exception.HostDescriptionInvalid,
+    exception.PlacementConfigInvalid,
+)
 # Commands that run as services log their decisions at INFO.
 SERVICE_COMMANDS = {"sync", "placement-server", "restore"}
 
@@ -34,7 +40,7 @@ def _format_arg(parser: argparse.ArgumentParser) -> None:
 def _check_config(conf: cfg.ConfigOpts) -> int:
     from vgpu_driver.cmd import check_config
 
-    return check_config.run(conf)
+    return check_config.run(conf, _ARGV)
 
 
 def _demo(context: Context) -> int:
@@ -188,6 +194,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (cfg.ConfigFilesNotFoundError, cfg.ConfigFileParseError) as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
+    except UnicodeDecodeError as exc:
+        print(
+            "ERROR: a configuration file is not text (UTF-8): "
+            f"{exc.reason} at byte {exc.start}; check --config-file and "
+            "--config-dir",
+            file=sys.stderr,
+        )
+        return 2
     logging.setup(conf, "vgpu-driver")
     if conf.command.name not in SERVICE_COMMANDS and not conf.debug:
         # An interactive command prints its result; INFO lines about each
@@ -196,8 +210,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _help, handler, _args = COMMANDS[conf.command.name]
     try:
         return handler(conf)
-    except exception.ConfigInvalid as exc:
+    except USER_ERRORS as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
+        return 2
+    except cfg.Error as exc:
+        print(f"ERROR: configuration: {exc}", file=sys.stderr)
         return 2
     except exception.VgpuDriverError as exc:
         LOG.debug("Command failed", exc_info=True)

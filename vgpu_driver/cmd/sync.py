@@ -4,6 +4,7 @@ periodically)."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from oslo_log import log as logging
 
@@ -14,6 +15,8 @@ from vgpu_driver.placement.client import client_from_conf
 from vgpu_driver.placement.sync import PlacementSync, SyncReport
 
 LOG = logging.getLogger(__name__)
+# a periodic sync that fails waits longer each time, up to this
+MAX_BACKOFF = 600.0
 
 
 def describe(report: SyncReport) -> str:
@@ -30,23 +33,41 @@ def describe(report: SyncReport) -> str:
     return ", ".join(parts) + f"; {report.requests} request(s)"
 
 
-def run(context: Context) -> int:
+def run(context: Context, sleep: Callable[[float], None] = time.sleep) -> int:
+    """Sync once (exit 1 on failure) or, with ``--periodic``, for ever:
+    a failed pass is logged once, and the next one waits twice as long
+    (up to MAX_BACKOFF) until a pass works again."""
     conf = context.conf
-    driver = VgpuDriver(conf, context.host)
-    syncer = PlacementSync(
-        client_from_conf(conf),
-        conf.host,
-        refresh_interval=conf.placement.refresh_interval,
-    )
     period = conf.command.periodic
+    driver: VgpuDriver | None = None
+    syncer: PlacementSync | None = None
+    wait = float(period)
     while True:
         try:
+            if driver is None:
+                driver = VgpuDriver(conf, context.host)
+            if syncer is None:
+                syncer = PlacementSync(
+                    client_from_conf(conf),
+                    conf.host,
+                    refresh_interval=conf.placement.refresh_interval,
+                )
             report = sync_placement(driver, syncer)
-            print(f"Synced {conf.host}: {describe(report)}", flush=True)
-        except exception.PlacementError as exc:
+        except exception.ConfigInvalid:
+            raise
+        except exception.VgpuDriverError as exc:
             if not period:
                 raise
-            LOG.error("Sync failed, trying again in %ss: %s", period, exc)
+            wait = min(max(wait * 2, float(period)), MAX_BACKOFF)
+            LOG.error(
+                "Sync of %s failed; next try in %.0fs: %s",
+                conf.host,
+                wait,
+                exc,
+            )
+        else:
+            print(f"Synced {conf.host}: {describe(report)}", flush=True)
+            wait = float(period)
         if not period:
             return 0
-        time.sleep(period)
+        sleep(wait)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import glob
+import os
+
 from oslo_config import cfg
 from oslo_log import log as logging
 
@@ -24,7 +29,10 @@ def _read(
     try:
         return conf[group][option]
     except (cfg.ConfigFileValueError, ValueError) as exc:
-        errors[option] = f"cannot be read: {exc}"
+        reason = str(exc)
+        if "is not valid:" in reason:  # oslo names the file and option
+            reason = reason.split("is not valid:", 1)[1].strip()
+        errors[option] = f"cannot be read: {reason}"
         return None
 
 
@@ -89,6 +97,23 @@ def read_device_config(
         and s not in known
     )
     config, problems = build_device_config(enabled, raw_types, stray)
+    problems.extend(_unreadable_scalars(conf))
+    state_path = _read(conf, "devices", "state_path", {})
+    if isinstance(state_path, str) and not state_path.strip():
+        problems.append(
+            Problem(
+                "devices",
+                "state_path",
+                "",
+                "is empty: set the directory where the library keeps its "
+                "device claims (default /var/lib/vgpu-driver)",
+            )
+        )
+    unknown = _unknown_options(conf, enabled)
+    if unknown:
+        config = dataclasses.replace(
+            config, warnings=(*config.warnings, *unknown)
+        )
     owner = conf.devices.owner_trait
     if not naming.is_valid_trait(owner):
         problems.append(
@@ -101,6 +126,76 @@ def read_device_config(
             )
         )
     return config, problems
+
+
+# Groups whose scalar options are read by the library; a value oslo
+# cannot convert would otherwise surface as a traceback later.
+SCALAR_GROUPS = ("devices", "libvirt", "placement")
+
+
+def _unreadable_scalars(conf: cfg.ConfigOpts) -> list[Problem]:
+    problems: list[Problem] = []
+    for group in SCALAR_GROUPS:
+        if group not in conf:
+            continue
+        for option in conf[group]:
+            errors: dict[str, str] = {}
+            _read(conf, group, option, errors)
+            problems.extend(
+                Problem(group, name, None, reason + "; fix the value")
+                for name, reason in errors.items()
+            )
+    return problems
+
+
+def _config_files(conf: cfg.ConfigOpts) -> list[str]:
+    files = list(conf.config_file or [])
+    for directory in conf.config_dir or []:
+        files.extend(sorted(glob.glob(os.path.join(directory, "*.conf"))))
+    return files
+
+
+def _unknown_options(
+    conf: cfg.ConfigOpts, enabled: list[str]
+) -> list[Problem]:
+    """Option names in ``[devices]`` and ``[mdev_*]``/``[vgpu_*]`` groups
+    that nothing reads (a typo such as ``device_adresses`` would
+    otherwise be silently ignored)."""
+    type_options = set(devices.type_opts_help)
+    device_options = set(conf.devices)
+    found: list[Problem] = []
+    for path in _config_files(conf):
+        sections: dict[str, dict[str, list[str]]] = {}
+        try:
+            cfg.ConfigParser(path, sections).parse()
+        except (OSError, cfg.ParseError, UnicodeDecodeError):
+            continue  # oslo.config itself reports unreadable files
+        for section, options in sections.items():
+            if section == "devices":
+                known = device_options
+            elif section.startswith(
+                (devices.MDEV_GROUP_PREFIX, devices.LEGACY_GROUP_PREFIX)
+            ):
+                known = type_options
+            else:
+                continue
+            for option in sorted(set(options) - known):
+                close = difflib.get_close_matches(option, sorted(known), 1)
+                hint = (
+                    f"did you mean {close[0]}?"
+                    if close
+                    else ("known options: " + ", ".join(sorted(known)))
+                )
+                found.append(
+                    Problem(
+                        section,
+                        option,
+                        None,
+                        f"unknown option in {path}, ignored; {hint}",
+                        "warning",
+                    )
+                )
+    return found
 
 
 def _as_list(value: object) -> list[str]:

@@ -50,6 +50,7 @@ import copy
 import dataclasses
 import json
 import os
+import uuid as uuidlib
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -253,7 +254,10 @@ def parse(text: str, source: str) -> HostDescription:
         return _build(raw, source)
     except HostDescriptionInvalid:
         raise
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except KeyError as exc:
+        reason = f"a required field is missing: {exc}"
+        raise HostDescriptionInvalid(source=source, reason=reason) from exc
+    except (ValueError, TypeError, AttributeError) as exc:
         reason = f"{type(exc).__name__}: {exc}"
         raise HostDescriptionInvalid(source=source, reason=reason) from exc
 
@@ -261,6 +265,10 @@ def parse(text: str, source: str) -> HostDescription:
 def _build(raw: dict[str, Any], source: str) -> HostDescription:
     def bad(reason: str) -> HostDescriptionInvalid:
         return HostDescriptionInvalid(source=source, reason=reason)
+
+    if not isinstance(raw, dict):
+        raise bad("the top level must be a JSON object")
+    _check_names(raw, bad)
 
     parents: list[ParentSpec] = []
     for index, p in enumerate(raw.get("parents", [])):
@@ -371,6 +379,68 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
     )
     _check_over_capacity(description, bad)
     return description
+
+
+# Bounds that keep a description to what a host can have (and keep a
+# rendering small): NVIDIA cards expose at most 32 VFs per GPU, SR-IOV
+# itself allows more, so the bound is generous.
+MAX_VFS = 256
+MAX_CAPACITY = 65535  # vfio_ap reports this many
+
+
+def _check_names(raw: dict[str, Any], bad: Any) -> None:
+    """Names become file names in the rendered sysfs tree and XML: they
+    must be plain names, and counts must be of a real host's size."""
+
+    def plain(where: str, value: Any) -> None:
+        if not isinstance(value, str) or not naming.is_device_name(value):
+            raise bad(
+                f"{where} {value!r} must be a plain name (letters, digits, "
+                "'_', '.', '-'; no '/' and not starting with '.')"
+            )
+
+    def count(where: str, value: Any, low: int, high: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad(f"{where} {value!r} must be a whole number")
+        if not low <= value <= high:
+            raise bad(f"{where} {value} must be between {low} and {high}")
+
+    def uuid(where: str, value: Any) -> None:
+        try:
+            uuidlib.UUID(str(value))
+        except ValueError:
+            raise bad(f"{where} {value!r} is not a UUID") from None
+
+    for i, p in enumerate(raw.get("parents", [])):
+        if p.get("kind", "pci") != "pci":
+            plain(f"parents[{i}].name", p["name"])
+        for j, t in enumerate(p["types"]):
+            plain(f"parents[{i}].types[{j}].id", t["id"])
+            count(
+                f"parents[{i}].types[{j}].capacity",
+                t["capacity"],
+                0,
+                MAX_CAPACITY,
+            )
+    for i, m in enumerate(raw.get("mdevs", [])):
+        uuid(f"mdevs[{i}].uuid", m["uuid"])
+    for i, g in enumerate(raw.get("guests", [])):
+        uuid(f"guests[{i}].uuid", g["uuid"])
+        for j, u in enumerate(g.get("mdevs", [])):
+            uuid(f"guests[{i}].mdevs[{j}]", u)
+    for i, sriov in enumerate(raw.get("sriov", [])):
+        count(f"sriov[{i}].vf_count", sriov["vf_count"], 1, MAX_VFS)
+        if naming.normalize_pci_address(str(sriov["address"])) is None:
+            raise bad(
+                f"sriov[{i}].address {sriov['address']!r} is not a PCI address"
+            )
+        for j, t in enumerate(sriov["types"]):
+            count(
+                f"sriov[{i}].types[{j}].capacity",
+                t["capacity"],
+                0,
+                MAX_CAPACITY,
+            )
 
 
 def _check_over_capacity(description: HostDescription, bad: Any) -> None:

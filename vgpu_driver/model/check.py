@@ -27,3 +27,47 @@ def unknown_addresses(
                     )
                 )
     return problems
+
+
+def host_problems(
+    config: DeviceConfig, inventory: HostInventory
+) -> list[Problem]:
+    """Everything in the configuration the host contradicts: unknown
+    addresses, types no device offers, types mapped to a parent that does
+    not offer them."""
+    problems = unknown_addresses(config, inventory)
+    offered: dict[str, tuple[str, ...]] = {}
+    for parent in inventory.parents:
+        for key in parent.keys:
+            offered[key] = parent.type_ids
+    for pf in inventory.pfs:
+        types = tuple(t.type_id for t in pf.known_types())
+        for key in pf.keys:
+            offered[key] = types
+    everywhere = sorted({t for types in offered.values() for t in types})
+    for type_cfg in config.types:
+        if type_cfg.type_id not in everywhere:
+            problems.append(
+                Problem(
+                    "devices",
+                    "enabled_mdev_types",
+                    type_cfg.type_id,
+                    "no device on this host offers this type; the host "
+                    "offers " + (", ".join(everywhere) or "no mdev type"),
+                    "warning",
+                )
+            )
+            continue
+        for address in type_cfg.addresses:
+            here = offered.get(address)
+            if here is not None and type_cfg.type_id not in here:
+                problems.append(
+                    Problem(
+                        type_cfg.group,
+                        "device_addresses",
+                        address,
+                        f"this device does not offer {type_cfg.type_id}; "
+                        "it offers " + (", ".join(here) or "nothing"),
+                    )
+                )
+    return problems

@@ -128,11 +128,10 @@ def build_device_config(
             ok = False
 
         addresses: list[str] = []
+        spelled: dict[str, str] = {}
         for value in raw.device_addresses:
             value = value.strip()
-            address = naming.normalize_pci_address(value)
-            if address is None and naming.is_device_name(value):
-                address = value
+            address = naming.canonical_device(value)
             if address is None:
                 errors.append(
                     Problem(
@@ -158,8 +157,20 @@ def build_device_config(
                 )
                 ok = False
                 continue
+            if address in spelled:
+                warnings.append(
+                    Problem(
+                        section,
+                        "device_addresses",
+                        value,
+                        f"names parent {address} again (also written "
+                        f"{spelled[address]!r}); list each parent once",
+                        "warning",
+                    )
+                )
             if address not in addresses:
                 owner_of[address] = type_id
+                spelled[address] = value
                 addresses.append(address)
 
         resource_class = naming.resource_class_for(raw.mdev_class)

@@ -30,6 +30,28 @@ def normalize_pci_address(value: str) -> str | None:
     return value.strip().lower()
 
 
+LIBVIRT_PCI_NAME_RE = re.compile(
+    r"^pci_(?P<domain>[0-9a-fA-F]{4})_(?P<bus>[0-9a-fA-F]{2})_"
+    r"(?P<slot>[0-9a-fA-F]{2})_(?P<function>[0-7])$"
+)
+
+
+def canonical_device(value: str) -> str | None:
+    """How ``device_addresses`` names a parent, one way only: a PCI
+    address in lower case (also for libvirt's ``pci_0000_84_00_0``), or
+    a non-PCI parent's name; None if it is neither."""
+    value = value.strip()
+    address = normalize_pci_address(value)
+    if address is not None:
+        return address
+    match = LIBVIRT_PCI_NAME_RE.match(value)
+    if match:
+        return "{domain}:{bus}:{slot}.{function}".format(
+            **match.groupdict()
+        ).lower()
+    return value if is_device_name(value) else None
+
+
 def is_device_name(value: str) -> bool:
     """A non-PCI parent's name, such as ``mtty`` or ``css_0_0_0023``."""
     return ":" not in value and bool(DEVICE_NAME_RE.match(value))

@@ -16,10 +16,15 @@ from typing import Any
 
 from keystoneauth1 import exceptions as ks_exc
 from keystoneauth1 import loading as ks_loading
+from openstack.exceptions import SDKException
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from vgpu_driver.exception import PlacementError, PlacementUnavailable
+from vgpu_driver.exception import (
+    PlacementConfigInvalid,
+    PlacementError,
+    PlacementUnavailable,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -111,10 +116,27 @@ class PlacementClient:
                 )
             except (ks_exc.ConnectionError, ks_exc.RequestTimeout) as exc:
                 reason = f"{type(exc).__name__}: {exc}"
+            except ks_exc.DiscoveryFailure as exc:
+                # no endpoint could be found or reached: as unreachable
+                reason = f"{type(exc).__name__}: {exc}"
+            except (ks_exc.ClientException, SDKException) as exc:
+                # a misconfigured [placement]: retrying will not help
+                raise PlacementConfigInvalid(
+                    reason=f"{type(exc).__name__}: {exc}"
+                ) from exc
             else:
                 response = Response(raw.status_code, _json(raw))
                 if response.status in ok or response.status in allow:
                     return response
+                if response.status == 400 and _names_unknown(response):
+                    # Placement lost a class or trait we created (it was
+                    # restarted on an empty database): create them again
+                    self.forget_known()
+                    raise PlacementNameUnknown(
+                        method=method,
+                        url=path,
+                        reason=f"400 {response.detail}",
+                    )
                 if response.status < 500:
                     raise PlacementError(
                         method=method,
@@ -140,6 +162,12 @@ class PlacementClient:
             reason=reason,
         )
 
+    def forget_known(self) -> None:
+        """Forget which custom classes and traits Placement has (after a
+        re-read: it may have been restarted on an empty database)."""
+        self._known_classes.clear()
+        self._known_traits.clear()
+
     # -- calls the SDK has no helper for -------------------------------
 
     def ensure_resource_class(self, name: str) -> None:
@@ -155,6 +183,20 @@ class PlacementClient:
             self._known_traits.add(name)
 
 
+class PlacementNameUnknown(PlacementError):
+    """Placement does not know a resource class or trait we sent."""
+
+    code = "vgpu_driver.placement.name_unknown"
+
+
+def _names_unknown(response: Response) -> bool:
+    detail = response.detail.lower()
+    return "no such trait" in detail or (
+        "resource class" in detail
+        and ("unknown" in detail or "no such" in detail)
+    )
+
+
 def _json(raw: Any) -> Any:
     try:
         return raw.json()
@@ -167,13 +209,26 @@ def client_from_conf(conf: cfg.ConfigOpts) -> PlacementClient:
     import openstack.connection
 
     group = "placement"
-    auth = ks_loading.load_auth_from_conf_options(conf, group)
-    session = ks_loading.load_session_from_conf_options(conf, group, auth=auth)
-    connection = openstack.connection.Connection(
-        session=session, oslo_conf=conf
-    )
+    try:
+        auth = ks_loading.load_auth_from_conf_options(conf, group)
+        session = ks_loading.load_session_from_conf_options(
+            conf, group, auth=auth
+        )
+        connection = openstack.connection.Connection(
+            session=session, oslo_conf=conf
+        )
+        adapter = connection.placement
+        max_attempts = conf.placement.max_attempts
+        retry_delay = conf.placement.retry_delay
+    except (
+        ks_exc.ClientException,
+        SDKException,
+        cfg.Error,
+        ValueError,
+    ) as exc:
+        raise PlacementConfigInvalid(
+            reason=f"{type(exc).__name__}: {exc}"
+        ) from exc
     return PlacementClient(
-        connection.placement,
-        max_attempts=conf.placement.max_attempts,
-        retry_delay=conf.placement.retry_delay,
+        adapter, max_attempts=max_attempts, retry_delay=retry_delay
     )

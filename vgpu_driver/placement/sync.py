@@ -39,6 +39,7 @@ from vgpu_driver.placement.client import (
     CONCURRENT_UPDATE,
     IN_USE,
     PlacementClient,
+    PlacementNameUnknown,
 )
 
 LOG = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ class PlacementSync:
 
     def refresh(self) -> None:
         """Re-read the node's whole tree from Placement."""
+        self.client.forget_known()
         found = self.client.request(
             "GET", f"/resource_providers?name={self.nodename}"
         ).body["resource_providers"]
@@ -384,8 +386,15 @@ class PlacementSync:
         re-read the provider and send again (``send`` recomputes from the
         fresh state), a bounded number of times."""
         remote = self._cache[uuid]
+        renamed = False
         for _attempt in range(self.client.max_attempts):
-            response = send(remote)
+            try:
+                response = send(remote)
+            except PlacementNameUnknown:
+                if renamed:
+                    raise
+                renamed = True  # the client forgot its names: send again
+                continue
             if response is None:
                 return
             if response.status != 409:
@@ -497,10 +506,28 @@ class PlacementSync:
             report.kept_in_use.append(remote.name)
             if response.error_code not in (IN_USE, None):
                 LOG.debug("Unexpected delete conflict: %s", response.detail)
+            self._reserve_all(remote, report)
             return
         self._cache.pop(remote.uuid, None)
         report.removed.append(remote.name)
         LOG.info("Removed resource provider %s", remote.name)
+
+    def _reserve_all(self, remote: Remote, report: SyncReport) -> None:
+        """A provider kept only for its allocations takes nothing new:
+        reserved = total for every class."""
+        reserved = {
+            rc: {**_full_record(rec), "reserved": int(rec["total"])}
+            for rc, rec in remote.inventory.items()
+        }
+        if reserved != {
+            rc: _full_record(r) for rc, r in remote.inventory.items()
+        }:
+            LOG.warning(
+                "Provider %s is reserved: its device is gone or serves no "
+                "type, but allocations remain on it",
+                remote.name,
+            )
+            self._set_inventory(remote.uuid, remote.name, reserved, report)
 
 
 def _note(names: list[str], name: str) -> None:
