@@ -4,7 +4,6 @@ periodically)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from oslo_log import log as logging
 
@@ -33,7 +32,12 @@ def describe(report: SyncReport) -> str:
     return ", ".join(parts) + f"; {report.requests} request(s)"
 
 
-def run(context: Context, sleep: Callable[[float], None] = time.sleep) -> int:
+def _sleep(seconds: float) -> None:
+    """Wait between periodic passes (a seam for tests)."""
+    time.sleep(seconds)
+
+
+def run(context: Context) -> int:
     """Sync once (exit 1 on failure) or, with ``--periodic``, for ever:
     a failed pass is logged once, and the next one waits twice as long
     (up to MAX_BACKOFF) until a pass works again."""
@@ -70,4 +74,4 @@ def run(context: Context, sleep: Callable[[float], None] = time.sleep) -> int:
             wait = float(period)
         if not period:
             return 0
-        sleep(wait)
+        _sleep(wait)

@@ -221,6 +221,18 @@ def client_from_conf(conf: cfg.ConfigOpts) -> PlacementClient:
         max_attempts = conf.placement.max_attempts
         retry_delay = conf.placement.retry_delay
     except (
+        ks_exc.DiscoveryFailure,
+        ks_exc.ConnectionError,
+        ks_exc.RequestTimeout,
+    ) as exc:
+        # the endpoint is found by asking Placement: it is down or wrong
+        raise PlacementUnavailable(
+            method="GET",
+            url=conf.placement.endpoint_override or "[placement] endpoint",
+            attempts=1,
+            reason=f"{type(exc).__name__}: {exc}",
+        ) from exc
+    except (
         ks_exc.ClientException,
         SDKException,
         cfg.Error,

@@ -1,0 +1,177 @@
+"""Placement that restarts empty, is misconfigured or unreachable, and
+providers whose device vanishes under an allocation."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.functional.fault_proxy import FaultProxy
+from tests.functional.test_placement_sync import Node, placement_view
+from vgpu_driver.cmd import main as cli
+from vgpu_driver.exception import PlacementConfigInvalid
+from vgpu_driver.placement.client import client_from_conf
+from vgpu_driver.placement.server import EmbeddedPlacement
+
+pytestmark = pytest.mark.functional
+
+
+def test_placement_restarted_empty_is_filled_again(
+    placement_url, tmp_path, make_client
+):
+    """The client must not trust its cache of custom classes and traits
+    once Placement lost them."""
+    with FaultProxy(placement_url) as proxy:
+        node = Node(proxy.url, tmp_path)
+        node.sync()
+        assert "CUSTOM_MLX5" in str(
+            placement_view(make_client(), node.nodename)
+        )
+        with EmbeddedPlacement(tmp_path / "empty") as fresh:
+            proxy.target = urlsplit(fresh.url)
+            # a sync where nothing changed sends nothing; the restart is
+            # noticed at the next re-read ([placement] refresh_interval)
+            node.syncer.refresh_interval = 0
+            report = node.sync()
+            assert node.nodename in report.created
+            node.syncer.refresh_interval = 3600
+            view = placement_view(make_client(fresh.url), node.nodename)
+            assert view["pci_0000_3b_00_0"][0]["CUSTOM_MLX5"][0] > 0
+            assert "CUSTOM_GOLD" in view["pci_0000_84_00_0"][1]
+            assert node.sync().requests == 0  # and it is steady again
+
+
+def test_a_vanished_device_with_an_allocation_is_reserved(
+    placement_url, tmp_path, client
+):
+    node = Node(placement_url, tmp_path)
+    node.sync()
+    rp = placement_view(client, node.nodename)["pci_0000_85_00_0"][2]
+    consumer = str(uuid.uuid4())
+    client.request(
+        "PUT",
+        f"/allocations/{consumer}",
+        body={
+            "allocations": {rp: {"resources": {"VGPU": 1}}},
+            "project_id": str(uuid.uuid4()),
+            "user_id": str(uuid.uuid4()),
+            "consumer_generation": None,
+        },
+        ok=(204,),
+    )
+    node.host.unplug("pci_0000_85_00_0")
+    report = node.sync()
+    assert report.kept_in_use == [f"{node.nodename}_pci_0000_85_00_0"]
+    [(total, reserved)] = placement_view(client, node.nodename)[
+        "pci_0000_85_00_0"
+    ][0].values()
+    assert total == reserved >= 1
+
+
+def test_a_claimed_device_on_a_vanished_parent_keeps_its_provider(
+    placement_url, tmp_path, client
+):
+    node = Node(placement_url, tmp_path)
+    node.sync()
+    rp = placement_view(client, node.nodename)["pci_0000_87_00_0"][2]
+    node.driver.allocate_mdevs("i1", {rp: {"resources": {"VGPU": 1}}})
+    node.host.unplug("pci_0000_87_00_0")
+    node.sync()
+    [(total, reserved)] = placement_view(client, node.nodename)[
+        "pci_0000_87_00_0"
+    ][0].values()
+    assert (total, reserved) == (1, 1)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _sync_cli(tmp_path, capsys, placement_section, *extra):
+    conf = tmp_path / "nova.conf"
+    conf.write_text(
+        "[devices]\nenabled_mdev_types = nvidia-35\n"
+        f"state_path = {tmp_path / 'state'}\n" + placement_section
+    )
+    code = cli.main(
+        [
+            "--config-file",
+            str(conf),
+            "--host-description",
+            "m10",
+            "sync",
+            *extra,
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def test_sync_without_placement_auth_is_one_clear_error(tmp_path, capsys):
+    code, out, err = _sync_cli(
+        tmp_path,
+        capsys,
+        "[placement]\nendpoint_override = http://127.0.0.1:1\n",
+    )
+    assert code == 2 and "[placement]" in err and "Synced" not in out
+
+
+def test_sync_with_a_bad_auth_type_is_one_clear_error(tmp_path, capsys):
+    code, _, err = _sync_cli(
+        tmp_path, capsys, "[placement]\nauth_type = no-such-plugin\n"
+    )
+    assert code == 2 and "no-such-plugin" in err
+
+
+def test_sync_to_a_closed_port_fails_cleanly(tmp_path, capsys):
+    url = f"http://127.0.0.1:{_closed_port()}"
+    code, out, err = _sync_cli(
+        tmp_path,
+        capsys,
+        "[placement]\nauth_type = admin_token\ntoken = admin\n"
+        f"endpoint = {url}\nendpoint_override = {url}\n"
+        "max_attempts = 2\nretry_delay = 0.01\n",
+    )
+    assert code == 1 and "did not answer" in err and "Synced" not in out
+
+
+def test_periodic_sync_backs_off_and_never_claims_success(
+    tmp_path, capsys, monkeypatch
+):
+    url = f"http://127.0.0.1:{_closed_port()}"
+    waits = []
+
+    def sleep(seconds):
+        waits.append(seconds)
+        if len(waits) == 4:
+            raise KeyboardInterrupt
+
+    from vgpu_driver.cmd import sync as sync_command
+
+    monkeypatch.setattr(sync_command, "_sleep", sleep)
+    code, out, _ = _sync_cli(
+        tmp_path,
+        capsys,
+        "[placement]\nauth_type = admin_token\ntoken = admin\n"
+        f"endpoint = {url}\nendpoint_override = {url}\n"
+        "max_attempts = 1\nretry_delay = 0.01\n",
+        "--periodic",
+        "5",
+    )
+    assert code == 130 and "Synced" not in out
+    assert waits == [10, 20, 40, 80]
+
+
+def test_a_client_from_a_section_without_auth_is_refused_early(tmp_path):
+    from tests.functional.conftest import placement_conf
+
+    conf = placement_conf("http://127.0.0.1:1", tmp_path)
+    conf.set_override("auth_type", "no-such-plugin", "placement")
+    with pytest.raises(PlacementConfigInvalid, match="no-such-plugin"):
+        client_from_conf(conf)
