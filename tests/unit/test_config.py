@@ -285,3 +285,22 @@ def test_missing_config_file_is_a_clear_error(capsys):
 def test_debug_flag_is_accepted(write_conf, capsys):
     path = write_conf("[devices]\nenabled_mdev_types = a\n")
     assert cli.main(["--debug", "--config-file", path, "check-config"]) == 0
+
+
+def test_two_configopts_do_not_share_overrides():
+    """oslo.config keeps overrides on the group object: each ConfigOpts
+    (a caller's, ours) must get its own."""
+    from oslo_config import cfg
+
+    from vgpu_driver import conf as vconf
+
+    first, second = cfg.ConfigOpts(), cfg.ConfigOpts()
+    for conf in (first, second):
+        vconf.register_opts(conf)
+        conf([], default_config_files=[])
+    first.set_override("auth_type", "password", "placement")
+    first.set_override("state_path", "/elsewhere", "devices")
+    first.set_override("sysfs_root", "/fake", "libvirt")
+    assert second.placement.auth_type is None
+    assert second.devices.state_path == "/var/lib/vgpu-driver"
+    assert second.libvirt.sysfs_root == "/sys"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
+from vgpu_driver.conf import group
+
 devices_group = cfg.OptGroup(
     "devices",
     title="Mediated devices and virtual GPUs",
@@ -152,16 +154,16 @@ def make_type_opts(type_id: str) -> list[cfg.Opt]:
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(devices_group)
-    conf.register_opts(devices_opts, group=devices_group)
+    conf.register_group(group.fresh(devices_group))
+    conf.register_opts(devices_opts, group=devices_group.name)
 
 
 def register_type_opts(conf: cfg.ConfigOpts, type_ids: list[str]) -> None:
     """Register ``[mdev_<type>]`` for each type (idempotent)."""
     for type_id in type_ids:
-        group = cfg.OptGroup(type_group_name(type_id))
-        conf.register_group(group)
-        conf.register_opts(make_type_opts(type_id), group=group)
+        type_group = cfg.OptGroup(type_group_name(type_id))
+        conf.register_group(type_group)
+        conf.register_opts(make_type_opts(type_id), group=type_group)
 
 
 def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:

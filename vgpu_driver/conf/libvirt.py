@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from oslo_config import cfg
 
+from vgpu_driver.conf import group
+
 libvirt_group = cfg.OptGroup("libvirt", title="libvirt connection")
 
 libvirt_opts = [
@@ -29,8 +31,8 @@ create mediated devices where libvirt cannot. Change it only for tests.
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(libvirt_group)
-    conf.register_opts(libvirt_opts, group=libvirt_group)
+    conf.register_group(group.fresh(libvirt_group))
+    conf.register_opts(libvirt_opts, group=libvirt_group.name)
 
 
 def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.StrOpt]]]:

@@ -13,6 +13,8 @@ from typing import Any
 from keystoneauth1 import loading as ks_loading
 from oslo_config import cfg
 
+from vgpu_driver.conf import group
+
 placement_group = cfg.OptGroup(
     "placement",
     title="Placement service",
@@ -51,7 +53,7 @@ gives up with an error (the next sync carries on).
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_group(placement_group)
+    conf.register_group(group.fresh(placement_group))
     ks_loading.register_session_conf_options(conf, placement_group.name)
     ks_loading.register_auth_conf_options(conf, placement_group.name)
     ks_loading.register_adapter_conf_options(
@@ -61,7 +63,7 @@ def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.set_default(
         "valid_interfaces", ["internal", "public"], group=placement_group.name
     )
-    conf.register_opts(sync_opts, group=placement_group)
+    conf.register_opts(sync_opts, group=placement_group.name)
 
 
 def list_opts() -> list[tuple[Any, list[Any]]]:
