@@ -175,3 +175,41 @@ def test_a_client_from_a_section_without_auth_is_refused_early(tmp_path):
     conf.set_override("auth_type", "no-such-plugin", "placement")
     with pytest.raises(PlacementConfigInvalid, match="no-such-plugin"):
         client_from_conf(conf)
+
+
+def test_first_sync_costs_what_its_tree_needs_and_never_conflicts(
+    placement_url, tmp_path, client
+):
+    """1 lookup + 1 root + per device provider: create, inventory,
+    traits; plus one PUT per custom class and custom trait. A write never
+    conflicts with our own earlier write (the cached generation follows
+    each answer)."""
+    node = Node(placement_url, tmp_path)
+    report = node.sync()
+    view = placement_view(client, node.nodename)
+    children = [v for v in view.values() if v[3] is not None]
+    classes = {rc for v in children for rc in v[0] if rc.startswith("CUSTOM_")}
+    traits = {t for v in children for t in v[1] if t.startswith("CUSTOM_")}
+    assert report.requests == 2 + 3 * len(children) + len(classes) + len(
+        traits
+    )
+    assert node.syncer.client.statuses[409] == 0
+    assert set(node.syncer.client.statuses) <= {200, 201, 204}
+
+
+def test_retries_back_off_exponentially(placement_url, tmp_path):
+    from tests.functional.conftest import placement_conf
+    from vgpu_driver.exception import PlacementUnavailable
+
+    waits = []
+    with FaultProxy(placement_url) as proxy:
+        client = client_from_conf(placement_conf(proxy.url, tmp_path))
+        client.sleep = waits.append
+        client.max_attempts, client.retry_delay = 4, 0.5
+        proxy.fail_next = 3
+        assert client.request("GET", "/resource_providers").status == 200
+        assert waits == [0.5, 1.0, 2.0]
+        proxy.fail_next = 10
+        with pytest.raises(PlacementUnavailable, match="4 attempts"):
+            client.request("GET", "/resource_providers")
+        assert waits[3:] == [0.5, 1.0, 2.0]

@@ -74,6 +74,7 @@ class PlacementClient:
         self.retry_delay = retry_delay
         self.sleep = sleep
         self.requests: Counter[str] = Counter()
+        self.statuses: Counter[int] = Counter()  # answers by status
         self._known_classes: set[str] = set()
         self._known_traits: set[str] = set()
 
@@ -126,6 +127,7 @@ class PlacementClient:
                 ) from exc
             else:
                 response = Response(raw.status_code, _json(raw))
+                self.statuses[response.status] += 1
                 if response.status in ok or response.status in allow:
                     return response
                 if response.status == 400 and _names_unknown(response):

@@ -1,0 +1,270 @@
+"""One LibvirtHost followed through changes of the host.
+
+libvirt's test driver serves the node devices, but it cannot create,
+define, start or undefine mdevs, and refuses the INACTIVE listing flag.
+:class:`RecordingConnection` wraps the real connection: every call is
+recorded, and only those operations are modelled, the way libvirt >= 7.3
+answers them on a real host (a created mdev is listed; a defined-only one
+is listed with the INACTIVE flag; a removed one is looked up in vain).
+"""
+
+from __future__ import annotations
+
+import libvirt
+
+from tests import helpers
+from tests.unit.test_binding import Node
+from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.host.libvirt_host import LibvirtHost
+
+INACTIVE = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_INACTIVE
+
+
+def _no_device(name: str) -> libvirt.libvirtError:
+    error = libvirt.libvirtError(f"Node device not found: {name}")
+    error.err = (
+        libvirt.VIR_ERR_NO_NODE_DEVICE,
+        0,
+        str(error),
+        2,
+        "",
+        "",
+        "",
+        0,
+        0,
+    )
+    return error
+
+
+class ModelledMdev:
+    """An mdev libvirt >= 7.3 made (the test driver cannot)."""
+
+    def __init__(self, conn, name, xml, persistent):
+        self.conn, self._name, self.xml = conn, name, xml
+        self.persistent, self.autostarted = persistent, False
+
+    def name(self):
+        return self._name
+
+    def XMLDesc(self, flags=0):
+        self.conn.record("XMLDesc", self._name)
+        return self.xml
+
+    def isPersistent(self):
+        return int(self.persistent)
+
+    def autostart(self):
+        return int(self.autostarted)
+
+    def setAutostart(self, flag):
+        self.conn.record("setAutostart", self._name)
+        self.autostarted = bool(flag)
+
+    def create(self, flags=0):
+        self.conn.record("create", self._name)
+        self.conn.inactive.discard(self._name)
+
+    def destroy(self):
+        self.conn.record("destroy", self._name)
+        if self.persistent:
+            self.conn.inactive.add(self._name)
+        else:
+            self.conn.gone.add(self._name)
+
+    def undefine(self, flags=0):
+        self.conn.record("undefine", self._name)
+        self.persistent = False
+        if self._name in self.conn.inactive:
+            self.conn.gone.add(self._name)
+
+
+class ExistingMdev(ModelledMdev):
+    """A test-driver mdev, with the flags the test driver cannot answer."""
+
+    def __init__(self, conn, device, persistent):
+        super().__init__(conn, device.name(), device.XMLDesc(0), persistent)
+
+
+class RecordingConnection:
+    def __init__(self, uri: str, persistent: bool = True):
+        self.real = libvirt.open(uri)
+        self.log: list[tuple[str, str]] = []
+        self.gone: set[str] = set()  # vanished from the host
+        self.inactive: set[str] = set()  # defined, not started
+        self.made: dict[str, ModelledMdev] = {}
+        self.persistent = persistent
+
+    def record(self, call, subject=""):
+        self.log.append((call, subject))
+
+    def calls(self, name):
+        return [s for c, s in self.log if c == name]
+
+    def getLibVersion(self):
+        return 9_000_000
+
+    def _device(self, device):
+        name = device.name()
+        if name not in self.made and name.startswith("mdev_"):
+            self.made[name] = ExistingMdev(self, device, self.persistent)
+        return self.made.get(name, device)
+
+    def listAllDevices(self, flags):
+        self.record("listAllDevices", str(flags))
+        if flags & INACTIVE:
+            return [self.made[n] for n in sorted(self.inactive - self.gone)]
+        found = [self._device(d) for d in self.real.listAllDevices(flags)]
+        found += [
+            d
+            for n, d in self.made.items()
+            if n not in {x.name() for x in found}
+        ]
+        return [d for d in found if d.name() not in self.gone]
+
+    def nodeDeviceLookupByName(self, name):
+        self.record("nodeDeviceLookupByName", name)
+        if name in self.gone or (
+            name not in self.made and not name.startswith("mdev_")
+        ):
+            raise _no_device(name)
+        if name in self.made:
+            return self.made[name]
+        return self._device(self.real.nodeDeviceLookupByName(name))
+
+    def nodeDeviceCreateXML(self, xml, flags):
+        self.record("nodeDeviceCreateXML")
+        uuid = xml.split("<uuid>")[1].split("</uuid>")[0]
+        parent = xml.split("<parent>")[1].split("</parent>")[0]
+        type_id = xml.split("type id='")[1].split("'")[0]
+        name = (
+            "mdev_"
+            + uuid.replace("-", "_")
+            + "_"
+            + parent.removeprefix("pci_")
+        )
+        self.made[name] = ModelledMdev(
+            self,
+            name,
+            f"<device><name>{name}</name><parent>{parent}</parent>"
+            f"<capability type='mdev'><type id='{type_id}'/>"
+            f"<uuid>{uuid}</uuid><iommuGroup number='300'/></capability>"
+            "</device>",
+            persistent=False,
+        )
+        return self.made[name]
+
+    def nodeDeviceDefineXML(self, xml, flags):
+        self.record("nodeDeviceDefineXML")
+        uuid = xml.split("<uuid>")[1].split("</uuid>")[0]
+        [device] = [
+            d for n, d in self.made.items() if uuid.replace("-", "_") in n
+        ]
+        device.persistent = True
+        return device
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+def _host(tmp_path, name="m10", persistent=True):
+    description = helpers.load(name)
+    uri, sysfs = helpers.hostdesc.materialize(description, tmp_path)
+    conns = []
+
+    def opener(u):
+        conns.append(RecordingConnection(u, persistent))
+        return conns[0]
+
+    host = LibvirtHost(uri, sysfs, opener=opener)
+    host.discover()
+    return host, conns[0]
+
+
+def test_the_libvirt_7_3_create_defines_and_autostarts(tmp_path):
+    host, conn = _host(tmp_path)
+    parent = host.discover().parent("pci_0000_87_00_0")
+    uuid = "0b5f4c1e-9a55-4a0f-8d2b-6f1e2a3b4c5d"
+    conn.log.clear()
+    mdev = host.create_mdev(parent, "nvidia-35", uuid)
+    assert [c for c, _ in conn.log] == [
+        "nodeDeviceCreateXML",
+        "nodeDeviceDefineXML",
+        "setAutostart",
+    ]
+    assert (mdev.persistent, mdev.autostart) == (True, True)
+    found = {m.uuid: m for m in host.discover().mdevs}
+    assert found[uuid].parent == parent.name and found[uuid].active
+
+
+def test_an_mdev_that_vanishes_is_dropped_and_not_reused(make_conf, tmp_path):
+    host, conn = _host(tmp_path)
+    free = "386818c0-9f18-5b12-8c04-386dbef1b1ab"
+    [mdev] = [m for m in host.discover().mdevs if m.uuid == free]
+    conn.gone.add(mdev.name)
+    assert free not in {m.uuid for m in host.discover().mdevs}
+    assert not host.mdev_exists(mdev)
+    node = Node(make_conf, tmp_path / "state", host=host)
+    [device] = node.driver.allocate_mdevs(
+        "i1", node.alloc(("pci_0000_86_00_0", 1))
+    )
+    assert device.id != free and device.created
+
+
+def test_a_defined_only_mdev_is_listed_inactive_then_started(tmp_path):
+    host, conn = _host(tmp_path)
+    mdev = host.discover().mdevs[0]
+    conn.inactive.add(mdev.name)
+    [seen] = [m for m in host.discover().mdevs if m.uuid == mdev.uuid]
+    assert not seen.active
+    conn.log.clear()
+    host.start_mdev(seen)
+    assert conn.calls("create") == [mdev.name]
+    [seen] = [m for m in host.discover().mdevs if m.uuid == mdev.uuid]
+    assert seen.active
+
+
+def test_removing_a_persistent_mdev_destroys_and_undefines_it(tmp_path):
+    host, conn = _host(tmp_path)
+    mdev = host.discover().mdevs[0]
+    assert mdev.persistent
+    conn.log.clear()
+    host.remove_mdev(mdev)
+    assert conn.calls("destroy") == [mdev.name]
+    assert conn.calls("undefine") == [mdev.name]
+    assert mdev.uuid not in {m.uuid for m in host.discover().mdevs}
+
+
+def test_a_transient_mdev_is_only_destroyed(tmp_path):
+    host, conn = _host(tmp_path, persistent=False)
+    mdev = host.discover().mdevs[0]
+    conn.log.clear()
+    host.remove_mdev(mdev)
+    assert conn.calls("destroy") == [mdev.name] and not conn.calls("undefine")
+
+
+def test_init_host_starts_a_defined_only_mdev_a_guest_needs(
+    make_conf, tmp_path
+):
+    host, conn = _host(tmp_path)
+    inventory = host.discover()
+    used = inventory.guests[0].mdevs[0]
+    [mdev] = [m for m in inventory.mdevs if m.uuid == used]
+    conn.inactive.add(mdev.name)
+    conf = make_conf(helpers.load("m10").config)
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    done = VgpuDriver(conf, host).init_host()
+    assert done["started"] == [used]
+    assert conn.calls("create") == [mdev.name]
+
+
+def test_a_steady_refresh_on_the_test_driver_is_exactly_p_plus_1(tmp_path):
+    """The test driver refuses the INACTIVE flag (asked once, then never
+    again): a steady refresh is one listing and one XML per parent."""
+    description = helpers.load("m10")
+    host = helpers.libvirt_host(description, tmp_path)
+    first = host.discover()
+    host.discover()
+    host.calls.clear()
+    host.discover()
+    assert host.call_count == len(first.parents) + 1
+    assert host.calls["listAllDevices"] == 1
