@@ -235,3 +235,31 @@ def test_a_live_migration_claim_never_changes_the_type(make_conf, tmp_path):
     assert "nvidia-36" in str(caught.value) and "src-a" in str(caught.value)
     assert n.driver.binder.claims() == {}
     assert n.host.operations["create_mdev"] == 0
+
+
+def test_restore_command_repairs_records_and_names_each_failure(
+    tmp_path, capsys
+):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "claims.json").write_text("")
+    (state / "vf-types.json").write_text(
+        json.dumps({"0000:41:00.6": 1157, "0000:99:00.1": 1157})
+    )
+    conf = tmp_path / "nova.conf"
+    conf.write_text(
+        f"[devices]\nenabled_mdev_types = nvidia-1157\nstate_path = {state}\n"
+    )
+    code, out, err = run_cli(
+        capsys,
+        "--config-file",
+        str(conf),
+        "--host-description",
+        "l40-sriov",
+        "restore",
+    )
+    assert "Moved an unreadable record aside" in out
+    assert list(state.glob("claims.json.corrupt-*"))
+    assert "1 re-applied: 0000:41:00.6" in out
+    assert code == 0 and "ERROR: VF" not in err  # not on the host: it waits
+    assert "0000:99:00.1 is not on the host" in err

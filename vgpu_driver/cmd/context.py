@@ -102,7 +102,9 @@ def open_context(conf: cfg.ConfigOpts, argv: Sequence[str]) -> Context:
     context.overrides = [
         ("connection_uri", uri, "libvirt"),
         ("sysfs_root", str(sysfs_root), "libvirt"),
-        ("state_path", str(state), "devices"),
     ]
+    if not has_config:
+        # the operator's own file keeps its state_path
+        context.overrides.append(("state_path", str(state), "devices"))
     context.apply_overrides()
     return context
