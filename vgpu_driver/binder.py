@@ -185,6 +185,11 @@ class DeviceBinder:
             self._targets = dict(targets)
             self._take_view(inventory)
 
+    def set_targets(self, targets: Mapping[str, Target]) -> None:
+        """What each provider stands for (after the tree is updated)."""
+        with self._lock:
+            self._targets = dict(targets)
+
     def _rebuild_view(self) -> None:
         """Another process changed the host: read it again, guests too
         (inside :meth:`_records`)."""

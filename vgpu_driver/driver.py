@@ -9,7 +9,7 @@ Nova's, which has the same interface).
 from __future__ import annotations
 
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from typing import Any
 
@@ -165,17 +165,17 @@ class VgpuDriver:
         """Device name -> type id -> devices of that type that guests use
         or that are claimed (bound, not yet in a guest; or reserved for an
         incoming live migration)."""
-        held: dict[str, Counter[str]] = {}
+        held: dict[str, Counter[str]] = defaultdict(Counter)
         users = inventory.mdev_users()
         for uuid in users:
             known = self._seen_mdevs.get(uuid)
             if known is not None:
                 parent, type_id = known
-                held.setdefault(parent, Counter())[type_id] += 1
+                held[parent][type_id] += 1
         pci_users = inventory.pci_users()
         for device_id, parent, type_id in self.binder.claimed_devices():
             if device_id not in users and device_id not in pci_users:
-                held.setdefault(parent, Counter())[type_id] += 1
+                held[parent][type_id] += 1
         vf_owner = {
             vf.address: (pf.name, vf.current_type)
             for pf in inventory.pfs
@@ -184,10 +184,8 @@ class VgpuDriver:
         for address in inventory.pci_users():
             if address in vf_owner and vf_owner[address][1]:
                 pf_name, type_number = vf_owner[address]
-                held.setdefault(pf_name, Counter())[
-                    f"nvidia-{type_number}"
-                ] += 1
-        return held
+                held[pf_name][f"nvidia-{type_number}"] += 1
+        return dict(held)
 
     # -- the provider tree ---------------------------------------------
 
@@ -251,7 +249,7 @@ class VgpuDriver:
                 )
                 for plan in plans
             }
-            self.binder.refresh(inventory, self._targets)
+            self.binder.set_targets(self._targets)
             self.binder.remove_stale_free_mdevs(self._configured(inventory))
             for name in sorted(set(mine) - {p.name for p in plans}):
                 LOG.info(

@@ -94,6 +94,8 @@ class LibvirtHost:
         self._mdevs: dict[str, Mdev] = {}
         self._parent_extras: dict[str, tuple[Path, str | None]] = {}
         self._descriptions: dict[tuple[str, str], str | None] = {}
+        # parent name -> (its last XML, what it was read as)
+        self._parsed_parents: dict[str, tuple[str, Parent]] = {}
         self._guests: dict[str, Guest] | None = None
         self._inactive_supported = True
         self._unsupported: set[str] = set()
@@ -245,6 +247,9 @@ class LibvirtHost:
         text = self._xml(device, name)
         if text is None:
             return None
+        cached = self._parsed_parents.get(name)
+        if cached is not None and cached[0] == text:
+            return cached[1]  # availableInstances unchanged: same reading
         try:
             parent = nodedev_xml.parse_parent(text)
         except DeviceXMLInvalid as exc:
@@ -260,7 +265,9 @@ class LibvirtHost:
             extras = (path, self.sysfs.driver(path))
             self._parent_extras[name] = extras
         path, driver = extras
-        return self._enrich(parent, path, driver)
+        enriched = self._enrich(parent, path, driver)
+        self._parsed_parents[name] = (text, enriched)
+        return enriched
 
     def _enrich(
         self, parent: Parent, path: Path, driver: str | None
@@ -285,7 +292,7 @@ class LibvirtHost:
     def _sysfs_only_parents(self, known: list[Parent]) -> list[Parent]:
         """Parents the kernel registers but libvirt has no device for."""
         known_paths = {
-            self._parent_extras[p.name][0].resolve()
+            self.sysfs.real_path(self._parent_extras[p.name][0])
             for p in known
             if p.name in self._parent_extras
         }

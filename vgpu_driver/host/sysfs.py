@@ -57,6 +57,15 @@ def parse_creatable(text: str) -> tuple[SriovType, ...]:
 class SysfsTree:
     def __init__(self, root: str | os.PathLike[str] = "/sys") -> None:
         self.root = Path(root)
+        # a device link's target does not change while the device exists
+        self._resolved: dict[Path, Path] = {}
+
+    def real_path(self, path: Path) -> Path:
+        """``path`` with its links resolved (cached)."""
+        target = self._resolved.get(path)
+        if target is None:
+            target = self._resolved[path] = path.resolve()
+        return target
 
     # -- paths ---------------------------------------------------------
 
@@ -87,7 +96,7 @@ class SysfsTree:
             entries = sorted(os.listdir(bus))
         except OSError:
             return {}
-        return {(bus / e).resolve(): e for e in entries}
+        return {self.real_path(bus / e): e for e in entries}
 
     def read_parent(self, device: Path, name: str) -> Parent | None:
         """A parent libvirt does not describe, read from sysfs alone."""

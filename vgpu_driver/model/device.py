@@ -7,6 +7,7 @@ above them (provider tree, binding) reads only these.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable
 
 
@@ -132,16 +133,34 @@ class HostInventory:
     def pf(self, name: str) -> PhysicalFunction | None:
         return next((p for p in self.pfs if p.name == name), None)
 
-    def mdev_users(self) -> dict[str, str]:
-        """mdev uuid -> uuid of the guest that has it."""
+    # The indexes below are computed once per reading (an inventory is
+    # immutable) and shared by every caller: treat them as read-only.
+
+    @functools.cached_property
+    def _mdev_users(self) -> dict[str, str]:
         return {m: g.uuid for g in self.guests for m in g.mdevs}
 
-    def pci_users(self) -> dict[str, str]:
-        """PCI address -> uuid of the guest that has it."""
+    @functools.cached_property
+    def _pci_users(self) -> dict[str, str]:
         return {a: g.uuid for g in self.guests for a in g.pci_devices}
 
+    @functools.cached_property
+    def _by_parent(self) -> dict[str, tuple[Mdev, ...]]:
+        found: dict[str, list[Mdev]] = {}
+        for mdev in self.mdevs:
+            found.setdefault(mdev.parent, []).append(mdev)
+        return {name: tuple(mdevs) for name, mdevs in found.items()}
+
+    def mdev_users(self) -> dict[str, str]:
+        """mdev uuid -> uuid of the guest that has it (read-only)."""
+        return self._mdev_users
+
+    def pci_users(self) -> dict[str, str]:
+        """PCI address -> uuid of the guest that has it (read-only)."""
+        return self._pci_users
+
     def mdevs_of(self, parent: str) -> tuple[Mdev, ...]:
-        return tuple(m for m in self.mdevs if m.parent == parent)
+        return self._by_parent.get(parent, ())
 
     def addresses(self) -> frozenset[str]:
         keys: list[str] = []

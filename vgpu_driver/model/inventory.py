@@ -145,7 +145,10 @@ def plan_providers(
     failing = set(unschedulable)
     by_parent: dict[str, Counter[str]] = {}
     for mdev in inventory.mdevs:
-        by_parent.setdefault(mdev.parent, Counter())[mdev.type_id] += 1
+        counts = by_parent.get(mdev.parent)
+        if counts is None:
+            counts = by_parent[mdev.parent] = Counter()
+        counts[mdev.type_id] += 1
     devices = [
         _from_parent(p, by_parent.get(p.name, Counter()))
         for p in inventory.parents
