@@ -87,6 +87,23 @@ class VgpuDriver:
         self.unschedulable = self.binder.unschedulable
         self._targets: dict[str, Target] = {}
 
+    def reload_config(self) -> DeviceConfig:
+        """Read the device configuration again (call it after the caller
+        re-read its files, e.g. on SIGHUP): a type enabled on a running
+        service is offered at the next update_provider_tree. An invalid
+        new configuration raises ConfigInvalid and the current one stays.
+        """
+        config = loader.load_device_config(self.conf)
+        with self._lock:
+            if config != self.config:
+                LOG.info(
+                    "Device configuration reloaded: types %s",
+                    ", ".join(t.type_id for t in config.types) or "none",
+                )
+            self.config = config
+            self._warned_addresses = False
+        return config
+
     def _load(self, key: str, validate: Validator) -> dict[str, Any]:
         """One of the driver's records: caches of what the host showed,
         so an unreadable one is moved aside and rebuilt."""

@@ -6,6 +6,8 @@ import socket
 
 from oslo_config import cfg
 
+from vgpu_driver.conf import group
+
 default_opts = [
     cfg.StrOpt(
         "host",
@@ -20,7 +22,7 @@ Placement. It must match the compute service's ``host``.
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
-    conf.register_opts(default_opts)
+    group.register_missing(conf, default_opts, None)
 
 
 def list_opts() -> list[tuple[str, list[cfg.StrOpt]]]:

@@ -155,15 +155,15 @@ def make_type_opts(type_id: str) -> list[cfg.Opt]:
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_group(group.fresh(devices_group))
-    conf.register_opts(devices_opts, group=devices_group.name)
+    group.register_missing(conf, devices_opts, devices_group.name)
 
 
 def register_type_opts(conf: cfg.ConfigOpts, type_ids: list[str]) -> None:
     """Register ``[mdev_<type>]`` for each type (idempotent)."""
     for type_id in type_ids:
-        type_group = cfg.OptGroup(type_group_name(type_id))
-        conf.register_group(type_group)
-        conf.register_opts(make_type_opts(type_id), group=type_group)
+        name = type_group_name(type_id)
+        conf.register_group(cfg.OptGroup(name))
+        group.register_missing(conf, make_type_opts(type_id), name)
 
 
 def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.Opt]]]:

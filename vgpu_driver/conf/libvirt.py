@@ -32,7 +32,7 @@ create mediated devices where libvirt cannot. Change it only for tests.
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
     conf.register_group(group.fresh(libvirt_group))
-    conf.register_opts(libvirt_opts, group=libvirt_group.name)
+    group.register_missing(conf, libvirt_opts, libvirt_group.name)
 
 
 def list_opts() -> list[tuple[cfg.OptGroup, list[cfg.StrOpt]]]:

@@ -53,17 +53,21 @@ gives up with an error (the next sync carries on).
 
 
 def register_opts(conf: cfg.ConfigOpts) -> None:
+    name = placement_group.name
     conf.register_group(group.fresh(placement_group))
-    ks_loading.register_session_conf_options(conf, placement_group.name)
-    ks_loading.register_auth_conf_options(conf, placement_group.name)
-    ks_loading.register_adapter_conf_options(
-        conf, placement_group.name, include_deprecated=False
+    if "auth_type" not in conf[name]:
+        # keystoneauth's own registration (a caller such as Nova has
+        # already done it, with its own deprecations: theirs is kept)
+        ks_loading.register_session_conf_options(conf, name)
+        ks_loading.register_auth_conf_options(conf, name)
+    group.register_missing(
+        conf,
+        ks_loading.get_adapter_conf_options(include_deprecated=False),
+        name,
     )
-    conf.set_default("service_type", "placement", group=placement_group.name)
-    conf.set_default(
-        "valid_interfaces", ["internal", "public"], group=placement_group.name
-    )
-    conf.register_opts(sync_opts, group=placement_group.name)
+    conf.set_default("service_type", "placement", group=name)
+    conf.set_default("valid_interfaces", ["internal", "public"], group=name)
+    group.register_missing(conf, sync_opts, name)
 
 
 def list_opts() -> list[tuple[Any, list[Any]]]:

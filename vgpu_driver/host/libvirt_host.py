@@ -84,12 +84,16 @@ class LibvirtHost:
         sysfs_root: str | Path = "/sys",
         *,
         opener: Callable[[str], Any] = libvirt.open,
+        connection: Any = None,
     ) -> None:
+        """``connection``: the caller's open libvirt connection (a compute
+        service's own); it is used as it is and never closed here."""
         self.uri = uri
         self._opener = opener
+        self._owns_connection = connection is None
         self.sysfs = SysfsTree(sysfs_root)
         self.calls: Counter[str] = Counter()
-        self._conn: Any = None
+        self._conn: Any = connection
         self._lock = threading.RLock()
         self._mdevs: dict[str, Mdev] = {}
         self._parent_extras: dict[str, tuple[Path, str | None]] = {}
@@ -122,7 +126,8 @@ class LibvirtHost:
         return self._conn
 
     def close(self) -> None:
-        if self._conn is not None:
+        """Close the connection this adapter opened (not a caller's)."""
+        if self._conn is not None and self._owns_connection:
             self._conn.close()
             self._conn = None
 

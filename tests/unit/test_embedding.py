@@ -1,0 +1,124 @@
+"""The library inside someone else's service: the caller's ConfigOpts
+(with Nova's own [devices] and [mdev_*] options), the caller's libvirt
+connection, and a configuration reloaded while running."""
+
+from __future__ import annotations
+
+import importlib.util
+import textwrap
+from pathlib import Path
+
+import libvirt
+import pytest
+from oslo_config import cfg
+
+from tests import helpers
+from tests.unit.test_provider_tree import new_tree
+from vgpu_driver import conf as vconf
+from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.exception import ConfigInvalid
+from vgpu_driver.host.libvirt_host import LibvirtHost
+
+
+def nova_devices_module():
+    """Nova's real ``nova/conf/devices.py``, loaded on its own (the rest of
+    nova.conf needs Nova's service dependencies)."""
+    spec = importlib.util.find_spec("nova")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("nova is not installed")
+    path = Path(spec.submodule_search_locations[0]) / "conf" / "devices.py"
+    module_spec = importlib.util.spec_from_file_location("nova_devices", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def nova_conf(tmp_path: Path, text: str) -> cfg.ConfigOpts:
+    """A ConfigOpts as Nova builds it: Nova's options first, ours after."""
+    path = tmp_path / "nova.conf"
+    path.write_text(textwrap.dedent(text))
+    nova_devices = nova_devices_module()
+    conf = cfg.ConfigOpts()
+    nova_devices.register_opts(conf)
+    conf.register_opt(cfg.StrOpt("host", default="nova-host"))
+    conf(["--config-file", str(path)], default_config_files=[])
+    nova_devices.register_dynamic_opts(conf)
+    vconf.register_opts(conf)  # must not raise DuplicateOptError
+    return conf
+
+
+M10 = """
+    [DEFAULT]
+    host = compute7
+    [devices]
+    enabled_mdev_types = nvidia-35,nvidia-36
+    [mdev_nvidia-35]
+    device_addresses = 0000:84:00.0,0000:85:00.0
+    max_instances = 3
+    [mdev_nvidia-36]
+    device_addresses = 0000:86:00.0
+    mdev_class = CUSTOM_SMALL
+"""
+
+
+def test_nova_s_own_options_are_read_as_ours(tmp_path):
+    conf = nova_conf(tmp_path, M10)
+    assert conf.host == "compute7"
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    driver = VgpuDriver(conf, helpers.simulated_host("m10"))
+    config = driver.config
+    assert config.get("nvidia-35").max_instances == 3  # Nova's IntOpt
+    assert config.get("nvidia-36").resource_class == "CUSTOM_SMALL"
+    plans = driver.update_provider_tree(new_tree(), "node1")
+    assert {p.resource_class for p in plans} == {"VGPU", "CUSTOM_SMALL"}
+    assert sum(p.total for p in plans if p.type_id == "nvidia-35") == 3
+
+
+def test_the_caller_s_connection_is_used_and_never_closed(tmp_path):
+    uri, sysfs = helpers.hostdesc.materialize(helpers.load("m10"), tmp_path)
+    connection = libvirt.open(uri)
+    opened = []
+    host = LibvirtHost(
+        "unused:///", sysfs, connection=connection, opener=opened.append
+    )
+    assert len(host.discover().parents) == 4
+    host.close()
+    assert opened == []  # never opened its own
+    assert connection.isAlive() == 1
+    connection.close()
+
+
+def test_a_type_enabled_on_a_running_service_is_offered(tmp_path):
+    path = tmp_path / "nova.conf"
+    path.write_text("[devices]\nenabled_mdev_types = nvidia-35\n")
+    conf = cfg.ConfigOpts()
+    vconf.register_opts(conf)
+    conf(["--config-file", str(path)], default_config_files=[])
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    driver = VgpuDriver(conf, helpers.simulated_host("m10"))
+    tree = new_tree()
+    plans = {p.device: p for p in driver.update_provider_tree(tree, "node1")}
+    # 86 serves no enabled type but a guest uses one of its nvidia-36
+    # mdevs: kept, fully reserved
+    before = plans["pci_0000_86_00_0"]
+    assert before.reserved == before.total
+    path.write_text(
+        textwrap.dedent(M10).replace("[DEFAULT]\nhost = compute7", "")
+    )
+    conf.reload_config_files()
+    driver.reload_config()
+    plans = {p.device: p for p in driver.update_provider_tree(tree, "node1")}
+    after = plans["pci_0000_86_00_0"]
+    assert after.resource_class == "CUSTOM_SMALL"
+    assert after.total > after.reserved == 0
+    # an invalid edit is refused and the running configuration stays
+    path.write_text(
+        "[devices]\nenabled_mdev_types = nvidia-35\n[mdev_nvidia-35]\nmdev_class = bad class\n"
+    )
+    conf.reload_config_files()
+    with pytest.raises(ConfigInvalid, match="mdev_class"):
+        driver.reload_config()
+    assert {t.type_id for t in driver.config.types} == {
+        "nvidia-35",
+        "nvidia-36",
+    }
