@@ -585,6 +585,53 @@ class DeviceBinder:
                 LOG.info("Offering %s again after its failure", name)
             return due
 
+    # -- repairs (vgpu-driver audit --fix) -------------------------------
+
+    def drop_claims(self, device_ids: Iterable[str]) -> list[str]:
+        """Drop these claims (of instances that are gone)."""
+        with self._records():
+            dropped = [d for d in device_ids if self._claims.pop(d, None)]
+            if dropped:
+                self._save()
+        return dropped
+
+    def record_vf_types(self, types: Mapping[str, int]) -> list[str]:
+        """Record the vGPU types of VFs guests use, to restore them."""
+        with self._records():
+            changed = [
+                a for a, t in types.items() if self._vf_types.get(a) != t
+            ]
+            self._vf_types.update({a: types[a] for a in changed})
+            if changed:
+                self._save()
+        return changed
+
+    def remove_free_mdevs(self, uuids: Iterable[str]) -> list[str]:
+        """Remove mdevs that are still free and unclaimed when checked
+        under the records' lock (with a fresh view of the guests)."""
+        removed = []
+        with self._records():
+            self._rebuild_view()
+            for uuid in uuids:
+                mdev = self._mdevs.get(uuid)
+                if mdev is None or uuid in self._used or uuid in self._claims:
+                    continue
+                try:
+                    self.host.remove_mdev(mdev)
+                except VgpuDriverError as exc:
+                    LOG.error("Could not remove mdev %s: %s", uuid, exc)
+                    continue
+                self._mdevs.pop(uuid, None)
+                view = self._parents.get(mdev.parent)
+                if view is not None and uuid in view.free.get(
+                    mdev.type_id, []
+                ):
+                    view.free[mdev.type_id].remove(uuid)
+                removed.append(uuid)
+            if removed:
+                self._save()
+        return removed
+
     # -- migration -----------------------------------------------------
 
     def end_migration(self, instance: str) -> None:

@@ -87,6 +87,12 @@ class VgpuDriver:
         self.unschedulable = self.binder.unschedulable
         self._targets: dict[str, Target] = {}
 
+    def seen_mdevs(self) -> dict[str, tuple[str, str]]:
+        """mdev uuid -> (parent, type) of every mdev seen (also gone ones
+        a guest still names)."""
+        with self._lock:
+            return dict(self._seen_mdevs)
+
     def reload_config(self) -> DeviceConfig:
         """Read the device configuration again (call it after the caller
         re-read its files, e.g. on SIGHUP): a type enabled on a running
@@ -267,7 +273,9 @@ class VgpuDriver:
                 for plan in plans
             }
             self.binder.set_targets(self._targets)
-            self.binder.remove_stale_free_mdevs(self._configured(inventory))
+            self.binder.remove_stale_free_mdevs(
+                self.configured_types(inventory)
+            )
             for name in sorted(set(mine) - {p.name for p in plans}):
                 LOG.info(
                     "Removing provider %s: its device has nothing to offer "
@@ -281,7 +289,7 @@ class VgpuDriver:
                 self._save_traits(written)
             return plans
 
-    def _configured(self, inventory: HostInventory) -> dict[str, str]:
+    def configured_types(self, inventory: HostInventory) -> dict[str, str]:
         """Parent name -> the type the configuration gives it."""
         configured = {}
         for parent in inventory.parents:
@@ -558,6 +566,10 @@ class VgpuDriver:
             self._planned_traits = {}
             if before != self._written_traits:
                 self._save_traits(before)
+
+    def managed_classes(self) -> set[str]:
+        """Resource classes of the devices this library manages."""
+        return self._managed_classes()
 
     def _managed_classes(self) -> set[str]:
         return {str(orc.VGPU), *self.config.resource_classes()}

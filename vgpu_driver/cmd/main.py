@@ -113,6 +113,22 @@ def _server_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _audit(context: Context) -> int:
+    from vgpu_driver.cmd import audit
+
+    return audit.run(context)
+
+
+def _audit_args(parser: argparse.ArgumentParser) -> None:
+    _format_arg(parser)
+    parser.add_argument(
+        "--fix",
+        action="store_true",
+        help="Repair what is safe (stale claims, unrecorded VF types, "
+        "free mdevs of a type no longer served); report the rest.",
+    )
+
+
 def _restore(context: Context) -> int:
     from vgpu_driver.cmd import restore
 
@@ -148,6 +164,11 @@ COMMANDS: dict[str, tuple[str, Handler, Callable[..., None]]] = {
         "Re-apply recorded SR-IOV VF vGPU types (run at boot).",
         _with_context(_restore),
         _no_args,
+    ),
+    "audit": (
+        "List mismatches between Placement, claims, guests and devices.",
+        _with_context(_audit),
+        _audit_args,
     ),
     "placement-server": (
         "Run the embedded Placement (real service, SQLite, noauth2).",

@@ -1,0 +1,108 @@
+"""``vgpu-driver audit`` against a real Placement and a simulated host."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+
+from tests import helpers
+from vgpu_driver.cmd import main as cli
+
+pytestmark = pytest.mark.functional
+
+
+def _cli(capsys, conf, *args):
+    code = cli.main(
+        ["--config-file", str(conf), "--host-description", "demo", *args]
+    )
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out
+
+
+@pytest.fixture
+def node_conf(tmp_path, placement_url):
+    conf = tmp_path / "nova.conf"
+    host = f"audit-{uuid.uuid4().hex[:8]}"
+    conf.write_text(
+        helpers.load("demo").config.replace(
+            "host = compute1", f"host = {host}"
+        )
+        + f"[devices]\nstate_path = {tmp_path / 'state'}\n"
+        "[placement]\nauth_type = admin_token\ntoken = admin\n"
+        f"endpoint = {placement_url}\nendpoint_override = {placement_url}\n"
+    )
+    return conf, host
+
+
+def test_audit_lists_each_mismatch_and_fixes_only_what_is_safe(
+    node_conf, tmp_path, capsys, client
+):
+    conf, host = node_conf
+    assert _cli(capsys, conf, "sync")[0] == 0
+    [rp] = client.request(
+        "GET", f"/resource_providers?name={host}_pci_0000_85_00_0"
+    ).body["resource_providers"]
+    stranger = str(uuid.uuid4())
+    client.request(
+        "PUT",
+        f"/allocations/{stranger}",
+        body={
+            "allocations": {rp["uuid"]: {"resources": {"VGPU": 1}}},
+            "project_id": str(uuid.uuid4()),
+            "user_id": str(uuid.uuid4()),
+            "consumer_generation": None,
+        },
+        ok=(204,),
+    )
+    stale = "0c1d2e3f-0000-4000-8000-000000000001"
+    (tmp_path / "state" / "claims.json").write_text(
+        json.dumps(
+            {
+                "epoch": 7,
+                "claims": {
+                    stale: {
+                        "kind": "mdev",
+                        "id": stale,
+                        "parent": "pci_0000_85_00_0",
+                        "type_id": "nvidia-35",
+                        "created": True,
+                        "instance": "gone-instance",
+                        "purpose": "spawn",
+                    }
+                },
+            }
+        )
+    )
+    code, out = _cli(capsys, conf, "audit", "--format", "json")
+    report = json.loads(out)
+    assert code == 1 and report["placement_checked"]
+    found = {(f["kind"], f["subject"]) for f in report["findings"]}
+    assert ("allocation_without_guest", stranger) in found
+    assert ("claim_of_gone_instance", stale) in found
+    # the demo's guests hold devices but no allocations
+    guests = {g.uuid for g in helpers.load("demo").guests}
+    assert {
+        s for k, s in found if k == "guest_device_without_allocation"
+    } == guests
+
+    code, out = _cli(capsys, conf, "audit", "--fix", "--format", "json")
+    assert code == 1  # allocations are only reported
+    assert json.loads(out)["fixed"] == [f"dropped the claim on {stale}"]
+    claims = json.loads((tmp_path / "state" / "claims.json").read_text())
+    assert claims["claims"] == {}
+    # the allocation is untouched
+    body = client.request("GET", f"/allocations/{stranger}").body
+    assert rp["uuid"] in body["allocations"]
+
+
+def test_audit_without_placement_checks_the_host_and_says_so(tmp_path, capsys):
+    conf = tmp_path / "nova.conf"
+    conf.write_text(
+        helpers.load("demo").config
+        + f"[devices]\nstate_path = {tmp_path / 'state'}\n"
+    )
+    code, out = _cli(capsys, conf, "audit")
+    assert "Placement not checked" in out and code == 0

@@ -1,0 +1,78 @@
+"""The audit's rules on plain readings."""
+
+from __future__ import annotations
+
+from vgpu_driver.model.audit import audit
+from vgpu_driver.model.device import (
+    Guest,
+    HostInventory,
+    Mdev,
+    PhysicalFunction,
+    VirtualFunction,
+)
+
+INVENTORY = HostInventory(
+    mdevs=(
+        Mdev("m-used", "t1", "p1", "mdev_used"),
+        Mdev("m-free", "t1", "p1", "mdev_free"),
+        Mdev("m-old", "t0", "p2", "mdev_old"),
+    ),
+    pfs=(
+        PhysicalFunction(
+            "pf", "0000:41:00.0", vfs=(VirtualFunction("0000:41:00.4", 7),)
+        ),
+    ),
+    guests=(Guest("g1", "vm1", ("m-used",), ("0000:41:00.4",)),),
+)
+PARENT_OF = {"m-used": "p1", "m-free": "p1", "0000:41:00.4": "pf"}
+
+
+def run(**changes):
+    kwargs = dict(
+        claims={},
+        vf_types={"0000:41:00.4": 7},
+        configured={"p1": "t1", "p2": "t1"},
+        device_of={"rp1": "p1", "rpf": "pf"},
+        parent_of=PARENT_OF,
+        allocations={"g1": {"rp1": 1, "rpf": 1}},
+    )
+    kwargs.update(changes)
+    return {(f.kind, f.subject) for f in audit(INVENTORY, **kwargs)}
+
+
+def test_a_consistent_host_has_only_its_stale_mdev():
+    assert run() == {("orphaned_free_mdev", "m-old")}
+
+
+def test_each_mismatch_is_found():
+    found = run(
+        allocations={"g1": {"rp1": 1}, "ghost": {"rp1": 2}},
+        claims={
+            "m-free": {"instance": "gone", "purpose": "spawn"},
+        },
+        vf_types={},
+    )
+    assert found == {
+        ("orphaned_free_mdev", "m-old"),
+        ("allocation_without_guest", "ghost"),
+        ("guest_device_without_allocation", "g1"),
+        ("claim_of_gone_instance", "m-free"),
+        ("vf_type_unrecorded", "0000:41:00.4"),
+    }
+
+
+def test_a_spawn_in_flight_is_no_mismatch():
+    """Allocation and claim, no guest yet: a bind not finished."""
+    found = run(
+        allocations={"g1": {"rp1": 1, "rpf": 1}, "new": {"rp1": 1}},
+        claims={"m-free": {"instance": "new", "purpose": "spawn"}},
+    )
+    assert found == {("orphaned_free_mdev", "m-old")}
+
+
+def test_without_placement_only_host_checks_run():
+    found = run(
+        allocations=None,
+        claims={"m-free": {"instance": "gone", "purpose": "spawn"}},
+    )
+    assert found == {("orphaned_free_mdev", "m-old")}

@@ -1,0 +1,139 @@
+"""``vgpu-driver audit [--fix]``: what disagrees between Placement, the
+library's claims, the guests and the devices on the host.
+
+The rules are in :mod:`vgpu_driver.model.audit`. ``--fix`` repairs only
+what is safe: it drops claims of instances that are gone, records the
+vGPU types of VFs guests use, and removes free mdevs of a type their
+parent no longer serves (each re-checked under the records' lock).
+Allocations are only reported: healing them is Nova's job.
+
+Exit code 1 when a finding remains (not fixed), 0 otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vgpu_driver import exception
+from vgpu_driver.cmd import output
+from vgpu_driver.cmd.context import Context
+from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.model.audit import Finding, audit
+from vgpu_driver.model.device import HostInventory
+from vgpu_driver.placement.client import client_from_conf
+from vgpu_driver.placement.sync import PlacementSync
+
+
+def _placement_view(
+    driver: VgpuDriver, nodename: str
+) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
+    """(provider uuid -> device name, consumer -> provider -> units) of
+    this node's device providers, read from Placement."""
+    syncer = PlacementSync(client_from_conf(driver.conf), nodename)
+    tree = syncer.read_tree()
+    prefix = f"{nodename}_"
+    device_of = {
+        uuid: tree.data(uuid).name.removeprefix(prefix)
+        for uuid in tree.get_provider_uuids(nodename)
+        if tree.data(uuid).name.startswith(prefix)
+    }
+    classes = driver.managed_classes()
+    allocations: dict[str, dict[str, int]] = {}
+    for consumer, record in syncer.allocations_for_tree().items():
+        for rp, alloc in record["allocations"].items():
+            units = sum(
+                int(n)
+                for rc, n in alloc.get("resources", {}).items()
+                if rc in classes
+            )
+            if rp in device_of and units:
+                allocations.setdefault(consumer, {})[rp] = units
+    return device_of, allocations
+
+
+def _parent_of(driver: VgpuDriver, inventory: HostInventory) -> dict[str, str]:
+    found = {uuid: where[0] for uuid, where in driver.seen_mdevs().items()}
+    found.update({m.uuid: m.parent for m in inventory.mdevs})
+    for pf in inventory.pfs:
+        found.update({vf.address: pf.name for vf in pf.vfs})
+    return found
+
+
+def _fix(
+    driver: VgpuDriver, inventory: HostInventory, findings: list[Finding]
+) -> list[str]:
+    by_kind: dict[str, list[str]] = {}
+    for finding in findings:
+        if finding.fixable:
+            by_kind.setdefault(finding.kind, []).append(finding.subject)
+    done = []
+    for device_id in driver.binder.drop_claims(
+        by_kind.get("claim_of_gone_instance", [])
+    ):
+        done.append(f"dropped the claim on {device_id}")
+    current = {
+        vf.address: vf.current_type for pf in inventory.pfs for vf in pf.vfs
+    }
+    for address in driver.binder.record_vf_types(
+        {a: current[a] for a in by_kind.get("vf_type_unrecorded", [])}
+    ):
+        done.append(f"recorded the vGPU type of VF {address}")
+    for uuid in driver.binder.remove_free_mdevs(
+        by_kind.get("orphaned_free_mdev", [])
+    ):
+        done.append(f"removed free mdev {uuid}")
+    return done
+
+
+def run(context: Context) -> int:
+    conf = context.conf
+    driver = VgpuDriver(conf, context.host)
+    inventory = driver.discover(rescan_guests=True)
+    note = None
+    device_of: dict[str, str] = {}
+    allocations: dict[str, dict[str, int]] | None = None
+    try:
+        device_of, allocations = _placement_view(driver, conf.host)
+    except exception.VgpuDriverError as exc:
+        note = f"Placement not checked: {exc}"
+    findings = audit(
+        inventory,
+        claims=driver.binder.claims(),
+        vf_types=driver.binder.vf_types,
+        configured=driver.configured_types(inventory),
+        device_of=device_of,
+        parent_of=_parent_of(driver, inventory),
+        allocations=allocations,
+    )
+    fixed = _fix(driver, inventory, findings) if conf.command.fix else []
+    remaining = (
+        [f for f in findings if not f.fixable]
+        if conf.command.fix
+        else findings
+    )
+    if conf.command.format == "json":
+        report: dict[str, Any] = {
+            "host": conf.host,
+            "placement_checked": allocations is not None,
+            "note": note,
+            "findings": [f.as_dict() for f in findings],
+            "fixed": fixed,
+        }
+        output.dump_json(report)
+    else:
+        print(f"Audit of {conf.host}")
+        if note:
+            print(f"NOTE: {note}")
+        if findings:
+            output.table(
+                ["Finding", "Subject", "Detail", "Fixable"],
+                [
+                    [f.kind, f.subject, f.detail, "yes" if f.fixable else "no"]
+                    for f in findings
+                ],
+            )
+        else:
+            print("No mismatch: none")
+        for line in fixed:
+            print(f"Fixed: {line}")
+    return 1 if remaining else 0

@@ -1,0 +1,147 @@
+"""What disagrees between Placement, the claims, the guests and the host:
+pure rules over one reading of each.
+
+Findings, each naming its subject and what to do:
+
+``allocation_without_guest``
+    A consumer holds units on a device provider of this host, but no
+    guest of that uuid is defined and nothing is claimed for it.
+``guest_device_without_allocation``
+    A guest uses more devices of a provider than its consumer holds there.
+``claim_of_gone_instance``
+    A claim whose instance has no guest and no allocation here (a spawn
+    that died half way). Fixable: the claim is dropped.
+``orphaned_free_mdev``
+    An mdev no guest uses and nobody claims, of a type its parent no
+    longer serves. Fixable: it is removed.
+``vf_type_unrecorded``
+    A VF a guest uses carries a vGPU type the library has not recorded
+    (it would not be restored after a reboot). Fixable: it is recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from vgpu_driver.model.device import HostInventory
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    kind: str
+    subject: str  # a consumer, device or VF
+    detail: str
+    fixable: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def audit(
+    inventory: HostInventory,
+    *,
+    claims: Mapping[str, Mapping[str, Any]],
+    vf_types: Mapping[str, int],
+    configured: Mapping[str, str],
+    device_of: Mapping[str, str],
+    parent_of: Mapping[str, str],
+    allocations: Mapping[str, Mapping[str, int]] | None,
+) -> list[Finding]:
+    """``configured``: parent -> the type it serves. ``device_of``:
+    provider uuid -> device (parent or PF) name. ``parent_of``: device id
+    (mdev uuid, VF address) -> the parent or PF it is on.
+    ``allocations``: consumer -> provider uuid -> units of device
+    classes, or None when Placement could not be read (those checks are
+    then skipped)."""
+    findings: list[Finding] = []
+    guests = {g.uuid: g for g in inventory.guests}
+    claimed_for = {c["instance"] for c in claims.values()}
+    used = {**inventory.mdev_users(), **inventory.pci_users()}
+
+    if allocations is not None:
+        for consumer, held in sorted(allocations.items()):
+            units = sum(held.values())
+            if consumer not in guests and consumer not in claimed_for:
+                findings.append(
+                    Finding(
+                        "allocation_without_guest",
+                        consumer,
+                        f"holds {units} device(s) on "
+                        + ", ".join(sorted(device_of.get(r, r) for r in held))
+                        + " but no guest of that uuid is defined and "
+                        "nothing is claimed for it; heal or delete the "
+                        "allocation (nova-manage placement audit)",
+                    )
+                )
+        for uuid, guest in sorted(guests.items()):
+            on_device: Counter[str] = Counter(
+                parent_of[d]
+                for d in (*guest.mdevs, *guest.pci_devices)
+                if d in parent_of
+            )
+            held_here: Counter[str] = Counter()
+            for rp, units in allocations.get(uuid, {}).items():
+                held_here[device_of.get(rp, rp)] += units
+            for device, count in sorted(on_device.items()):
+                if held_here[device] < count:
+                    findings.append(
+                        Finding(
+                            "guest_device_without_allocation",
+                            uuid,
+                            f"guest {guest.name} uses {count} device(s) on "
+                            f"{device} but its consumer holds "
+                            f"{held_here[device]} there; heal its allocation "
+                            "(nova-manage placement heal_allocations)",
+                        )
+                    )
+        for device_id, claim in sorted(claims.items()):
+            instance = claim["instance"]
+            if instance not in guests and instance not in allocations:
+                findings.append(
+                    Finding(
+                        "claim_of_gone_instance",
+                        device_id,
+                        f"claimed for instance {instance} "
+                        f"({claim['purpose']}), which has no guest and no "
+                        "allocation on this host",
+                        fixable=True,
+                    )
+                )
+
+    for mdev in inventory.mdevs:
+        if mdev.uuid in used or mdev.uuid in claims:
+            continue
+        serves = configured.get(mdev.parent)
+        if serves != mdev.type_id:
+            findings.append(
+                Finding(
+                    "orphaned_free_mdev",
+                    mdev.uuid,
+                    f"free {mdev.type_id} mdev on {mdev.parent}, which "
+                    + (f"now serves {serves}" if serves else "serves no type"),
+                    fixable=True,
+                )
+            )
+
+    for pf in inventory.pfs:
+        for vf in pf.vfs:
+            if (
+                vf.current_type
+                and vf.address in used
+                and vf_types.get(vf.address) != vf.current_type
+            ):
+                findings.append(
+                    Finding(
+                        "vf_type_unrecorded",
+                        vf.address,
+                        f"carries vGPU type {vf.current_type} for guest "
+                        f"{used[vf.address]} but the record says "
+                        f"{vf_types.get(vf.address, 'nothing')}; it would "
+                        "not be restored after a reboot",
+                        fixable=True,
+                    )
+                )
+    return findings
