@@ -213,3 +213,35 @@ def test_retries_back_off_exponentially(placement_url, tmp_path):
         with pytest.raises(PlacementUnavailable, match="4 attempts"):
             client.request("GET", "/resource_providers")
         assert waits[3:] == [0.5, 1.0, 2.0]
+
+
+def test_sync_json_and_change_log(placement_url, tmp_path, capsys):
+    import json
+
+    conf = tmp_path / "nova.conf"
+    conf.write_text(
+        "[devices]\nenabled_mdev_types = nvidia-35\n"
+        f"state_path = {tmp_path / 'state'}\n"
+        "[DEFAULT]\nhost = json-node\n"
+        "[placement]\nauth_type = admin_token\ntoken = admin\n"
+        f"endpoint = {placement_url}\nendpoint_override = {placement_url}\n"
+    )
+    code = cli.main(
+        [
+            "--config-file",
+            str(conf),
+            "--host-description",
+            "m10",
+            "sync",
+            "--format",
+            "json",
+        ]
+    )
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert code == 0 and report["host"] == "json-node"
+    assert "json-node_pci_0000_84_00_0" in report["created"]
+    assert report["requests"] > 0
+    # the service log says what changed, per provider
+    assert "json-node_pci_0000_84_00_0 inventory: none -> VGPU" in err
+    assert "json-node_pci_0000_84_00_0 traits: added " in err

@@ -34,7 +34,12 @@ SERVICE_COMMANDS = {"sync", "placement-server", "restore"}
 
 
 def _format_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", choices=["table", "json"], default="table")
+    parser.add_argument(
+        "--format",
+        choices=["table", "json"],
+        default="table",
+        help="Output for people (table) or for programs (one JSON document).",
+    )
 
 
 def _check_config(conf: cfg.ConfigOpts) -> int:
@@ -81,6 +86,7 @@ def _sync(context: Context) -> int:
 
 
 def _sync_args(parser: argparse.ArgumentParser) -> None:
+    _format_arg(parser)
     parser.add_argument(
         "--periodic",
         type=int,
@@ -135,10 +141,6 @@ def _restore(context: Context) -> int:
     return restore.run(context)
 
 
-def _no_args(parser: argparse.ArgumentParser) -> None:
-    del parser
-
-
 COMMANDS: dict[str, tuple[str, Handler, Callable[..., None]]] = {
     "check-config": (
         "Validate the configuration and print what it will apply.",
@@ -163,7 +165,7 @@ COMMANDS: dict[str, tuple[str, Handler, Callable[..., None]]] = {
     "restore": (
         "Re-apply recorded SR-IOV VF vGPU types (run at boot).",
         _with_context(_restore),
-        _no_args,
+        _format_arg,
     ),
     "audit": (
         "List mismatches between Placement, claims, guests and devices.",
@@ -185,8 +187,22 @@ COMMANDS: dict[str, tuple[str, Handler, Callable[..., None]]] = {
 
 def _add_parsers(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     for name, (help_text, _handler, add_args) in COMMANDS.items():
-        parser = subparsers.add_parser(name, help=help_text)
+        parser = subparsers.add_parser(
+            name,
+            help=help_text,
+            description=help_text,
+            formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        )
         add_args(parser)
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("vgpu-driver")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def make_conf() -> cfg.ConfigOpts:
@@ -211,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     _ARGV[:] = args
     try:
-        conf(args, project="vgpu-driver")
+        conf(args, project="vgpu-driver", version=_version())
     except (cfg.ConfigFilesNotFoundError, cfg.ConfigFileParseError) as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
@@ -224,10 +240,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     logging.setup(conf, "vgpu-driver")
-    if conf.command.name not in SERVICE_COMMANDS and not conf.debug:
-        # An interactive command prints its result; INFO lines about each
-        # provider would only bury it.
-        std_logging.getLogger("vgpu_driver").setLevel(std_logging.WARNING)
+    # An interactive command prints its result; INFO lines about each
+    # provider would only bury it. Set either way: main() may run twice
+    # in one process.
+    quiet = conf.command.name not in SERVICE_COMMANDS and not conf.debug
+    std_logging.getLogger("vgpu_driver").setLevel(
+        std_logging.WARNING if quiet else std_logging.NOTSET
+    )
     _help, handler, _args = COMMANDS[conf.command.name]
     try:
         return handler(conf)

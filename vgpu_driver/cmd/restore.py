@@ -15,17 +15,29 @@ from __future__ import annotations
 
 import sys
 
+from vgpu_driver.cmd import output
 from vgpu_driver.cmd.context import Context
 from vgpu_driver.driver import VgpuDriver
 
 
 def run(context: Context) -> int:
     driver = VgpuDriver(context.conf, context.host)
-    for moved in driver.binder.repair_records():
-        print(f"Moved an unreadable record aside: {moved}")
+    moved = driver.binder.repair_records()
     failed: list[str] = []
     restored = driver.restore_vf_types(failed)
     recorded = driver.binder.vf_types
+    if context.conf.command.format == "json":
+        output.dump_json(
+            {
+                "records_moved_aside": moved,
+                "recorded": recorded,
+                "restored": restored,
+                "failed": failed,
+            }
+        )
+        return 1 if failed else 0
+    for path in moved:
+        print(f"Moved an unreadable record aside: {path}")
     print(
         f"{len(recorded)} VF type(s) recorded, {len(restored)} re-applied"
         + (": " + ", ".join(restored) if restored else "")

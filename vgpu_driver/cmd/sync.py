@@ -3,6 +3,7 @@ periodically)."""
 
 from __future__ import annotations
 
+import json
 import time
 
 from oslo_log import log as logging
@@ -30,6 +31,17 @@ def describe(report: SyncReport) -> str:
             + ", ".join(report.kept_in_use)
         )
     return ", ".join(parts) + f"; {report.requests} request(s)"
+
+
+def as_json(host: str, report: SyncReport) -> dict[str, object]:
+    return {
+        "host": host,
+        "created": report.created,
+        "updated": report.updated,
+        "removed": report.removed,
+        "kept_in_use": report.kept_in_use,
+        "requests": report.requests,
+    }
 
 
 def _sleep(seconds: float) -> None:
@@ -70,7 +82,11 @@ def run(context: Context) -> int:
                 exc,
             )
         else:
-            print(f"Synced {conf.host}: {describe(report)}", flush=True)
+            if conf.command.format == "json":
+                # one JSON document per pass (JSON lines when periodic)
+                print(json.dumps(as_json(conf.host, report)), flush=True)
+            else:
+                print(f"Synced {conf.host}: {describe(report)}", flush=True)
             wait = float(period)
         if not period:
             return 0

@@ -100,6 +100,10 @@ def serve(host: str, port: int, database: Path, ready: Any = None) -> None:
     )
     url = f"http://{host}:{server.server_port}"
     print(f"Placement listening on {url}", flush=True)
+    print(
+        "Clients (nova.conf or vgpu-driver) need:\n" + conf_section(url),
+        flush=True,
+    )
     if ready is not None:
         ready(url)
     try:
@@ -193,10 +197,16 @@ class EmbeddedPlacement:
 
     def conf_section(self) -> str:
         """A ``[placement]`` section for clients of this Placement."""
-        return (
-            "[placement]\n"
-            "auth_type = admin_token\n"
-            f"endpoint = {self.url}\n"
-            "token = admin\n"
-            f"endpoint_override = {self.url}\n"
-        )
+        return conf_section(self.url)
+
+
+def conf_section(url: str) -> str:
+    """The ``[placement]`` section a client of the embedded Placement
+    needs (noauth2 takes the admin token)."""
+    return (
+        "[placement]\n"
+        "auth_type = admin_token\n"
+        f"endpoint = {url}\n"
+        "token = admin\n"
+        f"endpoint_override = {url}\n"
+    )

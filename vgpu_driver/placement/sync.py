@@ -449,6 +449,12 @@ class PlacementSync:
                 allow=(409,),
             )
             if response.status == 200:
+                LOG.info(
+                    "Provider %s inventory: %s -> %s",
+                    name,
+                    _summary(remote.inventory),
+                    _summary(wanted),
+                )
                 remote.generation = int(
                     response.body["resource_provider_generation"]
                 )
@@ -479,6 +485,12 @@ class PlacementSync:
                 allow=(409,),
             )
             if response.status == 200:
+                LOG.info(
+                    "Provider %s traits: added %s, removed %s",
+                    name,
+                    ", ".join(sorted(wanted - remote.traits)) or "none",
+                    ", ".join(sorted(remote.traits - wanted)) or "none",
+                )
                 remote.generation = int(
                     response.body["resource_provider_generation"]
                 )
@@ -528,6 +540,17 @@ class PlacementSync:
                 remote.name,
             )
             self._set_inventory(remote.uuid, remote.name, reserved, report)
+
+
+def _summary(inventory: dict[str, dict[str, Any]]) -> str:
+    """``VGPU 4 (1 reserved)``, or ``none``."""
+    parts = []
+    for rc, record in sorted(inventory.items()):
+        text = f"{rc} {record.get('total')}"
+        if record.get("reserved"):
+            text += f" ({record['reserved']} reserved)"
+        parts.append(text)
+    return ", ".join(parts) or "none"
 
 
 def _note(names: list[str], name: str) -> None:
