@@ -218,26 +218,15 @@ def test_retries_back_off_exponentially(placement_url, tmp_path):
 def test_sync_json_and_change_log(placement_url, tmp_path, capsys):
     import json
 
-    conf = tmp_path / "nova.conf"
-    conf.write_text(
-        "[devices]\nenabled_mdev_types = nvidia-35\n"
-        f"state_path = {tmp_path / 'state'}\n"
-        "[DEFAULT]\nhost = json-node\n"
+    code, out, err = _sync_cli(
+        tmp_path,
+        capsys,
         "[placement]\nauth_type = admin_token\ntoken = admin\n"
         f"endpoint = {placement_url}\nendpoint_override = {placement_url}\n"
+        "[DEFAULT]\nhost = json-node\n",
+        "--format",
+        "json",
     )
-    code = cli.main(
-        [
-            "--config-file",
-            str(conf),
-            "--host-description",
-            "m10",
-            "sync",
-            "--format",
-            "json",
-        ]
-    )
-    out, err = capsys.readouterr()
     report = json.loads(out)
     assert code == 0 and report["host"] == "json-node"
     assert "json-node_pci_0000_84_00_0" in report["created"]
