@@ -656,7 +656,9 @@ class VgpuDriver:
 
 def sync_placement(driver: VgpuDriver, syncer: Any) -> Any:
     """One sync pass: Placement's tree, updated from the host, flushed."""
-    before = syncer.client.request_count
+    # from where the last report stopped: the first pass of a process
+    # also counts the client's version discovery (GET /)
+    before = syncer.reported_requests
     tree = syncer.read_tree()
     try:
         driver.update_provider_tree(tree, syncer.nodename)
@@ -674,6 +676,7 @@ def sync_placement(driver: VgpuDriver, syncer: Any) -> Any:
     report = syncer.flush(tree)
     driver.confirm_flushed()
     report.requests = syncer.client.request_count - before
+    syncer.reported_requests = syncer.client.request_count
     return report
 
 

@@ -180,17 +180,17 @@ def test_a_client_from_a_section_without_auth_is_refused_early(tmp_path):
 def test_first_sync_costs_what_its_tree_needs_and_never_conflicts(
     placement_url, tmp_path, client
 ):
-    """1 lookup + 1 root + per device provider: create, inventory,
-    traits; plus one PUT per custom class and custom trait. A write never
-    conflicts with our own earlier write (the cached generation follows
-    each answer)."""
+    """1 version discovery (GET /) + 1 lookup + 1 root + per device
+    provider: create, inventory, traits; plus one PUT per custom class
+    and custom trait. A write never conflicts with our own earlier write
+    (the cached generation follows each answer)."""
     node = Node(placement_url, tmp_path)
     report = node.sync()
     view = placement_view(client, node.nodename)
     children = [v for v in view.values() if v[3] is not None]
     classes = {rc for v in children for rc in v[0] if rc.startswith("CUSTOM_")}
     traits = {t for v in children for t in v[1] if t.startswith("CUSTOM_")}
-    assert report.requests == 2 + 3 * len(children) + len(classes) + len(
+    assert report.requests == 3 + 3 * len(children) + len(classes) + len(
         traits
     )
     assert node.syncer.client.statuses[409] == 0
@@ -234,3 +234,38 @@ def test_sync_json_and_change_log(placement_url, tmp_path, capsys):
     # the service log says what changed, per provider
     assert "json-node_pci_0000_84_00_0 inventory: none -> VGPU" in err
     assert "json-node_pci_0000_84_00_0 traits: added " in err
+
+
+def test_a_restarted_syncer_rereads_only_providers_that_changed(
+    placement_url, tmp_path, client
+):
+    from tests.functional.test_placement_sync import add_trait
+    from vgpu_driver.driver import sync_placement
+    from vgpu_driver.placement.sync import PlacementSync
+
+    node = Node(placement_url, tmp_path)
+
+    def restarted():
+        return PlacementSync(
+            client_from_conf(node.conf), node.nodename, store=node.driver.state
+        )
+
+    sync_placement(node.driver, restarted())
+    providers = placement_view(client, node.nodename)
+    syncer = restarted()
+    start = syncer.client.request_count  # the client's version discovery
+    syncer.refresh()
+    assert syncer.client.request_count - start == 2  # lookup + tree only
+    add_trait(client, providers["pci_0000_84_00_0"][2], "CUSTOM_OPERATOR")
+    syncer = restarted()
+    start = syncer.client.request_count
+    syncer.refresh()
+    # that provider's generation moved: its inventory and traits only
+    assert syncer.client.request_count - start == 2 + 2
+    tree = syncer.read_tree()
+    assert (
+        "CUSTOM_OPERATOR"
+        in tree.data(f"{node.nodename}_pci_0000_84_00_0").traits
+    )
+    assert not sync_placement(node.driver, syncer).changed
+    assert sync_placement(node.driver, syncer).requests == 0

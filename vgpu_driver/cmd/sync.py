@@ -67,6 +67,7 @@ def run(context: Context) -> int:
                     client_from_conf(conf),
                     conf.host,
                     refresh_interval=conf.placement.refresh_interval,
+                    store=driver.state,
                 )
             report = sync_placement(driver, syncer)
         except exception.ConfigInvalid:

@@ -75,12 +75,21 @@ class PlacementClient:
         self.sleep = sleep
         self.requests: Counter[str] = Counter()
         self.statuses: Counter[int] = Counter()  # answers by status
+        # every HTTP request sent, when the session reports them (version
+        # discovery included); None: only this client's own are known
+        self.on_wire: int | None = None
         self._known_classes: set[str] = set()
         self._known_traits: set[str] = set()
 
     @property
     def request_count(self) -> int:
+        if self.on_wire is not None:
+            return self.on_wire
         return sum(self.requests.values())
+
+    def count_wire(self, *_args: Any, **_kwargs: Any) -> None:
+        """A ``requests`` response hook: one more request on the wire."""
+        self.on_wire = (self.on_wire or 0) + 1
 
     @property
     def url(self) -> str:
@@ -216,6 +225,10 @@ def client_from_conf(conf: cfg.ConfigOpts) -> PlacementClient:
         session = ks_loading.load_session_from_conf_options(
             conf, group, auth=auth
         )
+        early: list[int] = []
+        session.session.hooks["response"].append(
+            lambda *_a, **_k: early.append(1)
+        )
         connection = openstack.connection.Connection(
             session=session, oslo_conf=conf
         )
@@ -243,6 +256,11 @@ def client_from_conf(conf: cfg.ConfigOpts) -> PlacementClient:
         raise PlacementConfigInvalid(
             reason=f"{type(exc).__name__}: {exc}"
         ) from exc
-    return PlacementClient(
+    client = PlacementClient(
         adapter, max_attempts=max_attempts, retry_delay=retry_delay
     )
+    # count what keystoneauth sends on its own too (version discovery,
+    # which may already have happened while building the adapter)
+    client.on_wire = len(early)
+    session.session.hooks["response"] = [client.count_wire]
+    return client

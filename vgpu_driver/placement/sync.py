@@ -26,6 +26,7 @@ one.
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
 import uuid as uuidlib
 from collections.abc import Callable
@@ -33,7 +34,12 @@ from typing import Any
 
 from oslo_log import log as logging
 
-from vgpu_driver.exception import PlacementError, PlacementUnavailable
+from vgpu_driver.exception import (
+    PlacementError,
+    PlacementUnavailable,
+    VgpuDriverError,
+)
+from vgpu_driver.host.state import StateStore, expect
 from vgpu_driver.model.provider_tree import INVENTORY_FIELDS, ProviderTree
 from vgpu_driver.placement.client import (
     CONCURRENT_UPDATE,
@@ -43,6 +49,7 @@ from vgpu_driver.placement.client import (
 )
 
 LOG = logging.getLogger(__name__)
+PLACEMENT_RECORD = "placement"
 NAMESPACE = uuidlib.UUID("9a4e5bb2-6a3c-4a0f-8d5e-1f2c3b4a5d6e")
 
 
@@ -83,14 +90,24 @@ class PlacementSync:
         *,
         refresh_interval: float = 300,
         clock: Callable[[], float] = time.monotonic,
+        store: StateStore | None = None,
     ) -> None:
+        """``store``: where to keep what Placement holds, by provider
+        generation, so a restarted process re-reads only providers whose
+        generation moved."""
         self.client = client
         self.nodename = nodename
         self.refresh_interval = refresh_interval
         self.clock = clock
+        self.store = store
         self._cache: dict[str, Remote] = {}
         self._root_uuid: str | None = None
         self._read_at: float | None = None
+        # Hosts started together must not all re-read Placement at the
+        # same moment: each waits its own fraction of the interval more.
+        self._spread = random.uniform(0.0, 0.25)
+        # requests of the client already reported (by sync_placement)
+        self.reported_requests = 0
 
     # -- reading -------------------------------------------------------
 
@@ -99,8 +116,9 @@ class PlacementSync:
         return self._root_uuid or root_uuid_for(self.nodename)
 
     def _stale(self) -> bool:
+        interval = self.refresh_interval * (1 + self._spread)
         return self._read_at is None or (
-            self.clock() - self._read_at >= self.refresh_interval
+            self.clock() - self._read_at >= interval
         )
 
     def invalidate(self) -> None:
@@ -120,9 +138,16 @@ class PlacementSync:
             tree = self.client.request(
                 "GET", f"/resource_providers?in_tree={self._root_uuid}"
             ).body["resource_providers"]
+            known = self._load_disk()
             for provider in tree:
-                self._cache[provider["uuid"]] = self._read_provider(provider)
+                remote = known.get(provider["uuid"])
+                if remote is None or remote.generation != int(
+                    provider["generation"]
+                ):
+                    remote = self._read_provider(provider)
+                self._cache[provider["uuid"]] = remote
         self._read_at = self.clock()
+        self._save_disk()
 
     def _read_provider(self, provider: dict[str, Any]) -> Remote:
         uuid = provider["uuid"]
@@ -140,6 +165,64 @@ class PlacementSync:
             inventory=dict(inventories["inventories"]),
             traits=frozenset(traits["traits"]),
         )
+
+    # -- what Placement holds, kept on disk by generation ----------------
+
+    def _load_disk(self) -> dict[str, Remote]:
+        if self.store is None:
+            return {}
+        record = self.store.load_or_rebuild(
+            PLACEMENT_RECORD, {}, _validate_placement
+        )
+        return {
+            uuid: Remote(
+                uuid=uuid,
+                name=r["name"],
+                parent_uuid=r["parent_uuid"],
+                generation=int(r["generation"]),
+                inventory=dict(r["inventory"]),
+                traits=frozenset(r["traits"]),
+            )
+            for uuid, r in record.get(self.nodename, {}).items()
+        }
+
+    def _save_disk(self) -> None:
+        """Write this node's providers (another syncer of the node may
+        have written a newer generation: the newer one wins)."""
+        if self.store is None:
+            return
+        mine = {
+            r.uuid: {
+                "name": r.name,
+                "parent_uuid": r.parent_uuid,
+                "generation": r.generation,
+                "inventory": r.inventory,
+                "traits": sorted(r.traits),
+            }
+            for r in self._cache.values()
+        }
+
+        def merge(record: dict[str, Any]) -> dict[str, Any]:
+            theirs = record.get(self.nodename, {})
+            merged = {
+                u: e
+                for u, e in mine.items()
+                if u not in theirs
+                or theirs[u]["generation"] <= e["generation"]
+            }
+            merged.update(
+                {
+                    u: e
+                    for u, e in theirs.items()
+                    if u in mine and e["generation"] > mine[u]["generation"]
+                }
+            )
+            return {**record, self.nodename: merged}
+
+        try:
+            self.store.update(PLACEMENT_RECORD, merge, {}, _validate_placement)
+        except VgpuDriverError as exc:
+            LOG.warning("Could not keep Placement's state on disk: %s", exc)
 
     def _reread(self, uuid: str) -> Remote | None:
         response = self.client.request(
@@ -287,6 +370,8 @@ class PlacementSync:
             raise
         finally:
             report.requests = self.client.request_count - before
+        if report.changed:
+            self._save_disk()
         return report
 
     def _flush(self, tree: Any, report: SyncReport) -> None:
@@ -574,3 +659,18 @@ def _full_record(record: dict[str, Any]) -> dict[str, Any]:
         )
         for key in INVENTORY_FIELDS
     }
+
+
+def _validate_placement(record: Any) -> None:
+    expect(isinstance(record, dict), "not a JSON object")
+    for node, providers in record.items():
+        expect(isinstance(providers, dict), f"{node!r} is not an object")
+        for uuid, entry in providers.items():
+            expect(
+                isinstance(entry, dict)
+                and isinstance(entry.get("name"), str)
+                and isinstance(entry.get("generation"), int)
+                and isinstance(entry.get("inventory"), dict)
+                and isinstance(entry.get("traits"), list),
+                f"provider {uuid!r} of {node!r} is incomplete",
+            )
