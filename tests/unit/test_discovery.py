@@ -267,3 +267,21 @@ def test_domain_events_keep_guests_current(tmp_path):
         # wake the loop so it sees the stop flag
         libvirt.virEventAddTimeout(0, lambda *a: None, None)
         thread.join(timeout=5)
+
+
+def test_discover_table_spells_parents_as_the_config_and_shows_details(
+    capsys,
+):
+    assert cli.main(["--host-description", "grid-k1", "discover"]) == 0
+    out = capsys.readouterr().out
+    # the address device_addresses takes, not libvirt's pci_0000_05_00_0
+    assert "0000:05:00.0  GK107GL" in out and "pci_0000_05_00_0  " not in out
+    assert "GRID K180Q  4096 MB, 4 heads, 2560x1600" in out
+
+
+def test_discover_says_none_for_empty_sections(tmp_path, capsys):
+    path = tmp_path / "empty.json"
+    path.write_text('{"parents": []}')
+    assert cli.main(["--host-description", str(path), "discover"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\nnone\n") == 2

@@ -9,8 +9,32 @@ from typing import Any
 from vgpu_driver.cmd import output
 from vgpu_driver.cmd.context import Context
 from vgpu_driver.conf import loader
-from vgpu_driver.model import check
-from vgpu_driver.model.device import HostInventory
+from vgpu_driver.model import check, trait
+from vgpu_driver.model.device import HostInventory, MdevType
+
+
+def _details(mdev_type: MdevType) -> dict[str, Any]:
+    caps = trait.capabilities_of(mdev_type)
+    return {
+        "framebuffer_mb": caps.framebuffer_mb,
+        "heads": caps.heads,
+        "max_resolution": (
+            "{}x{}".format(*caps.max_resolution)
+            if caps.max_resolution
+            else None
+        ),
+    }
+
+
+def _details_text(entry: dict[str, Any]) -> str:
+    parts = []
+    if entry["framebuffer_mb"]:
+        parts.append(f"{entry['framebuffer_mb']} MB")
+    if entry["heads"]:
+        parts.append(f"{entry['heads']} heads")
+    if entry["max_resolution"]:
+        parts.append(entry["max_resolution"])
+    return ", ".join(parts) or "-"
 
 
 def report(inventory: HostInventory) -> dict[str, Any]:
@@ -21,8 +45,13 @@ def report(inventory: HostInventory) -> dict[str, Any]:
     parents = []
     for parent in inventory.parents:
         entry = dataclasses.asdict(parent)
-        for type_entry in entry["types"]:
+        # as device_addresses spells it: the PCI address, or the name
+        entry["config_name"] = parent.address or parent.name
+        for type_entry, mdev_type in zip(
+            entry["types"], parent.types, strict=True
+        ):
             type_entry["used"] = used[(parent.name, type_entry["id"])]
+            type_entry.update(_details(mdev_type))
         parents.append(entry)
     mdevs = []
     for mdev in inventory.mdevs:
@@ -50,7 +79,7 @@ def run(context: Context) -> int:
     conf = context.conf
     config = loader.load_device_config(conf)
     inventory = context.host.discover()
-    problems = [str(p) for p in check.unknown_addresses(config, inventory)]
+    problems = [str(p) for p in check.host_problems(config, inventory)]
     data = report(inventory)
     if conf.command.format == "json":
         output.dump_json({**data, "problems": problems})
@@ -61,7 +90,7 @@ def run(context: Context) -> int:
         for index, mdev_type in enumerate(parent["types"]):
             head = (
                 [
-                    parent["name"],
+                    parent["config_name"],
                     parent["product"] or parent["driver"],
                     parent["numa_node"],
                 ]
@@ -73,15 +102,28 @@ def run(context: Context) -> int:
                     *head,
                     mdev_type["id"],
                     mdev_type["name"],
+                    _details_text(mdev_type),
                     mdev_type["available"],
                     mdev_type["used"],
                 ]
             )
     print("mdev parents")
-    output.table(
-        ["Parent", "Product", "NUMA", "Type", "Type name", "Free", "Used"],
-        rows,
-    )
+    if rows:
+        output.table(
+            [
+                "Parent",
+                "Product",
+                "NUMA",
+                "Type",
+                "Type name",
+                "Details",
+                "Free",
+                "Used",
+            ],
+            rows,
+        )
+    else:
+        print("none")
     if data["sriov"]:
         print("\nNVIDIA SR-IOV GPUs (one vGPU per VF)")
         sriov_rows = []
@@ -94,7 +136,7 @@ def run(context: Context) -> int:
             )
             sriov_rows.append(
                 [
-                    pf["name"],
+                    pf["address"],
                     pf["numa_node"],
                     len(pf["vfs"]),
                     [f"nvidia-{t} x{n}" for t, n in sorted(in_use.items())],
@@ -106,6 +148,12 @@ def run(context: Context) -> int:
             sriov_rows,
         )
     print("\nmdevs")
+    if not data["mdevs"]:
+        print("none")
+    for problem in problems:
+        print(f"WARNING: {problem}")
+    if not data["mdevs"]:
+        return 0
     output.table(
         ["UUID", "Type", "Parent", "State", "Guest"],
         [
@@ -119,6 +167,4 @@ def run(context: Context) -> int:
             for m in data["mdevs"]
         ],
     )
-    for problem in problems:
-        print(f"WARNING: {problem}")
     return 0
