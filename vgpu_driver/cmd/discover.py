@@ -154,13 +154,14 @@ def run(context: Context) -> int:
         print(f"WARNING: {problem}")
     if not data["mdevs"]:
         return 0
+    spelled = {p["name"]: p["config_name"] for p in data["parents"]}
     output.table(
         ["UUID", "Type", "Parent", "State", "Guest"],
         [
             [
                 m["uuid"],
                 m["type_id"],
-                m["parent"],
+                spelled.get(m["parent"], m["parent"]),
                 "active" if m["active"] else "defined",
                 m["guest"]["name"] if m["guest"] else None,
             ]
