@@ -1,0 +1,29 @@
+"""The documentation builds, with every warning an error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+DOC = Path(__file__).resolve().parents[2] / "doc" / "source"
+
+
+def test_docs_build_without_warnings(tmp_path):
+    application = pytest.importorskip("sphinx.application")
+    app = application.Sphinx(
+        str(DOC),
+        str(DOC),
+        str(tmp_path / "html"),
+        str(tmp_path / "doctrees"),
+        "html",
+        warningiserror=True,
+        status=None,
+    )
+    app.build()
+    assert app.statuscode == 0
+    page = (tmp_path / "html" / "configuration.html").read_text()
+    # the reference is generated from the options themselves
+    assert (
+        "enabled_mdev_types" in page and "failed_device_retry_interval" in page
+    )
