@@ -51,6 +51,7 @@ class ModelledMdev:
         return self.xml
 
     def isPersistent(self):
+        self.conn.record("isPersistent", self._name)
         return int(self.persistent)
 
     def autostart(self):
@@ -226,9 +227,11 @@ def test_a_defined_only_mdev_is_listed_inactive_then_started(tmp_path):
 def test_removing_a_persistent_mdev_destroys_and_undefines_it(tmp_path):
     host, conn = _host(tmp_path)
     mdev = host.discover().mdevs[0]
-    assert mdev.persistent
+    # discovery asked nothing per mdev; removal asks once
+    assert conn.calls("isPersistent") == []
     conn.log.clear()
     host.remove_mdev(mdev)
+    assert conn.calls("isPersistent") == [mdev.name]
     assert conn.calls("destroy") == [mdev.name]
     assert conn.calls("undefine") == [mdev.name]
     assert mdev.uuid not in {m.uuid for m in host.discover().mdevs}

@@ -9,7 +9,8 @@ Cost of :meth:`LibvirtHost.discover` (every call is counted in
   defined (skipped for good where libvirt refuses the flag);
 * one ``XMLDesc`` per parent, whose ``availableInstances`` change;
 * an mdev's XML never changes for a given name, so it is read once, on
-  first sight, and cached (with its persistence and autostart flags).
+  first sight, and cached; whether it is persistent is asked only when
+  it is removed (a defined-only mdev is persistent by definition).
 
 So a steady-state refresh costs P + 2 calls for P parents, whatever the
 number of mdevs and guests.
@@ -244,8 +245,9 @@ class LibvirtHost:
             name=mdev.name,
             iommu_group=mdev.iommu_group,
             active=active,
-            persistent=self._flag("isPersistent", device.isPersistent),
-            autostart=self._flag("autostart", device.autostart),
+            # persistence is asked only when it matters (removal): no
+            # per-mdev round trips at discovery
+            persistent=None if active else True,
         )
 
     def _read_parent(self, device: Any, name: str) -> Parent | None:
@@ -489,9 +491,14 @@ class LibvirtHost:
         with self._lock:
             try:
                 device = self._lookup(mdev)
+                persistent = mdev.persistent
+                if persistent is None:
+                    persistent = self._flag(
+                        "isPersistent", device.isPersistent
+                    )
                 if mdev.active:
                     self._call("destroy", device.destroy)
-                if mdev.persistent:
+                if persistent:
                     self._call("undefine", device.undefine, 0)
             except libvirt.libvirtError as exc:
                 if exc.get_error_code() not in REMOVE_VIA_SYSFS:
