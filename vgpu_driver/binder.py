@@ -11,8 +11,8 @@ Several processes may bind on one host (two driver objects, a compute
 service and an operator's tool), so choosing and claiming happen under
 the records' lock, which holds across processes, after re-reading the
 claims from disk; creating happens outside it, on devices already
-claimed. Every write bumps the claims record's ``epoch``: a binder that
-finds an epoch it did not write knows another process changed the host
+claimed. Every write gives the claims record a new random ``epoch``: a
+binder that finds an epoch it did not write knows another process changed the host
 (created an mdev, ended a claim because its guest now has the device), so
 it re-reads the host, guests included, before it chooses anything.
 
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import secrets
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -122,7 +123,9 @@ class DeviceBinder:
         """Write both records (inside :meth:`_records`)."""
         if self.state is None:
             return
-        self._epoch = (self._epoch or 0) + 1
+        # a fresh random number, not a counter: after a record was moved
+        # aside and restarted, a reader must never see its old value again
+        self._epoch = secrets.randbits(62) + 1
         self.state.save(
             CLAIMS_RECORD, {"epoch": self._epoch, "claims": self._claims}
         )
