@@ -12,9 +12,10 @@ service and an operator's tool), so choosing and claiming happen under
 the records' lock, which holds across processes, after re-reading the
 claims from disk; creating happens outside it, on devices already
 claimed. Every write gives the claims record a new random ``epoch``: a
-binder that finds an epoch it did not write knows another process changed the host
-(created an mdev, ended a claim because its guest now has the device), so
-it re-reads the host, guests included, before it chooses anything.
+binder that finds an epoch it did not write knows another process
+changed the host (created an mdev, ended a claim because its guest now
+has the device), so it re-reads the host, guests included, before it
+chooses anything.
 
 Failure undoes the bind: mdevs it created are removed, VF types it set
 are cleared, its claims are dropped. A parent whose device fails (not one
