@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import platform
+import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 from oslo_config import cfg
@@ -27,3 +31,23 @@ def conf_for(text: str, directory: Path, name: str = "vgpu") -> cfg.ConfigOpts:
         "state_path", str(directory / f"{name}-state"), "devices"
     )
     return conf
+
+
+def machine() -> str:
+    """One line naming what the figures were taken on."""
+    import libvirt
+
+    version = libvirt.getVersion()
+    return (
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"{platform.python_implementation()} {platform.python_version()}, "
+        f"libvirt {version // 1_000_000}.{version // 1000 % 1000}"
+    )
+
+
+def spread(samples: Sequence[float]) -> str:
+    """``min/median/max`` of samples in milliseconds."""
+    return (
+        f"{min(samples):.2f}/{statistics.median(samples):.2f}/"
+        f"{max(samples):.2f}"
+    )

@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.common import machine, spread
 from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
 
@@ -38,10 +39,11 @@ def measure(parents: int, mdevs: int, guests: int) -> dict[str, float]:
         assert len(first.mdevs) == mdevs and len(first.guests) == guests
         host.calls.clear()
         runs = 20
-        start = time.perf_counter()
+        samples = []
         for _ in range(runs):
+            start = time.perf_counter()
             host.discover()
-        steady_time = (time.perf_counter() - start) / runs
+            samples.append((time.perf_counter() - start) * 1000)
         steady_calls = host.call_count / runs
         host.close()
     return {
@@ -51,7 +53,7 @@ def measure(parents: int, mdevs: int, guests: int) -> dict[str, float]:
         "first_calls": first_calls,
         "first_ms": first_time * 1000,
         "steady_calls": steady_calls,
-        "steady_ms": steady_time * 1000,
+        "steady_ms": spread(samples),
         "nova_calls": 2 + 2 * (parents + mdevs),
     }
 
@@ -62,9 +64,11 @@ def main() -> None:
     args = parser.parse_args()
     header = (
         f"{'pGPUs':>5} {'mdevs':>5} {'guests':>6} | {'first calls':>11} "
-        f"{'first ms':>8} | {'steady calls':>12} {'steady ms':>9} | "
+        f"{'first ms':>8} | {'steady calls':>12} "
+        f"{'steady ms min/med/max':>22} | "
         f"{'Nova calls':>10}"
     )
+    print(machine())
     print(header)
     print("-" * len(header))
     for shape in QUICK if args.quick else SHAPES:
@@ -72,7 +76,7 @@ def main() -> None:
         print(
             f"{r['parents']:>5} {r['mdevs']:>5} {r['guests']:>6} | "
             f"{r['first_calls']:>11} {r['first_ms']:>8.1f} | "
-            f"{r['steady_calls']:>12.0f} {r['steady_ms']:>9.2f} | "
+            f"{r['steady_calls']:>12.0f} {r['steady_ms']:>22} | "
             f"{r['nova_calls']:>10}"
         )
 
