@@ -27,3 +27,22 @@ def test_demo_syncs_and_asks_placement_for_candidates(capsys):
     # then a pretend instance gets its devices and gives them back
     assert "<hostdev mode='subsystem'" in out
     assert "allocation deleted" in out and "Claims left: 0" in out
+
+
+def test_demo_json_is_one_document(capsys):
+    import json
+
+    from vgpu_driver.cmd import main as cli
+
+    assert cli.main(["demo", "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)  # one document, no banner
+    assert set(document) == {
+        "host",
+        "configuration",
+        "discovery",
+        "placement",
+        "bind",
+    }
+    first, second = document["placement"]["syncs"]
+    assert first["created"] and second["requests"] == 0
+    assert document["bind"]["devices"] and document["bind"]["claims_left"] == 0

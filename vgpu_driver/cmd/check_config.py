@@ -19,7 +19,7 @@ from vgpu_driver.model.config import DeviceConfig, Problem
 DEFAULT_PARENTS = "default for unlisted parents"
 
 
-def _type_rows(config: DeviceConfig) -> list[dict[str, Any]]:
+def type_rows(config: DeviceConfig) -> list[dict[str, Any]]:
     return [
         {
             "type": t.type_id,
@@ -55,7 +55,7 @@ def run(conf: cfg.ConfigOpts, argv: Sequence[str] = ()) -> int:
             {
                 "valid": not errors,
                 "host": conf.host,
-                "types": _type_rows(config),
+                "types": type_rows(config),
                 "warnings": [str(w) for w in config.warnings],
                 "errors": [str(e) for e in errors],
                 "host_checks": host_note or "done",

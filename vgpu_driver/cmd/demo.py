@@ -17,7 +17,9 @@ from typing import Any
 from vgpu_driver.cmd import check_config, discover, output
 from vgpu_driver.cmd.context import Context
 from vgpu_driver.cmd.inventory import print_table, tree_report
+from vgpu_driver.cmd.sync import as_json as sync_json
 from vgpu_driver.cmd.sync import describe
+from vgpu_driver.conf import loader
 from vgpu_driver.driver import VgpuDriver, sync_placement
 from vgpu_driver.host.base import Host
 from vgpu_driver.host.simulated import SimulatedHost
@@ -43,8 +45,21 @@ REQUESTS = [
 ]
 
 
-def _banner(title: str) -> None:
-    print(f"\n=== {title} ===\n")
+class Steps:
+    """What the demo shows: printed step by step as tables, or gathered
+    into one JSON document printed at the end (``--format json``)."""
+
+    def __init__(self, as_json: bool) -> None:
+        self.as_json = as_json
+        self.document: dict[str, Any] = {}
+
+    def banner(self, title: str) -> None:
+        if not self.as_json:
+            print(f"\n=== {title} ===\n")
+
+    def say(self, text: str) -> None:
+        if not self.as_json:
+            print(text)
 
 
 def candidates(
@@ -61,25 +76,56 @@ def candidates(
 
 
 def run(context: Context) -> int:
-    if context.description is not None:
-        _banner(f"Simulated host: {context.description.source}")
-        print(context.description.summary)
-        _banner("Configuration")
-        print(context.description.config)
-    _banner("Effective configuration")
-    rc = check_config.run(context.conf)
+    steps = Steps(context.conf.command.format == "json")
+    rc = _show_host(context, steps)
     if rc:
         return rc
-    _banner("Discovery (libvirt test driver + sysfs)")
-    discover.run(context)
     workdir = Path(context.workdir.name) if context.workdir else Path(".")
     with EmbeddedPlacement(workdir / "placement") as placement:
-        _banner(f"Placement at {placement.url} (openstack-placement, SQLite)")
+        steps.banner(
+            f"Placement at {placement.url} (openstack-placement, SQLite)"
+        )
+        steps.document["placement"] = {"url": placement.url}
         context.add_config(placement.conf_section())
-        return _with_placement(context)
+        rc = _with_placement(context, steps)
+    if steps.as_json:
+        output.dump_json(steps.document)
+    return rc
 
 
-def _with_placement(context: Context) -> int:
+def _show_host(context: Context, steps: Steps) -> int:
+    """The simulated host, its configuration and its discovery."""
+    if context.description is not None:
+        steps.banner(f"Simulated host: {context.description.source}")
+        steps.say(context.description.summary)
+        steps.banner("Configuration")
+        steps.say(context.description.config)
+        steps.document["host"] = {
+            "source": context.description.source,
+            "summary": context.description.summary,
+            "config": context.description.config,
+        }
+    if not steps.as_json:
+        steps.banner("Effective configuration")
+        rc = check_config.run(context.conf)
+        if rc:
+            return rc
+        steps.banner("Discovery (libvirt test driver + sysfs)")
+        return discover.run(context)
+    config, errors = loader.read_device_config(context.conf)
+    steps.document["configuration"] = {
+        "types": check_config.type_rows(config),
+        "warnings": [str(w) for w in config.warnings],
+        "errors": [str(e) for e in errors],
+    }
+    if errors:
+        output.dump_json(steps.document)
+        return 2
+    steps.document["discovery"] = discover.report(context.host.discover())
+    return 0
+
+
+def _with_placement(context: Context, steps: Steps) -> int:
     conf = context.conf
     host: Host = context.host
     if context.description is not None:
@@ -88,33 +134,49 @@ def _with_placement(context: Context) -> int:
         host = SimulatedHost(context.description)
     driver = VgpuDriver(conf, host)
     syncer = PlacementSync(client_from_conf(conf), conf.host)
-    report = sync_placement(driver, syncer)
-    print(f"First sync:  {describe(report)}")
-    report = sync_placement(driver, syncer)
-    print(f"Second sync: {describe(report)}")
-    _banner("The provider tree as Placement holds it")
+    first = sync_placement(driver, syncer)
+    steps.say(f"First sync:  {describe(first)}")
+    second = sync_placement(driver, syncer)
+    steps.say(f"Second sync: {describe(second)}")
+    steps.document["placement"]["syncs"] = [
+        sync_json(conf.host, first),
+        sync_json(conf.host, second),
+    ]
+    steps.banner("The provider tree as Placement holds it")
     syncer.refresh()
     tree = syncer.read_tree()
     tree_data = tree_report(tree, conf.host)
-    print_table(tree_data)
+    if steps.as_json:
+        steps.document["placement"]["tree"] = tree_data
+    else:
+        print_table(tree_data)
     names = {
         tree.data(p["name"]).uuid: p["name"].removeprefix(f"{conf.host}_")
         for p in tree_data["providers"]
     }
-    _banner("Allocation candidates")
+    steps.banner("Allocation candidates")
     rows: list[list[Any]] = []
+    found_all = []
     for title, query in REQUESTS:
         found = candidates(syncer.client, query, names)
+        found_all.append(
+            {"request": title, "query": query, "candidates": found}
+        )
         shown = [" + ".join(c) for c in found[:3]]
         if len(found) > 3:
             shown.append(f"... ({len(found)} in all)")
         rows.append([title, len(found), shown or None])
-    output.table(["Request", "Candidates", "Served by"], rows)
-    return _bind(driver, syncer, names)
+    steps.document["placement"]["allocation_candidates"] = found_all
+    if not steps.as_json:
+        output.table(["Request", "Candidates", "Served by"], rows)
+    return _bind(driver, syncer, names, steps)
 
 
 def _bind(
-    driver: VgpuDriver, syncer: PlacementSync, names: dict[str, str]
+    driver: VgpuDriver,
+    syncer: PlacementSync,
+    names: dict[str, str],
+    steps: Steps,
 ) -> int:
     """Claim a candidate in Placement for a pretend instance, bind it,
     show the guest's devices, release."""
@@ -135,18 +197,31 @@ def _bind(
         ok=(204,),
     )
     allocations = request["allocations"]
-    _banner(f"Binding instance {instance} ({title})")
-    print("Allocations in Placement:")
+    steps.banner(f"Binding instance {instance} ({title})")
+    steps.say("Allocations in Placement:")
     for rp, alloc in allocations.items():
-        print(f"  {names.get(rp, rp)}: {alloc['resources']}")
+        steps.say(f"  {names.get(rp, rp)}: {alloc['resources']}")
     devices = driver.allocate_mdevs(instance, allocations)
     for device in devices:
         how = "created" if device.created else "reused"
-        print(f"\n{device.kind} {device.id} on {device.parent} ({how}):")
-        print(device.hostdev_xml())
-    _banner(f"Deleting instance {instance}")
+        steps.say(f"\n{device.kind} {device.id} on {device.parent} ({how}):")
+        steps.say(device.hostdev_xml())
+    steps.banner(f"Deleting instance {instance}")
     released = driver.release_mdevs(instance)
     client.request("DELETE", f"/allocations/{instance}", ok=(204,))
-    print(f"Released {', '.join(released)}; allocation deleted.")
-    print(f"Claims left: {len(driver.binder.claims())}")
+    left = len(driver.binder.claims())
+    steps.say(f"Released {', '.join(released)}; allocation deleted.")
+    steps.say(f"Claims left: {left}")
+    steps.document["bind"] = {
+        "instance": instance,
+        "request": title,
+        "allocations": {
+            names.get(rp, rp): a["resources"] for rp, a in allocations.items()
+        },
+        "devices": [
+            {**d.record(), "hostdev_xml": d.hostdev_xml()} for d in devices
+        ],
+        "released": released,
+        "claims_left": left,
+    }
     return 0
