@@ -102,9 +102,11 @@ class DeviceBinder:
     # -- records -------------------------------------------------------
 
     @contextlib.contextmanager
-    def _records(self) -> Iterator[None]:
+    def _records(self, *, fresh_view: bool = False) -> Iterator[None]:
         """Hold the thread lock and the records' cross-process lock, with
-        the claims and VF types freshly read from disk."""
+        the claims and VF types freshly read from disk. ``fresh_view``:
+        also re-read the host if another process changed the records (do
+        it before choosing or removing devices)."""
         with self._lock:
             if self.state is None:
                 yield
@@ -118,6 +120,8 @@ class DeviceBinder:
                 if self._epoch is not None and epoch != self._epoch:
                     self._stale = True
                 self._epoch = epoch
+                if fresh_view and self._stale:
+                    self._rebuild_view()
                 yield
 
     def _save(self) -> None:
@@ -261,15 +265,10 @@ class DeviceBinder:
         """The caller defined ``guest``: its spawn claims on devices the
         domain now has end (the domain itself keeps them from now on).
         Returns the device ids whose claims ended."""
-        with self._records():
-            if self._stale:
-                self._rebuild_view()
+        with self._records(fresh_view=True):
             for device_id in (*guest.mdevs, *guest.pci_devices):
                 self._used[device_id] = guest.uuid
-                for view in self._parents.values():
-                    for uuids in view.free.values():
-                        if device_id in uuids:
-                            uuids.remove(device_id)
+                self._take_off_free_list(device_id)
             ended = [
                 device_id
                 for device_id, claim in self._claims.items()
@@ -282,6 +281,15 @@ class DeviceBinder:
             if ended:
                 self._save()
         return ended
+
+    def _take_off_free_list(self, device_id: str) -> None:
+        """An mdev is no longer free (a guest has it, or it is gone)."""
+        mdev = self._mdevs.get(device_id)
+        view = self._parents.get(mdev.parent) if mdev else None
+        if mdev is not None and view is not None:
+            free = view.free.get(mdev.type_id, [])
+            if device_id in free:
+                free.remove(device_id)
 
     def instance_devices(self) -> dict[str, dict[str, list[str]]]:
         """instance -> {"in_use": device ids its guest has, "claimed":
@@ -326,7 +334,7 @@ class DeviceBinder:
         wanted: list[tuple[str, str, int]],
         purpose: str = SPAWN,
     ) -> list[BoundDevice]:
-        with self._records():
+        with self._records(fresh_view=True):
             mine = [
                 BoundDevice(**{k: c[k] for k in _DEVICE_FIELDS})
                 for c in self._claims.values()
@@ -334,8 +342,6 @@ class DeviceBinder:
             ]
             if mine:
                 return mine  # the same bind again: idempotent
-            if self._stale:
-                self._rebuild_view()
             chosen = self._choose_existing(wanted)
             for device in chosen:
                 self._claim(instance, device, purpose)
@@ -506,9 +512,7 @@ class DeviceBinder:
         """Drop an instance's claims and hand its devices back: mdevs stay
         for reuse (or are removed with ``remove_unused``), VF types are
         cleared. Returns the device ids released."""
-        with self._records():
-            if self._stale:
-                self._rebuild_view()
+        with self._records(fresh_view=True):
             ids = {
                 k for k, c in self._claims.items() if c["instance"] == instance
             }
@@ -625,12 +629,8 @@ class DeviceBinder:
                 except VgpuDriverError as exc:
                     LOG.error("Could not remove mdev %s: %s", uuid, exc)
                     continue
+                self._take_off_free_list(uuid)
                 self._mdevs.pop(uuid, None)
-                view = self._parents.get(mdev.parent)
-                if view is not None and uuid in view.free.get(
-                    mdev.type_id, []
-                ):
-                    view.free[mdev.type_id].remove(uuid)
                 removed.append(uuid)
             if removed:
                 self._save()
@@ -782,9 +782,7 @@ class DeviceBinder:
         block the switch (one type per pGPU): remove them. Done under the
         records' lock, so no other process can claim one meanwhile."""
         removed: list[str] = []
-        with self._records():
-            if self._stale:
-                self._rebuild_view()
+        with self._records(fresh_view=True):
             stale = [
                 (parent, type_id, uuid)
                 for parent, view in self._parents.items()

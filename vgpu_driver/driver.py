@@ -204,7 +204,7 @@ class VgpuDriver:
             for pf in inventory.pfs
             for vf in pf.vfs
         }
-        for address in inventory.pci_users():
+        for address in pci_users:
             if address in vf_owner and vf_owner[address][1]:
                 pf_name, type_number = vf_owner[address]
                 held[pf_name][f"nvidia-{type_number}"] += 1
@@ -244,7 +244,7 @@ class VgpuDriver:
                 kept = {
                     rc: rec
                     for rc, rec in root.inventory.items()
-                    if rc not in self._managed_classes()
+                    if rc not in self.managed_classes()
                 }
                 provider_tree.update_inventory(nodename, kept)
             mine = self._device_providers(provider_tree, root.uuid, nodename)
@@ -311,7 +311,7 @@ class VgpuDriver:
         the guest's domain. Raises ProviderUnknown or
         DeviceCapacityExhausted (the instance must be rescheduled), having
         undone anything it made."""
-        wanted = self.binder.wanted(allocations, self._managed_classes())
+        wanted = self.binder.wanted(allocations, self.managed_classes())
         return self.binder.bind(instance_uuid, wanted)
 
     def guest_defined(self, instance_uuid: str) -> list[str]:
@@ -410,7 +410,7 @@ class VgpuDriver:
         mdevs (``{source uuid: type id}``) and return ``{source uuid:
         destination uuid}`` for the guest's XML. The claim is on disk: it
         survives a restart of the service until success or rollback."""
-        wanted = self.binder.wanted(allocations, self._managed_classes())
+        wanted = self.binder.wanted(allocations, self.managed_classes())
         offered = {type_id for _, type_id, _ in wanted}
         for source, type_id in sorted(source_mdevs.items()):
             if type_id not in offered:
@@ -449,7 +449,7 @@ class VgpuDriver:
     ) -> list[str]:
         """[root-has-VGPU flag ("" or root name), per-VF provider names...]
         or [] when the tree already has this library's layout."""
-        classes = self._managed_classes()
+        classes = self.managed_classes()
         on_root = nodename if set(root.inventory) & classes else ""
         vf_names = {
             f"{nodename}_{vf.address}" for pf in inventory.pfs for vf in pf.vfs
@@ -474,7 +474,7 @@ class VgpuDriver:
         """consumer -> device name -> resource class -> units to move,
         found from the guests' devices. Raises ReshapeFailed, having
         changed nothing, when a consumer cannot be matched."""
-        classes = self._managed_classes()
+        classes = self.managed_classes()
         old_uuids = {tree.data(name).uuid for name in old if name}
         guests = {g.uuid: g for g in inventory.guests}
         vf_pf = {vf.address: pf.name for pf in inventory.pfs for vf in pf.vfs}
@@ -531,7 +531,7 @@ class VgpuDriver:
     ) -> None:
         """Rewrite ``allocations`` in place (Nova's contract): the moved
         units leave the old providers and land on the per-pGPU ones."""
-        classes = self._managed_classes()
+        classes = self.managed_classes()
         for consumer, placed in moves.items():
             record = allocations[consumer]
             current = record["allocations"]
@@ -569,9 +569,6 @@ class VgpuDriver:
 
     def managed_classes(self) -> set[str]:
         """Resource classes of the devices this library manages."""
-        return self._managed_classes()
-
-    def _managed_classes(self) -> set[str]:
         return {str(orc.VGPU), *self.config.resource_classes()}
 
     def _device_providers(
@@ -579,7 +576,7 @@ class VgpuDriver:
     ) -> dict[str, Any]:
         """The root's children that are device providers of this library
         (or of Nova's vGPU code, which named them the same way)."""
-        classes = self._managed_classes()
+        classes = self.managed_classes()
         found = {}
         for uuid in tree.get_provider_uuids(root_uuid):
             data = tree.data(uuid)

@@ -205,18 +205,9 @@ class PlacementSync:
         def merge(record: dict[str, Any]) -> dict[str, Any]:
             theirs = record.get(self.nodename, {})
             merged = {
-                u: e
+                u: max(e, theirs.get(u, e), key=lambda x: x["generation"])
                 for u, e in mine.items()
-                if u not in theirs
-                or theirs[u]["generation"] <= e["generation"]
             }
-            merged.update(
-                {
-                    u: e
-                    for u, e in theirs.items()
-                    if u in mine and e["generation"] > mine[u]["generation"]
-                }
-            )
             return {**record, self.nodename: merged}
 
         try:
