@@ -266,7 +266,9 @@ class DeviceBinder:
         domain now has end (the domain itself keeps them from now on).
         Returns the device ids whose claims ended."""
         with self._records(fresh_view=True):
-            for device_id in (*guest.mdevs, *guest.pci_devices):
+            has = {*guest.mdevs, *guest.pci_devices}
+            self._let_go(guest.uuid, keep=has)
+            for device_id in has:
                 self._used[device_id] = guest.uuid
                 self._take_off_free_list(device_id)
             ended = [
@@ -281,6 +283,55 @@ class DeviceBinder:
             if ended:
                 self._save()
         return ended
+
+    def guest_undefined(self, instance: str) -> list[str]:
+        """The instance's guest is gone: the devices it had are free again,
+        except those still claimed for it (e.g. held across a hard
+        reboot). Returns the device ids freed."""
+        with self._records():
+            freed = self._let_go(instance, keep=set())
+        self.host.forget_guest(instance)
+        return freed
+
+    def _let_go(self, instance: str, keep: set[str]) -> list[str]:
+        """Hand back what the instance's guest had and no longer has
+        (inside :meth:`_records`)."""
+        freed = []
+        for device_id, guest in list(self._used.items()):
+            if guest != instance or device_id in keep:
+                continue
+            del self._used[device_id]
+            if device_id in self._claims:
+                continue
+            device = self._device(device_id, None)
+            if device is not None:
+                try:
+                    self._hand_back(device)
+                except VgpuDriverError as exc:
+                    LOG.error("Freeing %s: %s", device_id, exc)
+                freed.append(device_id)
+        return freed
+
+    def hold(self, instance: str) -> list[str]:
+        """Claim the devices the instance's guest has, so nothing else
+        takes them while the caller undefines and defines it again (a hard
+        reboot). The claims end when the guest is defined with them."""
+        with self._records():
+            held = []
+            for device_id, guest in sorted(self._used.items()):
+                if guest != instance or device_id in self._claims:
+                    continue
+                device = self._device(device_id, None)
+                if device is not None:
+                    self._claims[device_id] = {
+                        **device.record(),
+                        "instance": instance,
+                        "purpose": SPAWN,
+                    }
+                    held.append(device_id)
+            if held:
+                self._save()
+        return held
 
     def _take_off_free_list(self, device_id: str) -> None:
         """An mdev is no longer free (a guest has it, or it is gone)."""
@@ -306,6 +357,22 @@ class DeviceBinder:
                 entry["claimed"].append(device_id)
         return found
 
+    def free_mdevs(
+        self, parent: str | None = None, types: Iterable[str] | None = None
+    ) -> set[str]:
+        wanted = None if types is None else set(types)
+        with self._records():
+            busy = self._busy()
+            return {
+                uuid
+                for view in self._parents.values()
+                if parent is None or view.name == parent
+                for type_id, uuids in view.free.items()
+                if wanted is None or type_id in wanted
+                for uuid in uuids
+                if uuid not in busy
+            }
+
     def _busy(self) -> set[str]:
         return set(self._used) | set(self._claims)
 
@@ -326,6 +393,35 @@ class DeviceBinder:
                 if target is None or target.resource_class != rc:
                     raise ProviderUnknown(rp_uuid=rp_uuid)
                 wanted.append((target.device, target.type_id, int(amount)))
+        return wanted
+
+    def spread(
+        self, resource_class: str, units: int, candidates: Mapping[str, str]
+    ) -> list[tuple[str, str, int]]:
+        """(device, type, 1) for ``units`` not tied to a device:
+        ``candidates`` maps parent -> its configured type. Parents with a
+        free mdev first, then the one with the most room."""
+        with self._records():
+            busy = self._busy()
+            room: dict[str, list[int]] = {}
+            for parent, type_id in candidates.items():
+                view = self._parents.get(parent)
+                if view is None:
+                    continue
+                free = [u for u in view.free.get(type_id, []) if u not in busy]
+                room[parent] = [len(free), view.available.get(type_id, 0)]
+        wanted = []
+        for _ in range(units):
+            usable = [p for p in sorted(room) if sum(room[p])]
+            if not usable:
+                raise DeviceCapacityExhausted(
+                    count=units,
+                    type_id=resource_class,
+                    parent=", ".join(sorted(candidates)) or "no parent",
+                )
+            best = max(usable, key=lambda p: (room[p][0] > 0, sum(room[p])))
+            room[best][0 if room[best][0] else 1] -= 1
+            wanted.append((best, candidates[best], 1))
         return wanted
 
     def bind(

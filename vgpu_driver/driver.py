@@ -9,8 +9,9 @@ Nova's, which has the same interface).
 from __future__ import annotations
 
 import threading
+import uuid as uuidlib
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import os_resource_classes as orc
@@ -55,14 +56,25 @@ class VgpuDriver:
         config: DeviceConfig | None = None,
         *,
         persist: bool = True,
+        state_path: str | None = None,
     ) -> None:
         """``persist=False`` keeps no records on disk (for a report on a
-        throwaway tree)."""
+        throwaway tree). ``state_path``: where the records are kept, if
+        not ``[devices] state_path`` (e.g. one directory per node when a
+        process serves several)."""
         self.conf = conf
         self.host = host
         self.config = config or loader.load_device_config(conf)
         self._lock = threading.RLock()
-        self.state = StateStore(conf.devices.state_path) if persist else None
+        self.state = (
+            StateStore(state_path or conf.devices.state_path)
+            if persist
+            else None
+        )
+        # the compute nodes' own providers seen in update_provider_tree:
+        # units allocated there are pre-reshape allocations
+        self._roots: set[str] = set()
+        self.last_plans: list[ProviderPlan] = []
         # mdev uuid -> (parent, type) of every mdev seen, kept on disk: a
         # guest's device whose parent vanished (even while the service was
         # down) is still counted against its provider.
@@ -230,6 +242,7 @@ class VgpuDriver:
         )
         with self._lock:
             root = provider_tree.data(nodename)
+            self._roots.add(root.uuid)
             old = self._old_layout(provider_tree, root, nodename, inventory)
             if old and allocations is None:
                 raise ReshapeNeeded(nodename=nodename)
@@ -287,6 +300,7 @@ class VgpuDriver:
                 self._reasons.pop(name, None)
             if written != self._written_traits:
                 self._save_traits(written)
+            self.last_plans = plans
             return plans
 
     def configured_types(self, inventory: HostInventory) -> dict[str, str]:
@@ -311,8 +325,39 @@ class VgpuDriver:
         the guest's domain. Raises ProviderUnknown or
         DeviceCapacityExhausted (the instance must be rescheduled), having
         undone anything it made."""
-        wanted = self.binder.wanted(allocations, self.managed_classes())
+        wanted = self._wanted(allocations)
         return self.binder.bind(instance_uuid, wanted)
+
+    def _wanted(
+        self, allocations: Mapping[str, Any]
+    ) -> list[tuple[str, str, int]]:
+        """(device, type, units) for the allocations. Units on a compute
+        node's own provider (the layout before a reshape, e.g. an
+        instance spawned while an upgrade is half done) go to parents
+        whose configured type is of that class, free mdevs first."""
+        classes = self.managed_classes()
+        ours = {
+            rp: a for rp, a in allocations.items() if rp not in self._roots
+        }
+        wanted = self.binder.wanted(ours, classes)
+        on_root: Counter[str] = Counter()
+        for rp_uuid in set(allocations) & self._roots:
+            resources = allocations[rp_uuid].get("resources", {})
+            for rc, amount in resources.items():
+                if rc in classes:
+                    on_root[rc] += int(amount)
+        if on_root:
+            inventory = self.discover()
+            configured = self.configured_types(inventory)
+            for rc, amount in sorted(on_root.items()):
+                candidates = {
+                    parent: type_id
+                    for parent, type_id in configured.items()
+                    if (cfg := self.config.get(type_id)) is not None
+                    and cfg.resource_class == rc
+                }
+                wanted.extend(self.binder.spread(rc, amount, candidates))
+        return wanted
 
     def guest_defined(self, instance_uuid: str) -> list[str]:
         """The caller defined (or redefined) the instance's guest: re-read
@@ -323,10 +368,47 @@ class VgpuDriver:
             return []
         return self.binder.guest_defined(guest)
 
-    def guest_undefined(self, instance_uuid: str) -> None:
-        """The caller undefined the instance's guest (its claims stay
-        until :meth:`release_mdevs`)."""
-        self.host.forget_guest(instance_uuid)
+    def guest_undefined(self, instance_uuid: str) -> list[str]:
+        """The caller undefined the instance's guest: its devices are free
+        again, except those still claimed for it (claims stay until
+        :meth:`release_mdevs`). Returns the device ids freed."""
+        return self.binder.guest_undefined(instance_uuid)
+
+    def hold_devices(self, instance_uuid: str) -> list[str]:
+        """Before the caller undefines a guest to define it again (a hard
+        reboot): claim its devices so no other instance takes them in
+        between, and recreate any that went away (same uuid, same
+        parent). The claims end at :meth:`guest_defined`."""
+        self._recover_guest(instance_uuid)
+        return self.binder.hold(instance_uuid)
+
+    def free_mdevs(
+        self, parent: str | None = None, types: Iterable[str] | None = None
+    ) -> set[str]:
+        """mdevs no guest uses and nobody claimed (on ``parent``, of
+        ``types``, when given)."""
+        return self.binder.free_mdevs(parent, types)
+
+    def create_free_mdev(
+        self, parent: str | None = None, uuid: str | None = None
+    ) -> str | None:
+        """One unclaimed mdev of the configured type, on ``parent`` or on
+        the first parent with room (for reuse by a later bind). Returns
+        its uuid, or None when there is no room."""
+        inventory = self.discover()
+        for name, type_id in sorted(self.configured_types(inventory).items()):
+            found = inventory.parent(name)
+            if found is None or (parent is not None and name != parent):
+                continue
+            mdev_type = found.type(type_id)
+            if mdev_type is None or mdev_type.available < 1:
+                continue
+            mdev = self.host.create_mdev(
+                found, type_id, uuid or str(uuidlib.uuid4())
+            )
+            self.discover()
+            return mdev.uuid
+        return None
 
     def instance_devices(self) -> dict[str, dict[str, list[str]]]:
         """Per instance, the devices its guest uses and those claimed for
@@ -374,6 +456,9 @@ class VgpuDriver:
     def finish_revert_migration(self, instance_uuid: str) -> list[BoundDevice]:
         """On the source: the guest's own devices again (recreated if they
         went away meanwhile)."""
+        return self._recover_guest(instance_uuid)
+
+    def _recover_guest(self, instance_uuid: str) -> list[BoundDevice]:
         inventory = self.discover()
         guest = next(
             (g for g in inventory.guests if g.uuid == instance_uuid), None
@@ -410,7 +495,7 @@ class VgpuDriver:
         mdevs (``{source uuid: type id}``) and return ``{source uuid:
         destination uuid}`` for the guest's XML. The claim is on disk: it
         survives a restart of the service until success or rollback."""
-        wanted = self.binder.wanted(allocations, self.managed_classes())
+        wanted = self._wanted(allocations)
         offered = {type_id for _, type_id, _ in wanted}
         for source, type_id in sorted(source_mdevs.items()):
             if type_id not in offered:

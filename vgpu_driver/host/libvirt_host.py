@@ -1,4 +1,7 @@
-"""The libvirt adapter: the only module that imports libvirt.
+"""The libvirt adapter: the only module that talks to libvirt.
+
+It imports libvirt-python only when it opens its own connection; given a
+caller's connection it uses the binding that connection comes from.
 
 Cost of :meth:`LibvirtHost.discover` (every call is counted in
 ``calls``):
@@ -29,13 +32,15 @@ else.
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import sys
 import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
-import libvirt
 from oslo_log import log as logging
 
 from vgpu_driver.exception import (
@@ -50,48 +55,117 @@ from vgpu_driver.model.device import (
     HostInventory,
     Mdev,
     Parent,
+    implied_parents,
     sort_inventory,
 )
 
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
-LIST_PARENTS_AND_MDEVS = (
-    libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV_TYPES
-    | libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV
-)
-LIST_INACTIVE_MDEVS = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV | getattr(
-    libvirt, "VIR_CONNECT_LIST_NODE_DEVICES_INACTIVE", 1 << 30
-)
-UNSUPPORTED = (libvirt.VIR_ERR_NO_SUPPORT, libvirt.VIR_ERR_INVALID_ARG)
-# Drivers that cannot create mdevs (the test driver) fail internally.
-CREATE_UNSUPPORTED = (*UNSUPPORTED, libvirt.VIR_ERR_INTERNAL_ERROR)
-REMOVE_VIA_SYSFS = (*UNSUPPORTED, libvirt.VIR_ERR_NO_NODE_DEVICE)
 # libvirt >= 7.3 creates and defines mdevs itself.
 MIN_LIBVIRT_MDEV_API = 7_003_000
+# Creates an mdev the caller's way: (parent name, type id, uuid).
+Creator = Callable[[str, str, str], object]
+
+
+class LibvirtApi:
+    """The libvirt binding in use: libvirt-python, or the module a caller
+    already uses (a compute service's own, or its test double). Only the
+    constants and the error class are taken from it."""
+
+    def __init__(self, module: ModuleType) -> None:
+        self.module = module
+        self.error: type[Exception] = module.libvirtError
+        mdev = module.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV
+        mdev_types = getattr(
+            module, "VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV_TYPES", None
+        )
+        # None: a binding without that flag, so devices are listed by name
+        self.list_parents_and_mdevs = (
+            None if mdev_types is None else mdev_types | mdev
+        )
+        self.list_inactive_mdevs = mdev | getattr(
+            module, "VIR_CONNECT_LIST_NODE_DEVICES_INACTIVE", 1 << 30
+        )
+        self.no_node_device = module.VIR_ERR_NO_NODE_DEVICE
+        self.no_domain = module.VIR_ERR_NO_DOMAIN
+        self.unsupported = (
+            module.VIR_ERR_NO_SUPPORT,
+            module.VIR_ERR_INVALID_ARG,
+        )
+        # Drivers that cannot create mdevs (the test driver) fail inside.
+        self.create_unsupported = (
+            *self.unsupported,
+            module.VIR_ERR_INTERNAL_ERROR,
+        )
+        self.remove_via_sysfs = (*self.unsupported, self.no_node_device)
+        self.event_lifecycle = module.VIR_DOMAIN_EVENT_ID_LIFECYCLE
+        self.event_defined = module.VIR_DOMAIN_EVENT_DEFINED
+        self.event_undefined = module.VIR_DOMAIN_EVENT_UNDEFINED
+
+    def code(self, exc: Exception) -> int | None:
+        return exc.get_error_code()  # type: ignore[attr-defined, no-any-return]
+
+    def message(self, exc: Exception) -> str:
+        return str(exc.get_error_message())  # type: ignore[attr-defined]
+
+    @classmethod
+    def of(cls, connection: Any) -> LibvirtApi:
+        """The binding a caller's connection comes from (already
+        imported by the caller: nothing is imported here)."""
+        module = sys.modules.get(type(connection).__module__)
+        if module is not None and hasattr(module, "libvirtError"):
+            return cls(module)
+        return libvirt_python()
+
+
+_DEFAULT: LibvirtApi | None = None
 
 
 def _quiet_errors(_ctx: object, _err: object) -> None:
     """libvirt prints every error to stderr by default; we log instead."""
 
 
-libvirt.registerErrorHandler(_quiet_errors, None)
+def libvirt_python() -> LibvirtApi:
+    """libvirt-python, imported on first use (only when this library
+    opens its own connection or the caller's binding is unknown)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        module = importlib.import_module("libvirt")
+        module.registerErrorHandler(_quiet_errors, None)
+        _DEFAULT = LibvirtApi(module)
+    return _DEFAULT
 
 
 class LibvirtHost:
     def __init__(
         self,
-        uri: str,
+        uri: str = "",
         sysfs_root: str | Path = "/sys",
         *,
-        opener: Callable[[str], Any] = libvirt.open,
+        opener: Callable[[str], Any] | None = None,
         connection: Any = None,
+        connect: Callable[[], Any] | None = None,
+        api: LibvirtApi | ModuleType | None = None,
+        creator: Creator | None = None,
     ) -> None:
         """``connection``: the caller's open libvirt connection (a compute
-        service's own); it is used as it is and never closed here."""
+        service's own); it is used as it is and never closed here.
+        ``connect``: or a function returning the caller's current
+        connection (e.g. Nova's ``Host.get_connection``, which reconnects
+        after libvirtd restarts), asked each time one is needed.
+        ``api``: the libvirt binding that connection comes from (found
+        from the connection when not given; libvirt-python otherwise).
+        ``creator``: create mdevs the caller's way (e.g. a compute
+        service's privileged helper) instead of this adapter's."""
         self.uri = uri
+        if isinstance(api, ModuleType):
+            api = LibvirtApi(api)
+        self._api = api
+        self._connect = connect
         self._opener = opener
-        self._owns_connection = connection is None
+        self._creator = creator
+        self._owns_connection = connection is None and connect is None
         self.sysfs = SysfsTree(sysfs_root)
         self.calls: Counter[str] = Counter()
         self._conn: Any = connection
@@ -117,14 +191,27 @@ class LibvirtHost:
         return sum(self.calls.values())
 
     def connection(self) -> Any:
+        if self._connect is not None:
+            return self._connect()
         if self._conn is None:
+            api = self.api
+            opener = self._opener or api.module.open
             try:
-                self._conn = self._call("open", self._opener, self.uri)
-            except libvirt.libvirtError as exc:
+                self._conn = self._call("open", opener, self.uri)
+            except api.error as exc:
                 raise HostUnreachable(
-                    uri=self.uri, reason=exc.get_error_message()
+                    uri=self.uri, reason=api.message(exc)
                 ) from exc
         return self._conn
+
+    @property
+    def api(self) -> LibvirtApi:
+        if self._api is None:
+            if self._owns_connection:
+                self._api = libvirt_python()
+            else:
+                self._api = LibvirtApi.of(self.connection())
+        return self._api
 
     def close(self) -> None:
         """Close the connection this adapter opened (not a caller's)."""
@@ -142,10 +229,11 @@ class LibvirtHost:
 
     def mdev_exists(self, mdev: Mdev) -> bool:
         """One lookup: is this mdev (still) known to libvirt?"""
+        api = self.api
         try:
             self._lookup(mdev)
-        except libvirt.libvirtError as exc:
-            if exc.get_error_code() == libvirt.VIR_ERR_NO_NODE_DEVICE:
+        except api.error as exc:
+            if api.code(exc) == api.no_node_device:
                 return False
             raise
         return True
@@ -155,14 +243,11 @@ class LibvirtHost:
     def discover(self, *, rescan_guests: bool = False) -> HostInventory:
         with self._lock:
             conn = self.connection()
-            devices = self._call(
-                "listAllDevices", conn.listAllDevices, LIST_PARENTS_AND_MDEVS
-            )
+            devices = self._list_devices(conn)
             inactive = self._inactive_mdev_names(conn)
             parents: list[Parent] = []
             listed: set[str] = set()
-            for device in devices:
-                name = device.name()
+            for name, device in devices:
                 listed.add(name)
                 if name.startswith("mdev_"):
                     self._read_mdev(device, name, active=name not in inactive)
@@ -174,6 +259,7 @@ class LibvirtHost:
                 del self._mdevs[name]
             parents.extend(self._sysfs_only_parents(parents))
             mdevs = self._mdevs_with_known_parents(parents)
+            parents.extend(implied_parents(parents, mdevs))
             if self._guests is None or rescan_guests:
                 self._scan_guests(conn)
             assert self._guests is not None
@@ -184,15 +270,55 @@ class LibvirtHost:
                 self._guests.values(),
             )
 
+    def _list_devices(self, conn: Any) -> list[tuple[str, Any]]:
+        """(name, device) of parents and mdevs: one call; or, with a
+        binding that has no ``mdev_types`` listing flag, two name
+        listings and one lookup per parent and per mdev not seen before
+        (an mdev already read needs none: its XML never changes)."""
+        api = self.api
+        if api.list_parents_and_mdevs is not None:
+            listed = self._call(
+                "listAllDevices",
+                conn.listAllDevices,
+                api.list_parents_and_mdevs,
+            )
+            return [(device.name(), device) for device in listed]
+        names = [
+            *self._call("listDevices", conn.listDevices, "mdev_types", 0),
+            *self._call("listDevices", conn.listDevices, "mdev", 0),
+        ]
+        devices: list[tuple[str, Any]] = []
+        for name in names:
+            if name in self._mdevs:
+                devices.append((name, None))
+                continue
+            try:
+                devices.append(
+                    (
+                        name,
+                        self._call(
+                            "nodeDeviceLookupByName",
+                            conn.nodeDeviceLookupByName,
+                            name,
+                        ),
+                    )
+                )
+            except api.error as exc:
+                if api.code(exc) != api.no_node_device:
+                    raise
+                LOG.debug("Node device %s vanished while listed", name)
+        return devices
+
     def _inactive_mdev_names(self, conn: Any) -> set[str]:
         if not self._inactive_supported:
             return set()
+        api = self.api
         try:
             found = self._call(
-                "listAllDevices", conn.listAllDevices, LIST_INACTIVE_MDEVS
+                "listAllDevices", conn.listAllDevices, api.list_inactive_mdevs
             )
-        except libvirt.libvirtError as exc:
-            if exc.get_error_code() not in UNSUPPORTED:
+        except api.error as exc:
+            if api.code(exc) not in api.unsupported:
                 raise
             LOG.debug(
                 "libvirt at %s cannot list inactive mdevs; all are active",
@@ -203,10 +329,11 @@ class LibvirtHost:
         return {d.name() for d in found}
 
     def _xml(self, device: Any, name: str) -> str | None:
+        api = self.api
         try:
             return str(self._call("XMLDesc", device.XMLDesc, 0))
-        except libvirt.libvirtError as exc:
-            if exc.get_error_code() == libvirt.VIR_ERR_NO_NODE_DEVICE:
+        except api.error as exc:
+            if api.code(exc) == api.no_node_device:
                 LOG.debug("Node device %s vanished while listed", name)
                 return None
             raise
@@ -216,10 +343,11 @@ class LibvirtHost:
         driver cannot tell."""
         if name in self._unsupported:
             return None
+        api = self.api
         try:
             return bool(self._call(name, fn))
-        except libvirt.libvirtError as exc:
-            if exc.get_error_code() in UNSUPPORTED:
+        except api.error as exc:
+            if api.code(exc) in api.unsupported:
                 self._unsupported.add(name)
                 return None
             raise
@@ -335,11 +463,12 @@ class LibvirtHost:
         self._guests = guests
 
     def _read_guest(self, domain: Any) -> Guest | None:
+        api = self.api
         try:
             text = self._call("domain.XMLDesc", domain.XMLDesc, 0)
             return domain_xml.parse_guest(str(text))
-        except libvirt.libvirtError as exc:
-            if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+        except api.error as exc:
+            if api.code(exc) == api.no_domain:
                 return None
             raise
         except DeviceXMLInvalid as exc:
@@ -359,12 +488,13 @@ class LibvirtHost:
     def refresh_guest(self, uuid: str) -> Guest | None:
         """Re-read one domain (two calls), or forget it if it is gone."""
         conn = self.connection()
+        api = self.api
         try:
             domain = self._call(
                 "lookupByUUIDString", conn.lookupByUUIDString, uuid
             )
-        except libvirt.libvirtError as exc:
-            if exc.get_error_code() != libvirt.VIR_ERR_NO_DOMAIN:
+        except api.error as exc:
+            if api.code(exc) != api.no_domain:
                 raise
             self.forget_guest(uuid)
             return None
@@ -381,19 +511,20 @@ class LibvirtHost:
         Needs a running libvirt event loop (as a compute service has).
         Returns the callback id.
         """
+        api = self.api
 
         def on_event(
             _conn: Any, domain: Any, event: int, _detail: int, _opaque: Any
         ) -> None:
             uuid = domain.UUIDString()
-            if event == libvirt.VIR_DOMAIN_EVENT_UNDEFINED:
+            if event == api.event_undefined:
                 self.forget_guest(uuid)
-            elif event == libvirt.VIR_DOMAIN_EVENT_DEFINED:
+            elif event == api.event_defined:
                 self.refresh_guest(uuid)
 
         return int(
             self.connection().domainEventRegisterAny(
-                None, libvirt.VIR_DOMAIN_EVENT_ID_LIFECYCLE, on_event, None
+                None, api.event_lifecycle, on_event, None
             )
         )
 
@@ -402,23 +533,26 @@ class LibvirtHost:
     def create_mdev(self, parent: Parent, type_id: str, uuid: str) -> Mdev:
         """Create (and with libvirt >= 7.3 define and autostart) an mdev."""
         with self._lock:
+            if self._creator is not None:
+                return self._create_with_creator(parent, type_id, uuid)
             conn = self.connection()
+            api = self.api
             if self.library_version() >= MIN_LIBVIRT_MDEV_API:
                 try:
                     return self._create_with_libvirt(
                         conn, parent, type_id, uuid
                     )
-                except libvirt.libvirtError as exc:
-                    if exc.get_error_code() not in CREATE_UNSUPPORTED:
+                except api.error as exc:
+                    if api.code(exc) not in api.create_unsupported:
                         raise DeviceOperationFailed(
                             action=f"create mdev {uuid} of type {type_id}",
                             device=parent.name,
-                            reason=exc.get_error_message(),
+                            reason=api.message(exc),
                         ) from exc
                     LOG.debug(
                         "libvirt cannot create mdevs here (%s); writing "
                         "to sysfs",
-                        exc.get_error_message(),
+                        api.message(exc),
                     )
             path = self._parent_extras.get(parent.name, (None, None))[0]
             if path is None:
@@ -430,6 +564,26 @@ class LibvirtHost:
                 parent=parent.name,
                 name="mdev_" + uuid.replace("-", "_"),
             )
+
+    def _create_with_creator(
+        self, parent: Parent, type_id: str, uuid: str
+    ) -> Mdev:
+        assert self._creator is not None
+        try:
+            self._creator(parent.name, type_id, uuid)
+        except Exception as exc:
+            raise DeviceOperationFailed(
+                action=f"create mdev {uuid} of type {type_id}",
+                device=parent.name,
+                reason=str(exc) or type(exc).__name__,
+            ) from exc
+        # its libvirt name is read at the next discovery
+        return Mdev(
+            uuid=uuid,
+            type_id=type_id,
+            parent=parent.name,
+            name="mdev_" + uuid.replace("-", "_"),
+        )
 
     def _create_with_libvirt(
         self, conn: Any, parent: Parent, type_id: str, uuid: str
@@ -450,13 +604,13 @@ class LibvirtHost:
             )
             self._call("setAutostart", defined.setAutostart, 1)
             persistent = True
-        except libvirt.libvirtError as exc:
+        except self.api.error as exc:
             LOG.warning(
                 "mdev %s on %s is created but not persistent (%s); it will "
                 "be recreated after a host reboot at service start",
                 uuid,
                 parent.name,
-                exc.get_error_message(),
+                self.api.message(exc),
             )
         mdev = Mdev(
             uuid=uuid,
@@ -477,18 +631,20 @@ class LibvirtHost:
 
     def start_mdev(self, mdev: Mdev) -> None:
         with self._lock:
+            api = self.api
             try:
                 self._call("create", self._lookup(mdev).create, 0)
-            except libvirt.libvirtError as exc:
+            except api.error as exc:
                 raise DeviceOperationFailed(
                     action="start mdev",
                     device=mdev.uuid,
-                    reason=exc.get_error_message(),
+                    reason=api.message(exc),
                 ) from exc
             self._mdevs[mdev.name] = _replace_active(mdev, True)
 
     def remove_mdev(self, mdev: Mdev) -> None:
         with self._lock:
+            api = self.api
             try:
                 device = self._lookup(mdev)
                 persistent = mdev.persistent
@@ -500,12 +656,12 @@ class LibvirtHost:
                     self._call("destroy", device.destroy)
                 if persistent:
                     self._call("undefine", device.undefine, 0)
-            except libvirt.libvirtError as exc:
-                if exc.get_error_code() not in REMOVE_VIA_SYSFS:
+            except api.error as exc:
+                if api.code(exc) not in api.remove_via_sysfs:
                     raise DeviceOperationFailed(
                         action="remove mdev",
                         device=mdev.uuid,
-                        reason=exc.get_error_message(),
+                        reason=api.message(exc),
                     ) from exc
                 self.sysfs.remove_mdev(mdev.uuid)
             self._mdevs.pop(mdev.name, None)

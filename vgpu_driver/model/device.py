@@ -10,6 +10,8 @@ import dataclasses
 import functools
 from collections.abc import Iterable
 
+from vgpu_driver.model import naming
+
 
 @dataclasses.dataclass(frozen=True)
 class MdevType:
@@ -169,6 +171,31 @@ class HostInventory:
         for pf in self.pfs:
             keys.extend(pf.keys)
         return frozenset(keys)
+
+
+def implied_parents(
+    parents: Iterable[Parent], mdevs: Iterable[Mdev]
+) -> list[Parent]:
+    """Parents known only as the parent of their mdevs: libvirt did not
+    list them as mdev-capable (Nova's test double does this, and so may a
+    driver that hides a full device's types). They keep their mdevs and
+    offer no new ones (``available`` 0), as Nova counts them."""
+    known = {p.name for p in parents}
+    types: dict[str, set[str]] = {}
+    for mdev in mdevs:
+        if mdev.parent not in known:
+            types.setdefault(mdev.parent, set()).add(mdev.type_id)
+    return [
+        Parent(
+            name=name,
+            address=naming.canonical_pci_address(name),
+            types=tuple(
+                MdevType(id=t, name=None, device_api="vfio-pci", available=0)
+                for t in sorted(ids)
+            ),
+        )
+        for name, ids in sorted(types.items())
+    ]
 
 
 def sort_inventory(

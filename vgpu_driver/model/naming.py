@@ -52,6 +52,12 @@ def canonical_device(value: str) -> str | None:
     return value if is_device_name(value) else None
 
 
+def canonical_pci_address(name: str) -> str | None:
+    """The PCI address of a libvirt ``pci_0000_84_00_0`` name, else None."""
+    found = canonical_device(name)
+    return found if found and normalize_pci_address(found) else None
+
+
 def is_device_name(value: str) -> bool:
     """A non-PCI parent's name, such as ``mtty`` or ``css_0_0_0023``."""
     return ":" not in value and bool(DEVICE_NAME_RE.match(value))

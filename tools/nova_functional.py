@@ -1,0 +1,152 @@
+"""Run Nova's own vGPU functional tests, unmodified, with this library
+doing the vGPU work (or, with ``--baseline``, Nova's in-tree code).
+
+Runs inside the virtualenv ``tools/nova-functional`` builds. What it
+changes is what an operator changes in nova.conf, applied in each test's
+set-up after Nova's own:
+
+* ``[DEFAULT] compute_driver = vgpu_libvirt.LibvirtDriver`` (Nova's
+  suite sets ``libvirt.LibvirtDriver``);
+* ``[devices] state_path``: a temporary directory per test.
+
+Tests where this library deliberately differs from Nova are listed in
+EXPECTED_DIFFERENCES with the reason; such a test must fail (if it
+passes, the difference is gone and the list is wrong: that is a failure).
+Prints one row per test: test / result / note. Exit status 1 on any
+failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import unittest
+
+MODULES = (
+    "nova.tests.functional.libvirt.test_vgpu",
+    "nova.tests.functional.libvirt.test_reshape",
+)
+_VGPU = "nova.tests.functional.libvirt.test_vgpu."
+EXPECTED_DIFFERENCES = {
+    _VGPU + "VGPULimitMultipleTypesTests.test_create_servers_with_vgpu": (
+        "max_instances=2 caps nvidia-11 at 2 on its pGPU; Nova instead "
+        "deletes that pGPU's provider (the test asserts a 404), losing "
+        "the capacity the cap still allows"
+    ),
+}
+
+
+def integrate() -> None:
+    """What the operator's nova.conf says, in every test's set-up."""
+    import fixtures
+    import nova.conf
+    from nova.tests.functional.libvirt import base
+
+    import vgpu_driver.conf
+    import vgpu_driver.nova
+
+    vgpu_driver.nova.enable()
+    vgpu_driver.conf.register_opts(nova.conf.CONF)
+    original = base.ServersTestBase._setup_compute_service
+
+    def setup_compute_service(self):  # type: ignore[no-untyped-def]
+        original(self)
+        self.flags(compute_driver=vgpu_driver.nova.COMPUTE_DRIVER)
+        state = self.useFixture(fixtures.TempDir()).path
+        self.flags(state_path=state, group="devices")
+
+    base.ServersTestBase._setup_compute_service = setup_compute_service
+
+
+class Result(unittest.TestResult):
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[tuple[str, str, str, float]] = []
+        self._started = 0.0
+
+    def startTest(self, test: unittest.TestCase) -> None:  # noqa: N802
+        super().startTest(test)
+        self._started = time.monotonic()
+        print(f"  running {test.id()}", file=sys.stderr, flush=True)
+
+    def _row(self, test: unittest.TestCase, outcome: str, note: str) -> None:
+        took = time.monotonic() - self._started
+        self.rows.append((test.id(), outcome, note, took))
+
+    def addSuccess(self, test: unittest.TestCase) -> None:  # noqa: N802
+        super().addSuccess(test)
+        self._row(test, "pass", "")
+
+    def addFailure(self, test, err):  # type: ignore[no-untyped-def]  # noqa: N802
+        super().addFailure(test, err)
+        self._row(test, "fail", self._exc_info_to_string(err, test))
+
+    def addError(self, test, err):  # type: ignore[no-untyped-def]  # noqa: N802
+        super().addError(test, err)
+        self._row(test, "fail", self._exc_info_to_string(err, test))
+
+    def addSkip(self, test: unittest.TestCase, reason: str) -> None:  # noqa: N802
+        super().addSkip(test, reason)
+        self._row(test, "skip", reason)
+
+
+def judge(rows, integrated):  # type: ignore[no-untyped-def]
+    """(test, result, note, seconds) with expected differences applied."""
+    judged = []
+    for test, outcome, note, took in rows:
+        reason = EXPECTED_DIFFERENCES.get(test) if integrated else None
+        if reason and outcome == "fail":
+            judged.append((test, "expected-difference", reason, took, note))
+        elif reason and outcome == "pass":
+            judged.append(
+                (test, "fail", "passed, but listed as an expected "
+                 "difference: " + reason, took, "")
+            )
+        else:
+            first = note.strip().splitlines()[-1] if note.strip() else ""
+            judged.append((test, outcome, first, took, note))
+    return judged
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="Nova's in-tree vGPU code (no vgpu_driver)",
+    )
+    parser.add_argument(
+        "tests", nargs="*", help="test ids or modules (default: both suites)"
+    )
+    args = parser.parse_args()
+    if not args.baseline:
+        integrate()
+    suite = unittest.defaultTestLoader.loadTestsFromNames(
+        args.tests or MODULES
+    )
+    result = Result()
+    started = time.monotonic()
+    suite.run(result)
+    elapsed = time.monotonic() - started
+    judged = judge(result.rows, not args.baseline)
+    width = max((len(t.split(".", 4)[-1]) for t, *_ in judged), default=4)
+    mode = "Nova in-tree" if args.baseline else "vgpu_driver.nova"
+    print(f"Nova 34.0.0 vGPU functional tests with {mode}")
+    print(f"{'test':<{width}}  {'result':<19}  {'s':>5}  note")
+    for test, outcome, note, took, _ in judged:
+        short = test.split(".", 4)[-1]
+        print(f"{short:<{width}}  {outcome:<19}  {took:5.1f}  {note}")
+    counts: dict[str, int] = {}
+    for _, outcome, *_ in judged:
+        counts[outcome] = counts.get(outcome, 0) + 1
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    print(f"{len(judged)} tests in {elapsed:.0f} s: {summary}")
+    failed = [j for j in judged if j[1] == "fail"]
+    for test, _, _, _, detail in failed:
+        print(f"\n=== {test}\n{detail}", file=sys.stderr)
+    return 1 if failed or not judged else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,191 @@
+"""Nova's shapes in, this library's calls out.
+
+:class:`NovaAdapter` is everything the Nova driver subclass needs, kept
+apart from Nova's ``LibvirtDriver`` so it can be used (and tested) with
+Nova's real ``CONF`` and ``ProviderTree`` and any libvirt connection. It
+imports Nova only to raise Nova's own exceptions, so that Nova's compute
+manager reacts as it does to its in-tree code (reschedule, reshape,
+migration pre-check failure).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Iterable, Mapping
+from types import ModuleType
+from typing import Any
+
+from oslo_config import cfg
+from oslo_log import log as logging
+
+from vgpu_driver import conf as vconf
+from vgpu_driver import exception
+from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.host.libvirt_host import Creator, LibvirtHost
+
+LOG = logging.getLogger(__name__)
+
+# Errors that mean "this host cannot give the instance its devices":
+# Nova reschedules the instance elsewhere.
+RESCHEDULE = (
+    exception.DeviceCapacityExhausted,
+    exception.ProviderUnknown,
+    exception.DeviceOperationFailed,
+)
+
+
+def _nova_exception() -> ModuleType:
+    return importlib.import_module("nova.exception")
+
+
+def is_mdev(device_id: str) -> bool:
+    """An mdev uuid (a VF is named by its PCI address)."""
+    return ":" not in device_id
+
+
+class NovaAdapter:
+    """One compute node's vGPU work, with Nova's method shapes."""
+
+    def __init__(
+        self,
+        conf: cfg.ConfigOpts,
+        nodename: str,
+        connect: Callable[[], Any],
+        *,
+        api: Any = None,
+        creator: Creator | None = None,
+    ) -> None:
+        """``conf``: Nova's CONF (its ``[devices]`` and ``[mdev_*]``
+        options stay Nova's; the library's extra ones are added).
+        ``connect``: Nova's ``Host.get_connection``. ``api``: the libvirt
+        module Nova uses. ``creator``: Nova's own mdev creation.
+        Records are kept under ``[devices] state_path``/``nodename``."""
+        vconf.register_opts(conf)
+        self.nodename = nodename
+        host = LibvirtHost(connect=connect, api=api, creator=creator)
+        self.driver = VgpuDriver(
+            conf,
+            host,
+            state_path=os.path.join(conf.devices.state_path, nodename),
+        )
+
+    # -- start and configuration ---------------------------------------
+
+    def init_host(self) -> dict[str, list[str]]:
+        done = self.driver.init_host()
+        for key, items in sorted(done.items()):
+            if items:
+                LOG.info("vGPU start-up: %s: %s", key, ", ".join(items))
+        return done
+
+    def reload_config(self) -> None:
+        try:
+            self.driver.reload_config()
+        except exception.ConfigInvalid as exc:
+            raise _nova_exception().InvalidLibvirtMdevConfig(
+                reason=str(exc)
+            ) from exc
+
+    def enabled_types(self) -> list[str]:
+        return [t.type_id for t in self.driver.config.types]
+
+    # -- the provider tree ---------------------------------------------
+
+    def update_provider_tree(
+        self,
+        provider_tree: Any,
+        nodename: str,
+        allocations: Mapping[str, Any] | None = None,
+    ) -> None:
+        nova_exception = _nova_exception()
+        # Nova flushed the previous tree before asking again.
+        self.driver.confirm_flushed()
+        try:
+            self.driver.update_provider_tree(
+                provider_tree, nodename, allocations
+            )
+        except exception.ReshapeNeeded as exc:
+            raise nova_exception.ReshapeNeeded() from exc
+        except exception.ReshapeFailed as exc:
+            raise nova_exception.ReshapeFailed(error=str(exc)) from exc
+
+    def gpu_inventories(self) -> dict[str, dict[str, int | float]]:
+        """Nova's ``_get_gpu_inventories`` shape: parent name -> the
+        inventory record of its provider, as last written."""
+        return {
+            plan.device: plan.inventory()[plan.resource_class]
+            for plan in self.driver.last_plans
+        }
+
+    # -- devices -------------------------------------------------------
+
+    def allocate(
+        self, instance_uuid: str, allocations: Mapping[str, Any]
+    ) -> list[str]:
+        """Nova's ``_allocate_mdevs``: mdev uuids for the allocations."""
+        try:
+            devices = self.driver.allocate_mdevs(instance_uuid, allocations)
+        except RESCHEDULE as exc:
+            raise _nova_exception().ComputeResourcesUnavailable(
+                reason=str(exc)
+            ) from exc
+        vfs = [d.id for d in devices if d.kind != "mdev"]
+        if vfs:
+            self.driver.release_mdevs(instance_uuid)
+            raise _nova_exception().ComputeResourcesUnavailable(
+                reason=f"SR-IOV vGPU VFs {', '.join(vfs)} cannot be given "
+                "to a guest through Nova's mdev path; use [pci] "
+                "device_spec for them"
+            )
+        return [d.id for d in devices]
+
+    def assigned(self, instance_uuid: str | None = None) -> dict[str, str]:
+        """Nova's ``_get_all_assigned_mediated_devices``: mdev uuid ->
+        instance uuid, for guests' mdevs and claimed ones (binds not yet
+        in a guest, incoming live migrations). No libvirt call."""
+        found = {}
+        for instance, devices in self.driver.instance_devices().items():
+            if instance_uuid is not None and instance != instance_uuid:
+                continue
+            for device_id in (*devices["in_use"], *devices["claimed"]):
+                if is_mdev(device_id):
+                    found[device_id] = instance
+        return found
+
+    def mdev_types(self, uuids: Iterable[str]) -> dict[str, str]:
+        """Nova's ``_get_mdev_types_from_uuids``. No libvirt call."""
+        seen = self.driver.seen_mdevs()
+        return {u: seen[u][1] for u in uuids if u in seen}
+
+    def free_mdevs(
+        self, parent: str | None, types: Iterable[str] | None = None
+    ) -> set[str]:
+        """Nova's ``_get_existing_mdevs_not_assigned``."""
+        return self.driver.free_mdevs(parent, types)
+
+    def claim_for_live_migration(
+        self,
+        instance_uuid: str,
+        source_types: Mapping[str, str],
+        allocations: Mapping[str, Any],
+    ) -> dict[str, str]:
+        """Destination side: ``{source mdev: destination mdev}``, claimed
+        on disk until the migration ends. Raises Nova's
+        MigrationPreCheckError, with Nova's wording, when it cannot."""
+        nova_exception = _nova_exception()
+        enabled = self.enabled_types()
+        if not all(t in enabled for t in source_types.values()):
+            raise nova_exception.MigrationPreCheckError(
+                reason=f"Unable to migrate {instance_uuid}: Source mdev "
+                f"types {sorted(set(source_types.values()))} are not "
+                f"supported by this compute : {enabled} "
+            )
+        try:
+            return self.driver.claim_for_live_migration(
+                instance_uuid, source_types, allocations
+            )
+        except (exception.MigrationTypeMismatch, *RESCHEDULE) as exc:
+            raise nova_exception.MigrationPreCheckError(
+                reason=f"Unable to migrate {instance_uuid}: {exc}"
+            ) from exc
