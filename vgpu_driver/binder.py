@@ -357,6 +357,14 @@ class DeviceBinder:
                 entry["claimed"].append(device_id)
         return found
 
+    def mdev_types(self, uuids: Iterable[str]) -> dict[str, str]:
+        """mdev uuid -> type, from the current view (mdevs made since
+        the last discovery included)."""
+        with self._lock:
+            return {
+                u: self._mdevs[u].type_id for u in uuids if u in self._mdevs
+            }
+
     def free_mdevs(
         self, parent: str | None = None, types: Iterable[str] | None = None
     ) -> set[str]:

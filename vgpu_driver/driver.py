@@ -382,6 +382,19 @@ class VgpuDriver:
         self._recover_guest(instance_uuid)
         return self.binder.hold(instance_uuid)
 
+    def mdev_types(self, uuids: Iterable[str]) -> dict[str, str]:
+        """mdev uuid -> its type, for those known (a gone mdev a guest
+        still names included). No host call."""
+        wanted = list(uuids)
+        with self._lock:
+            found = {
+                u: self._seen_mdevs[u][1]
+                for u in wanted
+                if u in self._seen_mdevs
+            }
+        found.update(self.binder.mdev_types(wanted))
+        return found
+
     def free_mdevs(
         self, parent: str | None = None, types: Iterable[str] | None = None
     ) -> set[str]:

@@ -149,8 +149,14 @@ def _unreadable_scalars(conf: cfg.ConfigOpts) -> list[Problem]:
 
 
 def _config_files(conf: cfg.ConfigOpts) -> list[str]:
-    files = list(conf.config_file or [])
-    for directory in conf.config_dir or []:
+    """The files the caller's ConfigOpts read (none if it was never
+    called on a command line, as a service's CONF in tests)."""
+    try:
+        files = list(conf.config_file or [])
+        directories = list(conf.config_dir or [])
+    except cfg.NoSuchOptError:
+        return []
+    for directory in directories:
         files.extend(sorted(glob.glob(os.path.join(directory, "*.conf"))))
     return files
 

@@ -87,6 +87,10 @@ class LibvirtApi:
         self.list_inactive_mdevs = mdev | getattr(
             module, "VIR_CONNECT_LIST_NODE_DEVICES_INACTIVE", 1 << 30
         )
+        # every domain (what 0 means to libvirt; some doubles need both)
+        self.list_all_domains = getattr(
+            module, "VIR_CONNECT_LIST_DOMAINS_ACTIVE", 0
+        ) | getattr(module, "VIR_CONNECT_LIST_DOMAINS_INACTIVE", 0)
         self.no_node_device = module.VIR_ERR_NO_NODE_DEVICE
         self.no_domain = module.VIR_ERR_NO_DOMAIN
         self.unsupported = (
@@ -456,7 +460,9 @@ class LibvirtHost:
 
     def _scan_guests(self, conn: Any) -> None:
         guests: dict[str, Guest] = {}
-        for domain in self._call("listAllDomains", conn.listAllDomains, 0):
+        for domain in self._call(
+            "listAllDomains", conn.listAllDomains, self.api.list_all_domains
+        ):
             guest = self._read_guest(domain)
             if guest is not None:
                 guests[guest.uuid] = guest

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -55,6 +56,7 @@ class NovaAdapter:
         *,
         api: Any = None,
         creator: Creator | None = None,
+        sysfs_root: str | Path = "/sys",
     ) -> None:
         """``conf``: Nova's CONF (its ``[devices]`` and ``[mdev_*]``
         options stay Nova's; the library's extra ones are added).
@@ -63,7 +65,9 @@ class NovaAdapter:
         Records are kept under ``[devices] state_path``/``nodename``."""
         vconf.register_opts(conf)
         self.nodename = nodename
-        host = LibvirtHost(connect=connect, api=api, creator=creator)
+        host = LibvirtHost(
+            sysfs_root=sysfs_root, connect=connect, api=api, creator=creator
+        )
         self.driver = VgpuDriver(
             conf,
             host,
@@ -155,8 +159,7 @@ class NovaAdapter:
 
     def mdev_types(self, uuids: Iterable[str]) -> dict[str, str]:
         """Nova's ``_get_mdev_types_from_uuids``. No libvirt call."""
-        seen = self.driver.seen_mdevs()
-        return {u: seen[u][1] for u in uuids if u in seen}
+        return self.driver.mdev_types(uuids)
 
     def free_mdevs(
         self, parent: str | None, types: Iterable[str] | None = None

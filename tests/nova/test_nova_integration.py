@@ -1,0 +1,135 @@
+"""vgpu_driver.nova with Nova's real CONF and ProviderTree on a libvirt
+test-driver host (run by tools/nova-functional, in a virtualenv with Nova
+and its dependencies; skipped where Nova cannot be imported)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+provider_tree = pytest.importorskip(
+    "nova.compute.provider_tree",
+    reason="needs Nova with its dependencies: run tools/nova-functional",
+)
+nova_conf = pytest.importorskip("nova.conf")
+
+import libvirt  # noqa: E402
+from nova import exception as nova_exception  # noqa: E402
+from oslo_config import fixture as config_fixture  # noqa: E402
+
+from tests import helpers  # noqa: E402
+from vgpu_driver import conf as vconf  # noqa: E402
+from vgpu_driver.host import description as hostdesc  # noqa: E402
+from vgpu_driver.nova.adapter import NovaAdapter  # noqa: E402
+
+CONF = nova_conf.CONF
+NODE = "compute7"
+FREE_ON_86 = "386818c0-9f18-5b12-8c04-386dbef1b1ab"  # m10: no guest has it
+
+
+@pytest.fixture
+def nova(tmp_path):
+    """Nova's CONF set as m10's nova.conf would set it, the host on the
+    test driver, and an adapter with the caller's connection."""
+    conf = config_fixture.Config(CONF)
+    conf.setUp()
+    conf.config(enabled_mdev_types=["nvidia-35", "nvidia-36"], group="devices")
+    nova_conf.devices.register_dynamic_opts(CONF)
+    conf.config(
+        device_addresses=["0000:84:00.0", "0000:85:00.0"],
+        group="mdev_nvidia-35",
+    )
+    conf.config(device_addresses=["0000:86:00.0"], group="mdev_nvidia-36")
+    uri, sysfs = hostdesc.materialize(helpers.load("m10"), tmp_path)
+    connection = libvirt.open(uri)
+    vconf.register_opts(CONF)  # as the integration does, idempotent
+    conf.config(state_path=str(tmp_path / "state"), group="devices")
+    adapter = NovaAdapter(CONF, NODE, lambda: connection, sysfs_root=sysfs)
+    tree = provider_tree.ProviderTree()
+    root = str(uuid.uuid4())
+    tree.new_root(NODE, root)
+    yield adapter, tree, root
+    connection.close()
+    conf.cleanUp()
+
+
+def children(tree, root):
+    return {
+        tree.data(u).name: tree.data(u)
+        for u in tree.get_provider_uuids(root)
+        if u != root
+    }
+
+
+def test_nova_s_provider_tree_gets_one_child_per_pgpu(nova):
+    adapter, tree, root = nova
+    adapter.update_provider_tree(tree, NODE)
+    found = children(tree, root)
+    assert sorted(found) == [
+        f"{NODE}_pci_0000_84_00_0",
+        f"{NODE}_pci_0000_85_00_0",
+        f"{NODE}_pci_0000_86_00_0",
+    ]  # 87 has no enabled type: no provider
+    pgpu84 = found[f"{NODE}_pci_0000_84_00_0"]
+    assert pgpu84.inventory["VGPU"]["total"] == 4
+    assert "OWNER_NOVA" in pgpu84.traits
+    assert "CUSTOM_NVIDIA_35" in pgpu84.traits
+    assert found[f"{NODE}_pci_0000_86_00_0"].inventory["VGPU"]["total"] == 16
+    # Nova's _get_gpu_inventories shape, from the same pass
+    assert adapter.gpu_inventories()["pci_0000_86_00_0"]["total"] == 16
+
+
+def test_a_free_mdev_is_bound_from_nova_s_allocation_shape(nova):
+    adapter, tree, _root = nova
+    adapter.update_provider_tree(tree, NODE)
+    rp = tree.data(f"{NODE}_pci_0000_86_00_0").uuid
+    instance = str(uuid.uuid4())
+    mdevs = adapter.allocate(instance, {rp: {"resources": {"VGPU": 1}}})
+    assert mdevs == [FREE_ON_86]
+    # claimed for it until its guest is defined, and its type is known
+    assert adapter.assigned(instance) == {FREE_ON_86: instance}
+    assert adapter.mdev_types(mdevs) == {FREE_ON_86: "nvidia-36"}
+
+
+def test_a_bind_nova_cannot_satisfy_is_a_reschedule(nova):
+    adapter, tree, _root = nova
+    adapter.update_provider_tree(tree, NODE)
+    with pytest.raises(nova_exception.ComputeResourcesUnavailable):
+        adapter.allocate(
+            str(uuid.uuid4()),
+            {str(uuid.uuid4()): {"resources": {"VGPU": 1}}},
+        )
+
+
+def test_vgpu_on_the_compute_node_asks_nova_for_a_reshape(nova):
+    adapter, tree, root = nova
+    tree.update_inventory(
+        NODE, {"VGPU": {"total": 2, "max_unit": 2}, "VCPU": {"total": 8}}
+    )
+    with pytest.raises(nova_exception.ReshapeNeeded):
+        adapter.update_provider_tree(tree, NODE)
+    guest = "9cfe7035-3a5d-5acd-a42e-254b7382cfa5"  # has 9d742dd5 on 84
+    allocations = {
+        guest: {"allocations": {root: {"resources": {"VGPU": 1, "VCPU": 2}}}}
+    }
+    adapter.update_provider_tree(tree, NODE, allocations=allocations)
+    assert "VGPU" not in tree.data(NODE).inventory
+    moved = allocations[guest]["allocations"]
+    rp84 = tree.data(f"{NODE}_pci_0000_84_00_0").uuid
+    assert moved == {
+        root: {"resources": {"VCPU": 2}},
+        rp84: {"resources": {"VGPU": 1}},
+    }
+
+
+def test_a_live_migration_of_a_type_not_enabled_is_refused_as_nova_does(nova):
+    adapter, tree, _root = nova
+    adapter.update_provider_tree(tree, NODE)
+    with pytest.raises(nova_exception.MigrationPreCheckError) as caught:
+        adapter.claim_for_live_migration(
+            "i-1", {str(uuid.uuid4()): "nvidia-11"}, {}
+        )
+    assert "Source mdev types ['nvidia-11'] are not supported" in str(
+        caught.value
+    )

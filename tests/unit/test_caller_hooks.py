@@ -1,0 +1,130 @@
+"""What an embedding compute service (Nova through vgpu_driver.nova)
+relies on, without Nova: its libvirt binding and connection, its own mdev
+creation, pre-reshape allocations, and guests undefined and redefined."""
+
+from __future__ import annotations
+
+import types
+
+import libvirt
+
+from tests import helpers
+from tests.unit.test_binding import FREE_ON_86, node  # noqa: F401
+from vgpu_driver.host.libvirt_host import LibvirtHost
+from vgpu_driver.model.device import Guest, Mdev, implied_parents
+
+IN_USE_ON_84 = "9d742dd5-dc9f-593d-b4e4-1e85926a8dc9"  # guest ...5a7cfa5
+
+
+def _without_mdev_types_flag() -> types.ModuleType:
+    """libvirt-python as a binding that lacks the mdev_types listing flag
+    (as Nova's test double does)."""
+    shim = types.ModuleType("shim")
+    shim.__dict__.update(
+        {
+            k: v
+            for k, v in vars(libvirt).items()
+            if k != "VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV_TYPES"
+        }
+    )
+    return shim
+
+
+def test_listing_by_names_reads_what_one_listing_reads(tmp_path):
+    uri, sysfs = helpers.hostdesc.materialize(helpers.load("m10"), tmp_path)
+    connection = libvirt.open(uri)
+    fast = LibvirtHost(sysfs_root=sysfs, connection=connection)
+    by_names = LibvirtHost(
+        sysfs_root=sysfs, connection=connection, api=_without_mdev_types_flag()
+    )
+    assert by_names.discover() == fast.discover()
+    assert by_names.calls["listDevices"] == 2
+    assert (
+        "listAllDevices" not in fast.calls or fast.calls["listAllDevices"] <= 2
+    )
+    # a second reading looks up parents again, but no known mdev
+    before = by_names.calls["nodeDeviceLookupByName"]
+    by_names.discover()
+    assert by_names.calls["nodeDeviceLookupByName"] - before == 4  # parents
+    connection.close()
+
+
+def test_the_binding_is_taken_from_the_caller_s_connection(tmp_path):
+    uri, sysfs = helpers.hostdesc.materialize(helpers.load("m10"), tmp_path)
+    connection = libvirt.open(uri)
+    connections = []
+
+    def connect():
+        connections.append(connection)
+        return connection
+
+    host = LibvirtHost(sysfs_root=sysfs, connect=connect)
+    assert host.api.module is libvirt
+    assert len(host.discover().parents) == 4
+    host.close()  # not ours: left open
+    assert connection.isAlive() == 1
+    assert connections  # asked each time, never kept
+    connection.close()
+
+
+def test_mdevs_are_created_the_caller_s_way(tmp_path):
+    uri, sysfs = helpers.hostdesc.materialize(helpers.load("m10"), tmp_path)
+    made = []
+    host = LibvirtHost(uri, sysfs, creator=lambda *args: made.append(args))
+    parent = host.discover().parent("pci_0000_87_00_0")
+    mdev = host.create_mdev(
+        parent, "nvidia-35", "0b5f4c1e-9a55-4a0f-8d2b-6f1e2a3b4c5d"
+    )
+    assert made == [
+        (
+            "pci_0000_87_00_0",
+            "nvidia-35",
+            "0b5f4c1e-9a55-4a0f-8d2b-6f1e2a3b4c5d",
+        )
+    ]
+    assert mdev.name == "mdev_0b5f4c1e_9a55_4a0f_8d2b_6f1e2a3b4c5d"
+
+
+def test_a_parent_known_only_from_its_mdevs_keeps_them():
+    mdev = Mdev("u1", "nvidia-11", "pci_0000_81_02_0", "mdev_u1")
+    [parent] = implied_parents([], [mdev])
+    assert parent.address == "0000:81:02.0"
+    assert [(t.id, t.available) for t in parent.types] == [("nvidia-11", 0)]
+    assert implied_parents([parent], [mdev]) == []
+
+
+def test_units_on_the_compute_node_s_own_provider_are_bound(node):  # noqa: F811
+    n = node()
+    root = n.tree.data("node1").uuid
+    # a pre-reshape allocation: VGPU on the compute node itself
+    [device] = n.driver.allocate_mdevs(
+        "i1", {root: {"resources": {"VGPU": 1}}}
+    )
+    assert device.id == FREE_ON_86  # a free mdev first
+    [second] = n.driver.allocate_mdevs(
+        "i2", {root: {"resources": {"VGPU": 1}}}
+    )
+    assert second.created  # then room, on a parent with a configured type
+    assert second.parent in {
+        "pci_0000_84_00_0",
+        "pci_0000_85_00_0",
+        "pci_0000_86_00_0",
+    }
+
+
+def test_an_undefined_guest_frees_its_devices_unless_held(node):  # noqa: F811
+    n = node()
+    guest = "9cfe7035-3a5d-5acd-a42e-254b7382cfa5"
+    n.driver.discover()
+    assert n.driver.binder.hold(guest) == [IN_USE_ON_84]
+    n.host.forget_guest(guest)
+    assert n.driver.guest_undefined(guest) == []  # held: not free
+    assert IN_USE_ON_84 not in n.driver.free_mdevs()
+    # defined again with it: the hold ends, the device stays taken
+    n.host.note_guest(Guest(guest, "instance-00000021", (IN_USE_ON_84,)))
+    assert n.driver.guest_defined(guest) == [IN_USE_ON_84]
+    assert IN_USE_ON_84 not in n.driver.free_mdevs()
+    # undefined for good: free again
+    n.host.forget_guest(guest)
+    assert n.driver.guest_undefined(guest) == [IN_USE_ON_84]
+    assert IN_USE_ON_84 in n.driver.free_mdevs()
