@@ -75,6 +75,9 @@ class VgpuDriver:
         # units allocated there are pre-reshape allocations
         self._roots: set[str] = set()
         self.last_plans: list[ProviderPlan] = []
+        self._last_inventory: HostInventory | None = None
+        # what the last update_provider_tree depended on and wrote
+        self._written: tuple[Any, ...] | None = None
         # mdev uuid -> (parent, type) of every mdev seen, kept on disk: a
         # guest's device whose parent vanished (even while the service was
         # down) is still counted against its provider.
@@ -177,6 +180,15 @@ class VgpuDriver:
         rescan = rescan_guests or self.binder.view_is_stale()
         inventory = self.host.discover(rescan_guests=rescan)
         with self._lock:
+            if not self._warned_addresses:
+                for problem in host_problems(self.config, inventory):
+                    LOG.warning("Configuration: %s", problem)
+                self._warned_addresses = True
+            if inventory is self._last_inventory:
+                # the adapter saw no change: the binder's view, kept
+                # current by its own binds, stays
+                return inventory
+            self._last_inventory = inventory
             seen = {m.uuid: (m.parent, m.type_id) for m in inventory.mdevs}
             # forget devices no guest uses any more and that are gone
             users = inventory.mdev_users()
@@ -187,10 +199,6 @@ class VgpuDriver:
             }
             if {**kept, **seen} != self._seen_mdevs:
                 self._save_seen({**kept, **seen})
-            if not self._warned_addresses:
-                for problem in host_problems(self.config, inventory):
-                    LOG.warning("Configuration: %s", problem)
-                self._warned_addresses = True
             self.binder.refresh(inventory, self._targets)
         return inventory
 
@@ -241,6 +249,10 @@ class VgpuDriver:
             self.conf.devices.failed_device_retry_interval
         )
         with self._lock:
+            if allocations is None and self._unchanged(
+                provider_tree, nodename, inventory
+            ):
+                return self.last_plans
             root = provider_tree.data(nodename)
             self._roots.add(root.uuid)
             old = self._old_layout(provider_tree, root, nodename, inventory)
@@ -301,7 +313,58 @@ class VgpuDriver:
             if written != self._written_traits:
                 self._save_traits(written)
             self.last_plans = plans
+            self._written = self._fingerprint(
+                provider_tree, nodename, inventory, plans
+            )
             return plans
+
+    def _fingerprint(
+        self,
+        tree: Any,
+        nodename: str,
+        inventory: HostInventory,
+        plans: list[ProviderPlan],
+    ) -> tuple[Any, ...]:
+        """What a pass depended on and what it left in the tree."""
+        written = {
+            plan.name: (plan.inventory(), set(tree.data(plan.name).traits))
+            for plan in plans
+        }
+        return (
+            nodename,
+            inventory,
+            self.config,
+            tuple(self.binder.claimed_devices()),
+            written,
+        )
+
+    def _unchanged(
+        self, tree: Any, nodename: str, inventory: HostInventory
+    ) -> bool:
+        """Nothing a pass depends on changed since the last one, and the
+        tree still holds what it wrote: the pass would change nothing
+        (its cost is then independent of the number of mdevs and
+        guests)."""
+        if self._written is None or self.unschedulable:
+            return False
+        last_node, last_inventory, config, claims, written = self._written
+        if (
+            last_node != nodename
+            or last_inventory is not inventory
+            or config is not self.config
+            or claims != tuple(self.binder.claimed_devices())
+        ):
+            return False
+        if len(
+            self._device_providers(tree, tree.data(nodename).uuid, nodename)
+        ) != len(written):
+            return False
+        return not any(
+            not tree.exists(name)
+            or tree.has_inventory_changed(name, inv)
+            or tree.have_traits_changed(name, traits)
+            for name, (inv, traits) in written.items()
+        )
 
     def configured_types(self, inventory: HostInventory) -> dict[str, str]:
         """Parent name -> the type the configuration gives it."""

@@ -10,6 +10,8 @@ is listed with the INACTIVE flag; a removed one is looked up in vain).
 
 from __future__ import annotations
 
+import re
+
 import libvirt
 
 from tests import helpers
@@ -86,6 +88,33 @@ class ExistingMdev(ModelledMdev):
         super().__init__(conn, device.name(), device.XMLDesc(0), persistent)
 
 
+class ModelledParent:
+    """A test-driver parent whose ``availableInstances`` follow the mdevs
+    made, stopped or gone, as the kernel's do (the test driver's are
+    fixed)."""
+
+    def __init__(self, conn, device):
+        self.conn, self.device = conn, device
+
+    def name(self):
+        return self.device.name()
+
+    def XMLDesc(self, flags=0):
+        xml = self.device.XMLDesc(flags)
+        return re.sub(
+            r"<type id='([^']+)'>(.*?)<availableInstances>(\d+)<",
+            lambda m: (
+                f"<type id='{m.group(1)}'>{m.group(2)}<availableInstances>"
+                f"{int(m.group(3)) + self.conn.freed(self.name(), m.group(1))}<"
+            ),
+            xml,
+            flags=re.S,
+        )
+
+    def __getattr__(self, name):
+        return getattr(self.device, name)
+
+
 class RecordingConnection:
     def __init__(self, uri: str, persistent: bool = True):
         self.real = libvirt.open(uri)
@@ -104,9 +133,26 @@ class RecordingConnection:
     def getLibVersion(self):
         return 9_000_000
 
+    def freed(self, parent, type_id):
+        """Room given back (+) or taken (-) on a parent for a type."""
+        delta = 0
+        for name, mdev in self.made.items():
+            if f"<parent>{parent}</parent>" not in mdev.xml:
+                continue
+            if f"<type id='{type_id}'/>" not in mdev.xml:
+                continue
+            running = name not in self.gone and name not in self.inactive
+            if isinstance(mdev, ExistingMdev) and not running:
+                delta += 1
+            elif not isinstance(mdev, ExistingMdev) and running:
+                delta -= 1
+        return delta
+
     def _device(self, device):
         name = device.name()
-        if name not in self.made and name.startswith("mdev_"):
+        if not name.startswith("mdev_"):
+            return ModelledParent(self, device)
+        if name not in self.made:
             self.made[name] = ExistingMdev(self, device, self.persistent)
         return self.made.get(name, device)
 

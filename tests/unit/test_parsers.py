@@ -183,3 +183,62 @@ def test_parsers_raise_only_their_own_error(text):
     ):
         with contextlib.suppress(DeviceXMLInvalid):
             parse(text)
+
+
+def _test_driver_xml(tmp_path):
+    """Every mdev's and every domain's XML as libvirt's test driver
+    formats it, for all shipped hosts."""
+    import libvirt
+
+    from tests import helpers
+    from vgpu_driver.host import description as hostdesc
+
+    mdevs, domains = [], []
+    for i, name in enumerate(helpers.ALL_HOSTS):
+        uri, _ = hostdesc.materialize(hostdesc.load(name), tmp_path / str(i))
+        conn = libvirt.open(uri)
+        flag = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV
+        mdevs += [d.XMLDesc(0) for d in conn.listAllDevices(flag)]
+        domains += [d.XMLDesc(0) for d in conn.listAllDomains(0)]
+        conn.close()
+    return mdevs, domains
+
+
+def test_the_fast_parsers_read_what_the_reference_parsers_read(tmp_path):
+    mdevs, domains = _test_driver_xml(tmp_path)
+    assert mdevs and domains
+    for text in mdevs:
+        assert nodedev_xml._parse_mdev_shape(text) is not None  # fast path
+        assert nodedev_xml.parse_mdev(text) == nodedev_xml.parse_mdev_tree(
+            text
+        )
+    for text in domains:
+        assert domain_xml.parse_guest(text) == domain_xml.parse_guest_tree(
+            text
+        )
+
+
+@pytest.mark.parametrize(
+    "devices",
+    [
+        # a commented-out hostdev is not a device
+        "<!-- <hostdev mode='subsystem' type='mdev'><source><address "
+        "uuid='aaaaaaaa-0000-0000-0000-000000000001'/></source></hostdev> -->",
+        # capabilities mode is not a subsystem device
+        "<hostdev mode='capabilities' type='storage'><source><block>/dev/sdf"
+        "</block></source></hostdev>",
+        "<hostdev mode='subsystem' type='pci' managed='yes'><source><address "
+        "domain='0x0000' bus='0x84' slot='0x00' function='0x5'/></source>"
+        "</hostdev><hostdev mode='subsystem' type='mdev' model='vfio-pci'>"
+        "<source><address uuid='AAAAAAAA-0000-0000-0000-000000000002'/>"
+        "</source></hostdev>",
+    ],
+)
+@pytest.mark.parametrize("name", ["a &amp; b", "instance-00000001"])
+def test_the_fast_guest_parser_agrees_on_unusual_domains(devices, name):
+    text = (
+        f"<domain type='kvm'><name>{name}</name>"
+        "<uuid>11111111-2222-3333-4444-555555555555</uuid>"
+        f"<devices>{devices}</devices></domain>"
+    )
+    assert domain_xml.parse_guest(text) == domain_xml.parse_guest_tree(text)

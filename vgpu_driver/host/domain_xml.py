@@ -2,13 +2,79 @@
 
 from __future__ import annotations
 
+import re
+import xml.etree.ElementTree as ET
+
 from vgpu_driver.exception import DeviceXMLInvalid
-from vgpu_driver.host.nodedev_xml import parse_xml
+from vgpu_driver.host.nodedev_xml import between, parse_xml
 from vgpu_driver.model import naming
 from vgpu_driver.model.device import Guest
 
+_ATTRIBUTE = re.compile(r"([\w:-]+)='([^'<&]*)'")
+
 
 def parse_guest(text: str) -> Guest:
+    """A domain's uuid, name and host devices, read without building a
+    tree when the text has the shape libvirt formats (a first discovery
+    reads every domain); otherwise (an entity, a comment, double quotes)
+    :func:`parse_guest_tree`, the reference."""
+    name = between(text, "<name>", "</name>")
+    uuid = between(text, "<uuid>", "</uuid>")
+    devices = text.find("<devices>")
+    if (
+        name is None
+        or uuid is None
+        or devices < 0
+        or devices < text.find("<uuid>")
+        or "&" in text
+        or "<!--" in text
+        or '"' in text
+        or "CDATA" in text
+    ):
+        return parse_guest_tree(text)
+    mdevs: list[str] = []
+    pci: list[str] = []
+    start = text.find("<hostdev", devices)
+    while start >= 0:
+        end = text.find("</hostdev>", start)
+        if end < 0:
+            return parse_guest_tree(text)
+        _hostdev_text(text[start:end], mdevs, pci)
+        start = text.find("<hostdev", end)
+    return Guest(
+        uuid=uuid.strip().lower(),
+        name=name.strip(),
+        mdevs=tuple(mdevs),
+        pci_devices=tuple(pci),
+    )
+
+
+def _hostdev_text(fragment: str, mdevs: list[str], pci: list[str]) -> None:
+    """:func:`_hostdev` on one ``<hostdev ...>...`` of libvirt's shape."""
+    opening = dict(_ATTRIBUTE.findall(fragment[: fragment.find(">")]))
+    source = between(fragment, "<source", "</source>")
+    if opening.get("mode") != "subsystem" or source is None:
+        return
+    tag = between(source, "<address ", ">")
+    if tag is None:
+        return
+    address = dict(_ATTRIBUTE.findall(tag))
+    kind = opening.get("type")
+    if kind == "mdev" and address.get("uuid"):
+        mdevs.append(address["uuid"].lower())
+    elif kind == "pci":
+        try:
+            fields = [
+                int(address.get(f) or "", 0)
+                for f in ("domain", "bus", "slot", "function")
+            ]
+        except ValueError:
+            return
+        pci.append(naming.pci_address(*fields))
+
+
+def parse_guest_tree(text: str) -> Guest:
+    """The reference parser (a full XML tree)."""
     root = parse_xml(text, "domain")
     uuid = (root.findtext("uuid") or "").strip().lower()
     name = (root.findtext("name") or "").strip()
@@ -16,25 +82,31 @@ def parse_guest(text: str) -> Guest:
         raise DeviceXMLInvalid(what=f"domain {name!r}", reason="no <uuid>")
     mdevs: list[str] = []
     pci: list[str] = []
-    for hostdev in root.findall("devices/hostdev[@mode='subsystem']"):
-        address = hostdev.find("source/address")
-        if address is None:
-            continue
-        kind = hostdev.get("type")
-        if kind == "mdev" and address.get("uuid"):
-            mdevs.append(str(address.get("uuid")).lower())
-        elif kind == "pci":
-            try:
-                fields = [
-                    int(address.get(f) or "", 0)
-                    for f in ("domain", "bus", "slot", "function")
-                ]
-            except ValueError:
-                continue
-            pci.append(naming.pci_address(*fields))
+    for hostdev in root.findall("devices/hostdev"):
+        _hostdev(hostdev, mdevs, pci)
     return Guest(
         uuid=uuid, name=name, mdevs=tuple(mdevs), pci_devices=tuple(pci)
     )
+
+
+def _hostdev(hostdev: ET.Element, mdevs: list[str], pci: list[str]) -> None:
+    if hostdev.get("mode") != "subsystem":
+        return
+    address = hostdev.find("source/address")
+    if address is None:
+        return
+    kind = hostdev.get("type")
+    if kind == "mdev" and address.get("uuid"):
+        mdevs.append(str(address.get("uuid")).lower())
+    elif kind == "pci":
+        try:
+            fields = [
+                int(address.get(f) or "", 0)
+                for f in ("domain", "bus", "slot", "function")
+            ]
+        except ValueError:
+            return
+        pci.append(naming.pci_address(*fields))
 
 
 def hostdev_xml_for_mdev(uuid: str) -> str:

@@ -35,6 +35,7 @@ import dataclasses
 import importlib
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -81,6 +82,7 @@ class LibvirtApi:
             module, "VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV_TYPES", None
         )
         # None: a binding without that flag, so devices are listed by name
+        self.list_parents: int | None = mdev_types
         self.list_parents_and_mdevs = (
             None if mdev_types is None else mdev_types | mdev
         )
@@ -152,6 +154,7 @@ class LibvirtHost:
         connect: Callable[[], Any] | None = None,
         api: LibvirtApi | ModuleType | None = None,
         creator: Creator | None = None,
+        relist_interval: float = 300.0,
     ) -> None:
         """``connection``: the caller's open libvirt connection (a compute
         service's own); it is used as it is and never closed here.
@@ -180,6 +183,18 @@ class LibvirtHost:
         # parent name -> (its last XML, what it was read as)
         self._parsed_parents: dict[str, tuple[str, Parent]] = {}
         self._guests: dict[str, Guest] | None = None
+        # mdevs are listed again when a parent's XML changes, when asked
+        # (rescan), and at least every relist_interval seconds
+        self.relist_interval = relist_interval
+        self._listed_at = 0.0
+        self._last: HostInventory | None = None
+        self._dirty = True  # mdevs or guests changed since _last
+        self._parent_ids: list[int] = []
+        self._all_parent_ids: list[int] = []
+        self._mdev_list: list[Mdev] = []
+        self._implied: list[Parent] = []
+        self._sysfs_only: list[Parent] = []
+        self._sysfs_only_key: tuple[list[int], list[str]] | None = None
         self._inactive_supported = True
         self._unsupported: set[str] = set()
         self._version: int | None = None
@@ -247,32 +262,86 @@ class LibvirtHost:
     def discover(self, *, rescan_guests: bool = False) -> HostInventory:
         with self._lock:
             conn = self.connection()
-            devices = self._list_devices(conn)
-            inactive = self._inactive_mdev_names(conn)
+            now = time.monotonic()
+            relist = (
+                self._last is None
+                or rescan_guests
+                or now - self._listed_at >= self.relist_interval
+            )
             parents: list[Parent] = []
-            listed: set[str] = set()
-            for name, device in devices:
-                listed.add(name)
-                if name.startswith("mdev_"):
-                    self._read_mdev(device, name, active=name not in inactive)
-                else:
-                    parent = self._read_parent(device, name)
-                    if parent is not None:
-                        parents.append(parent)
-            for name in set(self._mdevs) - listed:
-                del self._mdevs[name]
+            if not relist:
+                parents = self._read_parents(self._list_parents(conn))
+                # a parent whose XML changed (its availableInstances) may
+                # have new or fewer mdevs: list them again
+                relist = [id(p) for p in parents] != self._parent_ids
+            if relist:
+                parents = self._relist(conn)
+                self._listed_at = now
+                self.sysfs.forget_probes()
+            self._parent_ids = [id(p) for p in parents]
             parents.extend(self._sysfs_only_parents(parents))
-            mdevs = self._mdevs_with_known_parents(parents)
-            parents.extend(implied_parents(parents, mdevs))
+            if self._dirty or relist:
+                self._mdev_list = self._mdevs_with_known_parents(parents)
+                self._implied = implied_parents(parents, self._mdev_list)
+            parents.extend(self._implied)
             if self._guests is None or rescan_guests:
                 self._scan_guests(conn)
             assert self._guests is not None
-            return sort_inventory(
-                parents,
-                mdevs,
-                self.sysfs.sriov_functions(),
-                self._guests.values(),
+            pfs = self.sysfs.sriov_functions()
+            last = self._last
+            if (
+                last is not None
+                and not self._dirty
+                and [id(p) for p in parents] == self._all_parent_ids
+                and tuple(sorted(pfs, key=lambda p: p.name)) == last.pfs
+            ):
+                return last  # nothing changed: the same reading
+            self._all_parent_ids = [id(p) for p in parents]
+            self._last = sort_inventory(
+                parents, self._mdev_list, pfs, self._guests.values()
             )
+            self._dirty = False
+            return self._last
+
+    def _relist(self, conn: Any) -> list[Parent]:
+        """Parents and every mdev, read again (mdevs only when new)."""
+        devices = self._list_devices(conn)
+        inactive = self._inactive_mdev_names(conn)
+        parents: list[Parent] = []
+        listed: set[str] = set()
+        for name, device in devices:
+            listed.add(name)
+            if name.startswith("mdev_"):
+                self._read_mdev(device, name, active=name not in inactive)
+            else:
+                parent = self._read_parent(device, name)
+                if parent is not None:
+                    parents.append(parent)
+        for name in set(self._mdevs) - listed:
+            del self._mdevs[name]
+            self._dirty = True
+        return parents
+
+    def _read_parents(self, devices: list[tuple[str, Any]]) -> list[Parent]:
+        found = []
+        for name, device in devices:
+            parent = self._read_parent(device, name)
+            if parent is not None:
+                found.append(parent)
+        return found
+
+    def _list_parents(self, conn: Any) -> list[tuple[str, Any]]:
+        """(name, device) of the parents only: one call (or, by names,
+        one listing and a lookup per parent)."""
+        api = self.api
+        if api.list_parents is not None:
+            listed = self._call(
+                "listAllDevices", conn.listAllDevices, api.list_parents
+            )
+            return [(device.name(), device) for device in listed]
+        return self._lookup_names(
+            conn, self._call("listDevices", conn.listDevices, "mdev_types", 0)
+        )
 
     def _list_devices(self, conn: Any) -> list[tuple[str, Any]]:
         """(name, device) of parents and mdevs: one call; or, with a
@@ -291,6 +360,12 @@ class LibvirtHost:
             *self._call("listDevices", conn.listDevices, "mdev_types", 0),
             *self._call("listDevices", conn.listDevices, "mdev", 0),
         ]
+        return self._lookup_names(conn, names)
+
+    def _lookup_names(
+        self, conn: Any, names: list[str]
+    ) -> list[tuple[str, Any]]:
+        api = self.api
         devices: list[tuple[str, Any]] = []
         for name in names:
             if name in self._mdevs:
@@ -361,6 +436,7 @@ class LibvirtHost:
         if cached is not None:
             if cached.active != active:
                 self._mdevs[name] = _replace_active(cached, active)
+                self._dirty = True
             return
         text = self._xml(device, name)
         if text is None:
@@ -370,6 +446,7 @@ class LibvirtHost:
         except DeviceXMLInvalid as exc:
             LOG.warning("Skipping mdev %s: %s", name, exc)
             return
+        self._dirty = True
         self._mdevs[name] = Mdev(
             uuid=mdev.uuid,
             type_id=mdev.type_id,
@@ -429,14 +506,25 @@ class LibvirtHost:
         )
 
     def _sysfs_only_parents(self, known: list[Parent]) -> list[Parent]:
-        """Parents the kernel registers but libvirt has no device for."""
+        """Parents the kernel registers but libvirt has no device for
+        (read again only when the parents or the registrations change)."""
+        entries = self.sysfs.mdev_bus_entries()
+        key = ([id(p) for p in known], entries)
+        if key != self._sysfs_only_key:
+            self._sysfs_only = self._read_sysfs_only_parents(known, entries)
+            self._sysfs_only_key = key
+        return list(self._sysfs_only)
+
+    def _read_sysfs_only_parents(
+        self, known: list[Parent], entries: list[str]
+    ) -> list[Parent]:
         known_paths = {
             self.sysfs.real_path(self._parent_extras[p.name][0])
             for p in known
             if p.name in self._parent_extras
         }
         found = []
-        for path, name in self.sysfs.mdev_bus_parents().items():
+        for path, name in self.sysfs.mdev_bus_parents(entries).items():
             if path in known_paths or any(name in p.keys for p in known):
                 continue
             parent = self.sysfs.read_parent(path, name)
@@ -454,6 +542,7 @@ class LibvirtHost:
             real = self.sysfs.mdev_parent_name(mdev.uuid)
             if real in names:
                 self._mdevs[key] = _replace_parent(mdev, str(real))
+                self._dirty = True
         return list(self._mdevs.values())
 
     # -- guests --------------------------------------------------------
@@ -467,6 +556,7 @@ class LibvirtHost:
             if guest is not None:
                 guests[guest.uuid] = guest
         self._guests = guests
+        self._dirty = True
 
     def _read_guest(self, domain: Any) -> Guest | None:
         api = self.api
@@ -485,11 +575,13 @@ class LibvirtHost:
         with self._lock:
             if self._guests is not None:
                 self._guests[guest.uuid] = guest
+                self._dirty = True
 
     def forget_guest(self, uuid: str) -> None:
         with self._lock:
             if self._guests is not None:
                 self._guests.pop(uuid, None)
+                self._dirty = True
 
     def refresh_guest(self, uuid: str) -> Guest | None:
         """Re-read one domain (two calls), or forget it if it is gone."""
@@ -583,7 +675,8 @@ class LibvirtHost:
                 device=parent.name,
                 reason=str(exc) or type(exc).__name__,
             ) from exc
-        # its libvirt name is read at the next discovery
+        # read (with its libvirt name) at the next discovery
+        self._listed_at = float("-inf")
         return Mdev(
             uuid=uuid,
             type_id=type_id,
@@ -627,6 +720,7 @@ class LibvirtHost:
             autostart=persistent,
         )
         self._mdevs[mdev.name] = mdev
+        self._dirty = True
         return mdev
 
     def _lookup(self, mdev: Mdev) -> Any:
@@ -647,6 +741,7 @@ class LibvirtHost:
                     reason=api.message(exc),
                 ) from exc
             self._mdevs[mdev.name] = _replace_active(mdev, True)
+            self._dirty = True
 
     def remove_mdev(self, mdev: Mdev) -> None:
         with self._lock:
@@ -671,6 +766,7 @@ class LibvirtHost:
                     ) from exc
                 self.sysfs.remove_mdev(mdev.uuid)
             self._mdevs.pop(mdev.name, None)
+            self._dirty = True
 
     def set_vf_type(self, vf_address: str, type_id: int) -> None:
         self.sysfs.set_vf_type(vf_address, type_id)

@@ -133,7 +133,62 @@ def mdev_uuid_from_name(name: str) -> str | None:
     return match.group(0).replace("_", "-").lower()
 
 
+def between(text: str, start: str, end: str, pos: int = 0) -> str | None:
+    """The text between the first ``start`` at or after ``pos`` and the
+    next ``end``, or None."""
+    i = text.find(start, pos)
+    if i < 0:
+        return None
+    i += len(start)
+    j = text.find(end, i)
+    return None if j < 0 else text[i:j]
+
+
+def _parse_mdev_shape(text: str) -> Mdev | None:
+    """The shape libvirt formats an mdev in, read without building a
+    tree (a dense host lists thousands of mdevs on a first discovery).
+    None if the text is not that shape (or has any entity or comment):
+    :func:`parse_mdev_tree` is the reference."""
+    if "&" in text or "<!--" in text:
+        return None
+    find = text.find
+    cap = find("<capability type='mdev'>")
+    a, b = find("<name>"), find("</name>")
+    c, d = find("<parent>"), find("</parent>")
+    e = find("<type id='", cap)
+    end = find("</capability>", cap)
+    if min(cap, a, b, c, d, e, end) < 0 or e > end:
+        return None
+    name, parent = text[a + 6 : b].strip(), text[c + 8 : d].strip()
+    type_id = text[e + 10 : find("'", e + 10)]
+    u = find("<uuid>", cap, end)
+    uuid = (
+        text[u + 6 : find("</uuid>", u)].strip()
+        if u >= 0
+        else mdev_uuid_from_name(name)
+    )
+    g = find("<iommuGroup number='", cap, end)
+    group = text[g + 20 : find("'", g + 20)] if g >= 0 else None
+    if not (name and parent and type_id and uuid) or (
+        group is not None and not group.isdigit()
+    ):
+        return None
+    return Mdev(
+        uuid=uuid.lower(),
+        type_id=type_id,
+        parent=parent,
+        name=name,
+        iommu_group=int(group) if group is not None else None,
+    )
+
+
 def parse_mdev(text: str) -> Mdev:
+    fast = _parse_mdev_shape(text)
+    return fast if fast is not None else parse_mdev_tree(text)
+
+
+def parse_mdev_tree(text: str) -> Mdev:
+    """The reference parser (a full XML tree)."""
     root = parse_xml(text, "node device")
     name = _required(_text(root.find("name")), "node device", "<name>")
     what = f"node device {name}"

@@ -59,6 +59,7 @@ class SysfsTree:
         self.root = Path(root)
         # a device link's target does not change while the device exists
         self._resolved: dict[Path, Path] = {}
+        self._not_nvidia: set[str] = set()
 
     def real_path(self, path: Path) -> Path:
         """``path`` with its links resolved (cached)."""
@@ -89,13 +90,25 @@ class SysfsTree:
     def type_description(self, device: Path, type_id: str) -> str | None:
         return _read(device / "mdev_supported_types" / type_id / "description")
 
-    def mdev_bus_parents(self) -> dict[Path, str]:
+    def forget_probes(self) -> None:
+        """Probe every PCI device again at the next scan (a driver may
+        have been bound since)."""
+        self._not_nvidia.clear()
+
+    def mdev_bus_entries(self) -> list[str]:
+        """The names registered in ``class/mdev_bus`` (one listing)."""
+        try:
+            return sorted(os.listdir(self.root / "class/mdev_bus"))
+        except OSError:
+            return []
+
+    def mdev_bus_parents(
+        self, entries: list[str] | None = None
+    ) -> dict[Path, str]:
         """Every registered mdev parent: real path -> sysfs name."""
         bus = self.root / "class/mdev_bus"
-        try:
-            entries = sorted(os.listdir(bus))
-        except OSError:
-            return {}
+        if entries is None:
+            entries = self.mdev_bus_entries()
         return {self.real_path(bus / e): e for e in entries}
 
     def read_parent(self, device: Path, name: str) -> Parent | None:
@@ -143,7 +156,9 @@ class SysfsTree:
             return None
 
     def sriov_functions(self) -> list[PhysicalFunction]:
-        """NVIDIA SR-IOV physical GPUs and their VFs."""
+        """NVIDIA SR-IOV physical GPUs and their VFs. A PCI device with no
+        ``nvidia/`` directory is remembered and not probed again (a VF
+        made later is a new entry)."""
         devices = self.root / "bus/pci/devices"
         try:
             entries = sorted(os.listdir(devices))
@@ -151,9 +166,13 @@ class SysfsTree:
             return []
         vfs_of: dict[str, list[VirtualFunction]] = {}
         for entry in entries:
+            if entry in self._not_nvidia:
+                continue
             nvidia = devices / entry / "nvidia"
             current = _read_int(nvidia / "current_vgpu_type")
             if current is None:
+                if not os.path.isdir(nvidia):
+                    self._not_nvidia.add(entry)
                 continue
             try:
                 pf = os.path.basename(os.readlink(devices / entry / "physfn"))

@@ -69,6 +69,7 @@ class ProviderTree:
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._by_uuid: dict[str, _Provider] = {}
+        self._by_name: dict[str, _Provider] = {}  # names are unique
         self._roots: dict[str, _Provider] = {}
 
     # -- lookups -------------------------------------------------------
@@ -77,10 +78,7 @@ class ProviderTree:
         found = self._by_uuid.get(name_or_uuid)
         if found is not None:
             return found
-        return next(
-            (p for p in self._by_uuid.values() if p.name == name_or_uuid),
-            None,
-        )
+        return self._by_name.get(name_or_uuid)
 
     def _get(self, name_or_uuid: str) -> _Provider:
         found = self._find(name_or_uuid)
@@ -133,6 +131,7 @@ class ProviderTree:
                 raise ValueError(f"Provider {name} ({uuid}) already exists")
             provider = _Provider(name, uuid, None, generation)
             self._by_uuid[uuid] = provider
+            self._by_name[name] = provider
             self._roots[uuid] = provider
             return uuid
 
@@ -150,6 +149,7 @@ class ProviderTree:
                 raise ValueError(f"Provider {name} ({uuid}) already exists")
             provider = _Provider(name, uuid, parent_node.uuid, generation)
             self._by_uuid[uuid] = provider
+            self._by_name[name] = provider
             parent_node.children[uuid] = provider
             return uuid
 
@@ -157,7 +157,9 @@ class ProviderTree:
         with self._lock:
             provider = self._get(name_or_uuid)
             for child_uuid in self.get_provider_uuids(provider.uuid):
-                self._by_uuid.pop(child_uuid, None)
+                gone = self._by_uuid.pop(child_uuid, None)
+                if gone is not None:
+                    self._by_name.pop(gone.name, None)
             if provider.parent_uuid is None:
                 self._roots.pop(provider.uuid, None)
             else:
