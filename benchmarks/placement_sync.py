@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks.common import conf_for, dense
+from benchmarks.common import conf_for, dense, machine, spread
 from vgpu_driver.driver import VgpuDriver, sync_placement
 from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.simulated import SimulatedHost
@@ -58,24 +58,29 @@ def main() -> None:
         directory = Path(tmp)
         section = placement.conf_section()
         demo = hostdesc.load("demo")
-        driver, syncer = make_node(directory, section, demo, "bench-demo")
-        first, first_s = timed(driver, syncer)
-        noop, noop_s = timed(driver, syncer)
+        print(machine())
+        print("times: min/median/max ms")
+        firsts, noops, restarts = [], [], []
+        for i in range(5):  # five new hosts: a first sync each
+            driver, syncer = make_node(directory, section, demo, f"demo-{i}")
+            first, first_s = timed(driver, syncer)
+            firsts.append(first_s * 1000)
+        for _ in range(20):
+            noop, noop_s = timed(driver, syncer)
+            noops.append(noop_s * 1000)
+        for _ in range(10):
+            # a new process: new client (version discovery), cache on disk
+            restarted = PlacementSync(
+                client_from_conf(driver.conf), "demo-4", store=driver.state
+            )
+            again, again_s = timed(driver, restarted)
+            restarts.append(again_s * 1000)
         print("One host (demo: 6 device providers)")
-        print(
-            f"  first sync: {first.requests:4d} requests {first_s * 1000:8.1f} ms"
-        )
-        print(
-            f"  no-op sync: {noop.requests:4d} requests {noop_s * 1000:8.1f} ms"
-        )
-        # a new process: new client (version discovery), cache on disk
-        restarted = PlacementSync(
-            client_from_conf(driver.conf), "bench-demo", store=driver.state
-        )
-        again, again_s = timed(driver, restarted)
+        print(f"  first sync: {first.requests:4d} requests {spread(firsts)}")
+        print(f"  no-op sync: {noop.requests:4d} requests {spread(noops)}")
         print(
             f"  restarted, no change: {again.requests:4d} requests "
-            f"{again_s * 1000:8.1f} ms (GET /, lookup, tree listing)"
+            f"{spread(restarts)} (GET /, lookup, tree listing)"
         )
 
         host = dense(args.pgpus, args.pgpus * 4, args.pgpus * 2)
@@ -83,23 +88,27 @@ def main() -> None:
             make_node(directory, section, host, f"bench-{i:03d}")
             for i in range(args.hosts)
         ]
+
+        def one(node: tuple[VgpuDriver, PlacementSync]) -> float:
+            return timed(*node)[1] * 1000
+
         with ThreadPoolExecutor(16) as pool:
             start = time.perf_counter()
-            reports = list(pool.map(lambda n: sync_placement(*n), nodes))
+            per_host = list(pool.map(one, nodes))
             first_all = time.perf_counter() - start
+            total = sum(n[1].reported_requests for n in nodes)
             start = time.perf_counter()
-            again = list(pool.map(lambda n: sync_placement(*n), nodes))
+            per_host_noop = list(pool.map(one, nodes))
             noop_all = time.perf_counter() - start
-        total = sum(r.requests for r in reports)
+            noop_total = sum(n[1].reported_requests for n in nodes) - total
         print(f"{args.hosts} hosts x {args.pgpus} pGPUs, 16 at a time")
         print(
             f"  first sync: {total:5d} requests {first_all:8.2f} s "
-            f"({total / first_all:.0f} req/s, "
-            f"{first_all / args.hosts * 1000:.0f} ms/host)"
+            f"({total / first_all:.0f} req/s); per host {spread(per_host)}"
         )
         print(
-            f"  no-op sync: {sum(r.requests for r in again):5d} requests "
-            f"{noop_all:8.2f} s"
+            f"  no-op sync: {noop_total:5d} requests {noop_all:8.2f} s; "
+            f"per host {spread(per_host_noop)}"
         )
         providers = placement_count(syncer)
         print(f"  providers in Placement: {providers}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 
 from vgpu_driver.exception import DeviceXMLInvalid
 from vgpu_driver.host.nodedev_xml import between, parse_xml
@@ -53,24 +54,9 @@ def _hostdev_text(fragment: str, mdevs: list[str], pci: list[str]) -> None:
     """:func:`_hostdev` on one ``<hostdev ...>...`` of libvirt's shape."""
     opening = dict(_ATTRIBUTE.findall(fragment[: fragment.find(">")]))
     source = between(fragment, "<source", "</source>")
-    if opening.get("mode") != "subsystem" or source is None:
-        return
-    tag = between(source, "<address ", ">")
-    if tag is None:
-        return
-    address = dict(_ATTRIBUTE.findall(tag))
-    kind = opening.get("type")
-    if kind == "mdev" and address.get("uuid"):
-        mdevs.append(address["uuid"].lower())
-    elif kind == "pci":
-        try:
-            fields = [
-                int(address.get(f) or "", 0)
-                for f in ("domain", "bus", "slot", "function")
-            ]
-        except ValueError:
-            return
-        pci.append(naming.pci_address(*fields))
+    tag = None if source is None else between(source, "<address ", ">")
+    address = None if tag is None else dict(_ATTRIBUTE.findall(tag))
+    _add(opening, address, mdevs, pci)
 
 
 def parse_guest_tree(text: str) -> Guest:
@@ -90,14 +76,27 @@ def parse_guest_tree(text: str) -> Guest:
 
 
 def _hostdev(hostdev: ET.Element, mdevs: list[str], pci: list[str]) -> None:
-    if hostdev.get("mode") != "subsystem":
-        return
     address = hostdev.find("source/address")
-    if address is None:
+    _add(
+        hostdev.attrib,
+        None if address is None else address.attrib,
+        mdevs,
+        pci,
+    )
+
+
+def _add(
+    hostdev: Mapping[str, str],
+    address: Mapping[str, str] | None,
+    mdevs: list[str],
+    pci: list[str],
+) -> None:
+    """One ``<hostdev>``'s attributes and its source address'."""
+    if hostdev.get("mode") != "subsystem" or address is None:
         return
     kind = hostdev.get("type")
     if kind == "mdev" and address.get("uuid"):
-        mdevs.append(str(address.get("uuid")).lower())
+        mdevs.append(str(address["uuid"]).lower())
     elif kind == "pci":
         try:
             fields = [
