@@ -19,9 +19,11 @@ failure.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 import unittest
+from typing import TextIO
 
 MODULES = (
     "nova.tests.functional.libvirt.test_vgpu",
@@ -71,15 +73,16 @@ def integrate() -> None:
 
 
 class Result(unittest.TestResult):
-    def __init__(self) -> None:
+    def __init__(self, out: TextIO) -> None:
         super().__init__()
+        self.out = out
         self.rows: list[tuple[str, str, str, float]] = []
         self._started = 0.0
 
     def startTest(self, test: unittest.TestCase) -> None:
         super().startTest(test)
         self._started = time.monotonic()
-        print(f"  running {test.id()}", flush=True)
+        print(f"  running {test.id()}", file=self.out, flush=True)
 
     def _row(self, test: unittest.TestCase, outcome: str, note: str) -> None:
         took = time.monotonic() - self._started
@@ -136,28 +139,35 @@ def main() -> int:
         "tests", nargs="*", help="test ids or modules (default: both suites)"
     )
     args = parser.parse_args()
+    # Nova logs to stdout too: from here on stdout is stderr (the log the
+    # script keeps), and the table goes to the real stdout
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     if not args.baseline:
         integrate()
     suite = unittest.defaultTestLoader.loadTestsFromNames(
         args.tests or MODULES
     )
-    result = Result()
+    result = Result(out)
     started = time.monotonic()
     suite.run(result)
     elapsed = time.monotonic() - started
     judged = judge(result.rows, not args.baseline)
     width = max((len(t.split(".", 4)[-1]) for t, *_ in judged), default=4)
     mode = "Nova in-tree" if args.baseline else "vgpu_driver.nova"
-    print(f"Nova 34.0.0 vGPU functional tests with {mode}")
-    print(f"{'test':<{width}}  {'result':<19}  {'s':>5}  note")
+    print(f"Nova 34.0.0 vGPU functional tests with {mode}", file=out)
+    print(f"{'test':<{width}}  {'result':<19}  {'s':>5}  note", file=out)
     for test, outcome, note, took, _ in judged:
         short = test.split(".", 4)[-1]
-        print(f"{short:<{width}}  {outcome:<19}  {took:5.1f}  {note}")
+        print(
+            f"{short:<{width}}  {outcome:<19}  {took:5.1f}  {note}", file=out
+        )
     counts: dict[str, int] = {}
     for _, outcome, *_ in judged:
         counts[outcome] = counts.get(outcome, 0) + 1
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-    print(f"{len(judged)} tests in {elapsed:.0f} s: {summary}")
+    print(f"{len(judged)} tests in {elapsed:.0f} s: {summary}", file=out)
     failed = [j for j in judged if j[1] == "fail"]
     for test, _, _, _, detail in failed:
         print(f"\n=== {test}\n{detail}", file=sys.stderr)
