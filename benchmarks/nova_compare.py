@@ -161,6 +161,7 @@ def nova_driver(uri: str, counted: bool) -> tuple[Any, Any] | None:
     driver.mdev_type_max_mapping = collections.defaultdict(str)
     driver.pgpu_type_default = None
     driver.virtual_mdevs = set()
+    driver.instance_claimed_mdevs = {}
     driver.supported_vgpu_types = driver._get_supported_vgpu_types()
     return driver, conn
 
@@ -181,7 +182,15 @@ def nova(uri: str, runs: int) -> dict[str, Any] | None:
             conn.calls = 0
             driver._update_provider_tree_for_vgpu(tree, "bench")
             figures["calls"] = conn.calls
+            conn.calls = 0
+            driver._get_all_assigned_mediated_devices()
+            figures["spawn_scan_calls"] = conn.calls
         else:
+            # what Nova does at every spawn (and live migration) to find
+            # free mdevs: every guest's XML
+            figures["spawn_scan_cpu"] = timed(
+                driver._get_all_assigned_mediated_devices
+            )[0]
             figures["cpu"], figures["wall"] = repeat(
                 lambda d=driver, t=tree: d._update_provider_tree_for_vgpu(
                     t, "bench"
@@ -264,7 +273,8 @@ def main() -> None:
     print(
         f"{'host':>14} | {'ours first cpu/wall/calls':>26} | "
         f"{'ours steady cpu':>19} {'calls':>5} | "
-        f"{'Nova periodic cpu':>21} {'calls':>6} | {'Nova/ours':>9}"
+        f"{'Nova periodic cpu':>21} {'calls':>6} | {'Nova/ours':>9} | "
+        f"{'Nova per spawn cpu/calls':>24}"
     )
     results = []
     for shape in QUICK if args.quick else SHAPES:
@@ -277,6 +287,7 @@ def main() -> None:
         nova_cols = (
             f"{spread(n['cpu']):>21} {n['calls']:>6.0f} | "
             f"{statistics.median(n['cpu']) / statistics.median(o['cpu']):>8.1f}x"
+            f" | {n['spawn_scan_cpu']:>15.1f}/{n['spawn_scan_calls']:<8}"
             if n
             else f"{'(Nova not importable)':>21} {'':>6} | {'':>9}"
         )

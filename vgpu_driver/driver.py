@@ -336,6 +336,7 @@ class VgpuDriver:
             self.config,
             tuple(self.binder.claimed_devices()),
             written,
+            set(tree.get_provider_uuids(nodename)),
         )
 
     def _unchanged(
@@ -347,7 +348,9 @@ class VgpuDriver:
         guests)."""
         if self._written is None or self.unschedulable:
             return False
-        last_node, last_inventory, config, claims, written = self._written
+        last_node, last_inventory, config, claims, written, uuids = (
+            self._written
+        )
         if (
             last_node != nodename
             or last_inventory is not inventory
@@ -355,10 +358,8 @@ class VgpuDriver:
             or claims != tuple(self.binder.claimed_devices())
         ):
             return False
-        if len(
-            self._device_providers(tree, tree.data(nodename).uuid, nodename)
-        ) != len(written):
-            return False
+        if set(tree.get_provider_uuids(nodename)) != uuids:
+            return False  # a provider came or went under the node
         return not any(
             not tree.exists(name)
             or tree.has_inventory_changed(name, inv)

@@ -1,0 +1,102 @@
+"""A steady refresh that finds nothing changed writes nothing, yet still
+repairs a tree someone else changed, and sees a host that changed."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tests import helpers
+from tests.unit.test_provider_tree import new_tree
+from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.model.device import Guest
+
+P84 = "node1_pci_0000_84_00_0"
+
+
+class CountingTree:
+    """Nova's ProviderTree interface, counting the writes."""
+
+    def __init__(self, tree):
+        self.tree, self.writes = tree, 0
+
+    def __getattr__(self, name):
+        attr = getattr(self.tree, name)
+        if name in (
+            "update_inventory",
+            "update_traits",
+            "new_child",
+            "remove",
+        ):
+            self.writes += 1
+        return attr
+
+
+@pytest.fixture
+def steady(make_conf, tmp_path):
+    """A driver on the m10 host served by libvirt's test driver, after
+    one full pass."""
+    description = helpers.load("m10")
+    host = helpers.libvirt_host(description, tmp_path / "host")
+    conf = make_conf(textwrap.dedent(description.config))
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    driver = VgpuDriver(conf, host)
+    tree = CountingTree(new_tree())
+    driver.update_provider_tree(tree, "node1")
+    tree.writes = 0
+    return driver, host, tree
+
+
+def test_nothing_changed_nothing_written(steady):
+    driver, host, tree = steady
+    before = host.call_count
+    for _ in range(3):
+        driver.update_provider_tree(tree, "node1")
+    assert tree.writes == 0
+    # one listing of the parents and one XML each, per pass
+    assert host.call_count - before == 3 * (1 + 4)
+
+
+def test_a_trait_someone_removed_is_put_back(steady):
+    driver, _, tree = steady
+    traits = set(tree.data(P84).traits)
+    tree.tree.update_traits(P84, traits - {"CUSTOM_NVIDIA_35"})
+    driver.update_provider_tree(tree, "node1")
+    assert "CUSTOM_NVIDIA_35" in tree.data(P84).traits
+
+
+def test_an_inventory_someone_changed_is_put_back(steady):
+    driver, _, tree = steady
+    tree.tree.update_inventory(P84, {"VGPU": {"total": 99, "max_unit": 99}})
+    driver.update_provider_tree(tree, "node1")
+    assert tree.data(P84).inventory["VGPU"]["total"] == 4
+
+
+def test_a_provider_someone_removed_is_made_again(steady):
+    driver, _, tree = steady
+    tree.tree.remove(P84)
+    driver.update_provider_tree(tree, "node1")
+    assert tree.exists(P84)
+
+
+def test_a_guest_defined_meanwhile_is_seen(steady):
+    driver, host, tree = steady
+    free = "386818c0-9f18-5b12-8c04-386dbef1b1ab"  # nvidia-36 on 86
+    driver.update_provider_tree(tree, "node1")
+    host.note_guest(Guest("g-new", "instance-99", (free,)))
+    driver.update_provider_tree(tree, "node1")
+    assert free not in driver.free_mdevs()
+
+
+def test_a_configuration_reloaded_is_applied(steady, make_conf):
+    driver, _, tree = steady
+    driver.conf.set_override("max_instances", 1, "mdev_nvidia-35")
+    driver.reload_config()
+    driver.update_provider_tree(tree, "node1")
+    totals = [
+        tree.data(n).inventory["VGPU"]["total"]
+        for n in (P84, "node1_pci_0000_85_00_0")
+        if tree.exists(n)
+    ]
+    assert sum(totals) == 1
