@@ -243,6 +243,12 @@ def plot(results: list[dict[str, Any]], path: Path) -> bool:
             "^-",
             label="Nova 34.0.0 periodic (_update_provider_tree_for_vgpu)",
         )
+        ax.plot(
+            x,
+            [r["nova"]["spawn_scan_cpu"] for r in results],
+            "v:",
+            label="Nova 34.0.0 guest scan at every spawn",
+        )
     ax.set_yscale("log")
     ax.set_xticks(list(x), labels)
     ax.set_xlabel("host: pGPUs / mdevs / guests (libvirt test driver)")
