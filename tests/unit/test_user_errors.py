@@ -263,3 +263,28 @@ def test_restore_command_repairs_records_and_names_each_failure(
     assert "1 re-applied: 0000:41:00.6" in out
     assert code == 0 and "ERROR: VF" not in err  # not on the host: it waits
     assert "0000:99:00.1 is not on the host" in err
+
+
+def test_nova_node_selects_that_node_s_records(tmp_path, capsys):
+    """--nova-node: the records vgpu_driver.nova keeps per compute node
+    ([devices] state_path/<node>), for audit and restore on its host."""
+    from oslo_config import cfg
+
+    from vgpu_driver import conf as vconf
+    from vgpu_driver.cmd.context import open_context, register_cli_opts
+
+    path = tmp_path / "nova.conf"
+    path.write_text(f"[devices]\nstate_path = {tmp_path / 'state'}\n")
+    conf = cfg.ConfigOpts()
+    vconf.register_opts(conf)
+    register_cli_opts(conf)
+    argv = ["--config-file", str(path), "--nova-node", "node7"]
+    conf(argv, default_config_files=[])
+    context = open_context(conf, argv)
+    assert conf.devices.state_path == str(tmp_path / "state" / "node7")
+    context.close()
+    code, _, err = run_cli(
+        capsys, "--config-file", str(path), "--nova-node", "../x", "audit"
+    )
+    assert code == 2
+    assert "--nova-node '../x' is not a compute node name" in err

@@ -20,6 +20,7 @@ from oslo_log import log as logging
 
 from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
+from vgpu_driver.nova import nova_state_path
 
 LOG = logging.getLogger(__name__)
 
@@ -31,6 +32,14 @@ cli_opts = [
         + ", ".join(hostdesc.shipped_names())
         + ") or a JSON file. Used by default when no configuration file "
         "is given.",
+    ),
+    cfg.StrOpt(
+        "nova-node",
+        metavar="NODENAME",
+        help="Work on the records nova-compute keeps through "
+        "vgpu_driver.nova for this compute node: [devices] state_path/"
+        "NODENAME (e.g. audit or restore on a host running "
+        "nova-compute-vgpu, with --config-file nova.conf).",
     ),
 ]
 
@@ -76,6 +85,19 @@ def register_cli_opts(conf: cfg.ConfigOpts) -> None:
 
 
 def open_context(conf: cfg.ConfigOpts, argv: Sequence[str]) -> Context:
+    context = _open_context(conf, argv)
+    if conf.nova_node:
+        try:
+            records = nova_state_path(conf.devices.state_path, conf.nova_node)
+        except ValueError as exc:
+            context.close()
+            raise cfg.Error(str(exc)) from exc
+        context.overrides.append(("state_path", records, "devices"))
+        context.apply_overrides()
+    return context
+
+
+def _open_context(conf: cfg.ConfigOpts, argv: Sequence[str]) -> Context:
     has_config = bool(conf.config_file or conf.config_dir)
     name = conf.host_description
     if name is None and has_config:

@@ -17,11 +17,24 @@ Nothing is imported from Nova until :func:`enable` is called.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from types import ModuleType
 
 ALIAS = "nova.virt.vgpu_libvirt"
 COMPUTE_DRIVER = "vgpu_libvirt.LibvirtDriver"
+
+
+def nova_state_path(state_path: str, nodename: str) -> str:
+    """Where the integration keeps a compute node's records:
+    ``[devices] state_path/<nodename>`` (``vgpu-driver --nova-node``).
+    Raises ValueError for a name that is not one path component."""
+    if not nodename or "/" in nodename or nodename in (".", ".."):
+        raise ValueError(
+            f"--nova-node {nodename!r} is not a compute node name; give "
+            "the node's hypervisor hostname"
+        )
+    return os.path.join(state_path, nodename)
 
 
 def enable() -> ModuleType:

@@ -11,7 +11,6 @@ migration pre-check failure).
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -24,6 +23,7 @@ from vgpu_driver import conf as vconf
 from vgpu_driver import exception
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import Creator, LibvirtHost
+from vgpu_driver.nova import nova_state_path
 
 LOG = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class NovaAdapter:
         self.driver = VgpuDriver(
             conf,
             host,
-            state_path=os.path.join(conf.devices.state_path, nodename),
+            state_path=nova_state_path(conf.devices.state_path, nodename),
         )
 
     # -- start and configuration ---------------------------------------
