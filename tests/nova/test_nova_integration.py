@@ -133,3 +133,55 @@ def test_a_live_migration_of_a_type_not_enabled_is_refused_as_nova_does(nova):
     assert "Source mdev types ['nvidia-11'] are not supported" in str(
         caught.value
     )
+
+
+def _run(*args):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    found = subprocess.run(
+        [*args],
+        capture_output=True,
+        text=True,
+        cwd="/tmp",
+        env={**os.environ, "PATH": path},
+        timeout=120,
+    )
+    return found.returncode, found.stdout + found.stderr
+
+
+def test_nova_compute_vgpu_starts_nova_s_own_command():
+    import shutil
+    import sys
+    from pathlib import Path
+
+    script = shutil.which(
+        "nova-compute-vgpu", path=str(Path(sys.executable).parent)
+    )
+    assert script, "nova-compute-vgpu is not installed"
+    code, out = _run(script, "--help")
+    assert code == 0, out
+    assert "usage: nova-compute-vgpu" in out and "--config-file" in out
+
+
+def test_nova_loads_the_driver_by_its_compute_driver_name():
+    import sys
+
+    code, out = _run(
+        sys.executable,
+        "-c",
+        "import nova.cmd.compute\n"  # Nova's own import order
+        "import vgpu_driver.nova as integration\n"
+        "integration.enable()\n"
+        "from oslo_utils import importutils\n"
+        "from nova.virt.libvirt import driver\n"
+        "cls = importutils.import_class("
+        "'nova.virt.' + integration.COMPUTE_DRIVER)\n"
+        "assert issubclass(cls, driver.LibvirtDriver), cls\n"
+        "print(cls.__module__, cls.__name__)\n",
+    )
+    assert code == 0, out
+    assert "vgpu_driver.nova.driver LibvirtDriver" in out

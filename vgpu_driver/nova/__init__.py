@@ -49,7 +49,8 @@ def enable() -> ModuleType:
 
 def main() -> None:
     """``nova-compute-vgpu``: nova-compute, with this driver loadable."""
+    # nova.cmd.compute first: it sets up Nova's concurrency (monkey
+    # patching) before any other Nova module is imported
+    compute = importlib.import_module("nova.cmd.compute")
     enable()
-    from nova.cmd import compute
-
     compute.main()
