@@ -242,17 +242,34 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
             if "source_mdev_types" in migrate_data
             else None
         )
-        if source:
-            migrate_data.target_mdevs = self._vgpu.claim_for_live_migration(
-                instance.uuid, dict(source), allocs
+        if not source:
+            return super().check_source_migrate_data_at_dest(
+                ctxt, instance, migrate_data, migration, limits, allocs
             )
-            LOG.info(
-                "Live migration of %s: destination mdevs claimed "
-                "(source: destination) %s",
-                instance.uuid,
-                migrate_data.target_mdevs,
+        targets = self._vgpu.claim_for_live_migration(
+            instance.uuid, dict(source), allocs
+        )
+        LOG.info(
+            "Live migration of %s: destination mdevs claimed "
+            "(source: destination) %s",
+            instance.uuid,
+            targets,
+        )
+        # Nova's own checks run too, with the mdev part already done
+        migrate_data.source_mdev_types = {}
+        try:
+            result = super().check_source_migrate_data_at_dest(
+                ctxt, instance, migrate_data, migration, limits, allocs
             )
-        return migrate_data
+        except Exception:
+            self._vgpu.driver.rollback_live_migration_at_destination(
+                instance.uuid
+            )
+            raise
+        finally:
+            migrate_data.source_mdev_types = source
+        result.target_mdevs = targets
+        return result
 
     def post_live_migration_at_destination(
         self, context: Any, instance: Any, *a: Any, **kw: Any
