@@ -317,3 +317,19 @@ def test_a_steady_refresh_on_the_test_driver_is_exactly_p_plus_1(tmp_path):
     host.discover()
     assert host.call_count == len(first.parents) + 1
     assert host.calls["listAllDevices"] == 1
+
+
+def test_mdevs_are_listed_again_when_a_parent_changes_or_after_the_interval(
+    tmp_path, monkeypatch
+):
+    host, conn = _host(tmp_path)
+    free = "386818c0-9f18-5b12-8c04-386dbef1b1ab"
+    [mdev] = [m for m in host.discover().mdevs if m.uuid == free]
+    # gone, and (unlike a kernel) the parent's count does not move
+    monkeypatch.setattr(conn, "freed", lambda parent, type_id: 0)
+    conn.gone.add(mdev.name)
+    steady = host.discover()
+    assert free in {m.uuid for m in steady.mdevs}  # parents unchanged
+    assert host.discover() is steady  # the same reading, nothing redone
+    host._listed_at -= host.relist_interval  # the safety net's interval
+    assert free not in {m.uuid for m in host.discover().mdevs}
