@@ -160,6 +160,10 @@ def main() -> int:
     print(f"{'test':<{width}}  {'result':<19}  {'s':>5}  note", file=out)
     for test, outcome, note, took, _ in judged:
         short = test.split(".", 4)[-1]
+        if outcome == "expected-difference":
+            note = "see below"
+        elif len(note) > 100:
+            note = note[:97] + "..."
         print(
             f"{short:<{width}}  {outcome:<19}  {took:5.1f}  {note}", file=out
         )
@@ -168,6 +172,11 @@ def main() -> int:
         counts[outcome] = counts.get(outcome, 0) + 1
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     print(f"{len(judged)} tests in {elapsed:.0f} s: {summary}", file=out)
+    differences = [j for j in judged if j[1] == "expected-difference"]
+    if differences:
+        print("Expected differences (this library on purpose):", file=out)
+        for test, _, reason, _, _ in differences:
+            print(f"- {test.split('.', 4)[-1]}: {reason}", file=out)
     failed = [j for j in judged if j[1] == "fail"]
     for test, _, _, _, detail in failed:
         print(f"\n=== {test}\n{detail}", file=sys.stderr)
