@@ -224,30 +224,37 @@ def plot(results: list[dict[str, Any]], path: Path) -> bool:
     labels = [f"{p}/{m}/{g}" for p, m, g in (r["shape"] for r in results)]
     x = range(len(results))
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    ax.plot(
-        x,
-        [statistics.median(r["ours"]["cpu"]) for r in results],
-        "o-",
-        label="vgpu_driver, steady refresh",
-    )
-    ax.plot(
-        x,
-        [r["ours"]["first_cpu"] for r in results],
-        "s--",
-        label="vgpu_driver, first refresh (guest scan)",
-    )
+    series = [
+        ("vgpu_driver, steady refresh", "o-", ("ours", "cpu")),
+        (
+            "vgpu_driver, first refresh (guest scan)",
+            "s--",
+            ("ours", "first_cpu"),
+        ),
+    ]
     if all(r["nova"] for r in results):
+        series += [
+            (
+                "Nova 34.0.0 periodic (_update_provider_tree_for_vgpu)",
+                "^-",
+                ("nova", "cpu"),
+            ),
+            (
+                "Nova 34.0.0 guest scan at every spawn",
+                "v:",
+                ("nova", "spawn_scan_cpu"),
+            ),
+        ]
+    for label, style, (side, key) in series:
+        values = [r[side][key] for r in results]
         ax.plot(
             x,
-            [statistics.median(r["nova"]["cpu"]) for r in results],
-            "^-",
-            label="Nova 34.0.0 periodic (_update_provider_tree_for_vgpu)",
-        )
-        ax.plot(
-            x,
-            [r["nova"]["spawn_scan_cpu"] for r in results],
-            "v:",
-            label="Nova 34.0.0 guest scan at every spawn",
+            [
+                statistics.median(v) if isinstance(v, list) else v
+                for v in values
+            ],
+            style,
+            label=label,
         )
     ax.set_yscale("log")
     ax.set_xticks(list(x), labels)
