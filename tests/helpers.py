@@ -64,7 +64,7 @@ class FileBackedHost(SimulatedHost):
             self._dump()
             return result
 
-    def discover(self, *, rescan_guests=False):
+    def discover(self, *, rescan_guests=False, guests=True):
         return self._shared(super().discover)
 
     def note_guest(self, guest):

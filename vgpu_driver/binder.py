@@ -98,17 +98,24 @@ class DeviceBinder:
         self._pfs: dict[str, PfView] = {}
         self._mdevs: dict[str, Mdev] = {}
         self._used: dict[str, str] = {}  # device id -> guest uuid
+        self._has_view = False  # a reading with guests was taken
 
     # -- records -------------------------------------------------------
 
     @contextlib.contextmanager
-    def _records(self, *, fresh_view: bool = False) -> Iterator[None]:
+    def _records(
+        self, *, fresh_view: bool = False, view: bool = True
+    ) -> Iterator[None]:
         """Hold the thread lock and the records' cross-process lock, with
         the claims and VF types freshly read from disk. ``fresh_view``:
         also re-read the host if another process changed the records (do
-        it before choosing or removing devices)."""
+        it before choosing or removing devices). ``view``: the operation
+        reads the view of the host, which is built now (guests included)
+        if no reading with guests was taken yet."""
         with self._lock:
             if self.state is None:
+                if view and not self._has_view:
+                    self._rebuild_view("the first operation needs it")
                 yield
                 return
             with self.state.locked():
@@ -121,7 +128,9 @@ class DeviceBinder:
                     self._stale = True
                 self._epoch = epoch
                 if fresh_view and self._stale:
-                    self._rebuild_view()
+                    self._rebuild_view("another process changed the claims")
+                elif view and not self._has_view:
+                    self._rebuild_view("the first operation needs it")
                 yield
 
     def _save(self) -> None:
@@ -141,7 +150,7 @@ class DeviceBinder:
         them (so our reading of the host may be out of date)?"""
         if self.state is None:
             return False
-        with self._records():
+        with self._records(view=False):
             return self._stale
 
     def repair_records(self) -> list[str]:
@@ -177,7 +186,7 @@ class DeviceBinder:
 
     def claimed_devices(self) -> list[tuple[str, str, str]]:
         """(device id, parent, type id) of every claim, as on disk now."""
-        with self._records():
+        with self._records(view=False):
             return [
                 (device_id, c["parent"], c["type_id"])
                 for device_id, c in sorted(self._claims.items())
@@ -189,7 +198,7 @@ class DeviceBinder:
         self, inventory: HostInventory, targets: Mapping[str, Target]
     ) -> None:
         """Take a new reading of the host and of the providers."""
-        with self._records():
+        with self._records(view=False):
             self._targets = dict(targets)
             self._take_view(inventory)
 
@@ -198,15 +207,13 @@ class DeviceBinder:
         with self._lock:
             self._targets = dict(targets)
 
-    def _rebuild_view(self) -> None:
-        """Another process changed the host: read it again, guests too
-        (inside :meth:`_records`)."""
-        LOG.info(
-            "Another process changed the device claims; re-reading the host"
-        )
+    def _rebuild_view(self, why: str) -> None:
+        """Read the host again, guests too (inside :meth:`_records`)."""
+        LOG.info("Reading the host and every guest: %s", why)
         self._take_view(self.host.discover(rescan_guests=True))
 
     def _take_view(self, inventory: HostInventory) -> None:
+        self._has_view = True
         changed = False
         self._stale = False
         self._used = {
@@ -360,7 +367,7 @@ class DeviceBinder:
     def mdev_types(self, uuids: Iterable[str]) -> dict[str, str]:
         """mdev uuid -> type, from the current view (mdevs made since
         the last discovery included)."""
-        with self._lock:
+        with self._records():
             return {
                 u: self._mdevs[u].type_id for u in uuids if u in self._mdevs
             }
@@ -701,7 +708,7 @@ class DeviceBinder:
 
     def drop_claims(self, device_ids: Iterable[str]) -> list[str]:
         """Drop these claims (of instances that are gone)."""
-        with self._records():
+        with self._records(view=False):
             dropped = [d for d in device_ids if self._claims.pop(d, None)]
             if dropped:
                 self._save()
@@ -723,7 +730,7 @@ class DeviceBinder:
         under the records' lock (with a fresh view of the guests)."""
         removed = []
         with self._records():
-            self._rebuild_view()
+            self._rebuild_view("checking free mdevs under the lock")
             for uuid in uuids:
                 mdev = self._mdevs.get(uuid)
                 if mdev is None or uuid in self._used or uuid in self._claims:

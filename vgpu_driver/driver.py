@@ -174,11 +174,16 @@ class VgpuDriver:
 
     # -- discovery -----------------------------------------------------
 
-    def discover(self, *, rescan_guests: bool = False) -> HostInventory:
+    def discover(
+        self, *, rescan_guests: bool = False, guests: bool = True
+    ) -> HostInventory:
+        """Read the host. ``guests=False``: guests never read so far stay
+        unread (``guests_known`` False); nothing that needs them (the
+        binder's view, the record of mdevs seen) is touched then."""
         # Guests defined by another process are re-read when that process
         # changed the claims (it ended a claim because the guest has it).
         rescan = rescan_guests or self.binder.view_is_stale()
-        inventory = self.host.discover(rescan_guests=rescan)
+        inventory = self.host.discover(rescan_guests=rescan, guests=guests)
         with self._lock:
             if not self._warned_addresses:
                 for problem in host_problems(self.config, inventory):
@@ -189,6 +194,8 @@ class VgpuDriver:
                 # current by its own binds, stays
                 return inventory
             self._last_inventory = inventory
+            if not inventory.guests_known:
+                return inventory
             seen = {m.uuid: (m.parent, m.type_id) for m in inventory.mdevs}
             # forget devices no guest uses any more and that are gone
             users = inventory.mdev_users()
@@ -244,7 +251,11 @@ class VgpuDriver:
         the root (the compute node) is the caller's and must exist.
         Returns the plans written, for reporting.
         """
-        inventory = self.discover()
+        inventory = self.discover(guests=False)
+        if not inventory.guests_known and self._guests_matter(
+            provider_tree, nodename, inventory, allocations
+        ):
+            inventory = self.discover()
         self.binder.retry_failed(
             self.conf.devices.failed_device_retry_interval
         )
@@ -298,9 +309,10 @@ class VgpuDriver:
                 for plan in plans
             }
             self.binder.set_targets(self._targets)
-            self.binder.remove_stale_free_mdevs(
-                self.configured_types(inventory)
-            )
+            if inventory.guests_known:
+                self.binder.remove_stale_free_mdevs(
+                    self.configured_types(inventory)
+                )
             for name in sorted(set(mine) - {p.name for p in plans}):
                 LOG.info(
                     "Removing provider %s: its device has nothing to offer "
@@ -317,6 +329,55 @@ class VgpuDriver:
                 provider_tree, nodename, inventory, plans
             )
             return plans
+
+    def _guests_matter(
+        self,
+        tree: Any,
+        nodename: str,
+        inventory: HostInventory,
+        allocations: Allocations | None,
+    ) -> bool:
+        """Whether knowing which guest uses what could change the plan
+        (if not, a service's first pass need not read every guest: their
+        devices are all of the types their parents serve, so in use or
+        not they count the same). True when a reshape needs them, a type
+        has max_instances (in-use devices count first), a device is of a
+        type its parent does not serve (kept only while in use), an mdev
+        seen before is gone (still counted while a guest names it), or a
+        device provider has no parent serving an enabled type."""
+        if allocations is not None:
+            return True
+        if any(t.max_instances for t in self.config.types):
+            return True
+        present = {m.uuid for m in inventory.mdevs}
+        if any(uuid not in present for uuid in self._seen_mdevs):
+            return True
+        configured = self.configured_types(inventory)
+        for mdev in inventory.mdevs:
+            if configured.get(mdev.parent) != mdev.type_id:
+                return True
+        for pf in inventory.pfs:
+            current = [
+                f"nvidia-{v.current_type}" for v in pf.vfs if v.current_type
+            ]
+            supported = [t.type_id for t in pf.known_types()]
+            type_cfg = self.config.type_for_parent(
+                pf.keys, tuple(dict.fromkeys([*supported, *current]))
+            )
+            if any(type_cfg is None or t != type_cfg.type_id for t in current):
+                return True
+        serving = {
+            naming.provider_name(nodename, device)
+            for device in (
+                *configured,
+                *(pf.name for pf in inventory.pfs),
+            )
+        }
+        root = tree.data(nodename).uuid
+        return any(
+            name not in serving
+            for name in self._device_providers(tree, root, nodename)
+        )
 
     def _fingerprint(
         self,

@@ -364,6 +364,12 @@ def test_a_bind_costs_one_libvirt_call_whatever_the_guests(
             config=description.config,
         )
         allocations = n.alloc((sorted(n.update())[0], 1))
+        # the provider tree needed no guest here: the first bind reads
+        # them, once (one listing, one XML each)
+        host.calls.clear()
+        n.driver.allocate_mdevs("i0", allocations)
+        assert host.calls["listAllDomains"] == 1
+        assert host.calls["domain.XMLDesc"] == guests
         host.calls.clear()
         [device] = n.driver.allocate_mdevs("i1", allocations)
         assert not device.created  # a free mdev is reused

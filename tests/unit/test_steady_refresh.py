@@ -84,6 +84,7 @@ def test_a_guest_defined_meanwhile_is_seen(steady):
     driver, host, tree = steady
     free = "386818c0-9f18-5b12-8c04-386dbef1b1ab"  # nvidia-36 on 86
     driver.update_provider_tree(tree, "node1")
+    assert free in driver.free_mdevs()  # reads the guests
     host.note_guest(Guest("g-new", "instance-99", (free,)))
     driver.update_provider_tree(tree, "node1")
     assert free not in driver.free_mdevs()

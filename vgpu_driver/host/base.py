@@ -8,10 +8,14 @@ from vgpu_driver.model.device import Guest, HostInventory, Mdev, Parent
 
 
 class Host(Protocol):
-    def discover(self, *, rescan_guests: bool = False) -> HostInventory:
+    def discover(
+        self, *, rescan_guests: bool = False, guests: bool = True
+    ) -> HostInventory:
         """Read the host. Guests are scanned in full only on the first
-        call or when asked; in between the adapter keeps them current from
-        :meth:`note_guest` / :meth:`forget_guest` (and domain events)."""
+        call that wants them or when asked; in between the adapter keeps
+        them current from :meth:`note_guest` / :meth:`forget_guest` (and
+        domain events). ``guests=False``: do not scan them for this call
+        if they were never scanned (``guests_known`` is then False)."""
         ...
 
     def note_guest(self, guest: Guest) -> None: ...

@@ -259,7 +259,9 @@ class LibvirtHost:
 
     # -- discovery -----------------------------------------------------
 
-    def discover(self, *, rescan_guests: bool = False) -> HostInventory:
+    def discover(
+        self, *, rescan_guests: bool = False, guests: bool = True
+    ) -> HostInventory:
         with self._lock:
             conn = self.connection()
             now = time.monotonic()
@@ -284,21 +286,28 @@ class LibvirtHost:
                 self._mdev_list = self._mdevs_with_known_parents(parents)
                 self._implied = implied_parents(parents, self._mdev_list)
             parents.extend(self._implied)
-            if self._guests is None or rescan_guests:
+            # guests never read and not wanted: left to the first caller
+            # that needs them
+            known = guests or self._guests is not None
+            if known and (self._guests is None or rescan_guests):
                 self._scan_guests(conn)
-            assert self._guests is not None
             pfs = self.sysfs.sriov_functions()
             last = self._last
             if (
                 last is not None
                 and not self._dirty
+                and last.guests_known == known
                 and [id(p) for p in parents] == self._all_parent_ids
                 and tuple(sorted(pfs, key=lambda p: p.name)) == last.pfs
             ):
                 return last  # nothing changed: the same reading
             self._all_parent_ids = [id(p) for p in parents]
             self._last = sort_inventory(
-                parents, self._mdev_list, pfs, self._guests.values()
+                parents,
+                self._mdev_list,
+                pfs,
+                self._guests.values() if self._guests is not None else (),
+                known,
             )
             self._dirty = False
             return self._last

@@ -125,7 +125,10 @@ class SimulatedHost:
         with self._lock:
             return self._state.copy()
 
-    def discover(self, *, rescan_guests: bool = False) -> HostInventory:
+    def discover(
+        self, *, rescan_guests: bool = False, guests: bool = True
+    ) -> HostInventory:
+        # guests here are always current: nothing to defer
         with self._lock:
             self.operations["discover"] += 1
             return inventory_of(self._state)

@@ -128,6 +128,9 @@ class HostInventory:
     mdevs: tuple[Mdev, ...] = ()
     pfs: tuple[PhysicalFunction, ...] = ()
     guests: tuple[Guest, ...] = ()
+    # False: the guests were not read (discover(guests=False) before any
+    # scan): ``guests`` is empty, not "no guest uses anything"
+    guests_known: bool = True
 
     def parent(self, name: str) -> Parent | None:
         return next((p for p in self.parents if p.name == name), None)
@@ -203,6 +206,7 @@ def sort_inventory(
     mdevs: Iterable[Mdev],
     pfs: Iterable[PhysicalFunction],
     guests: Iterable[Guest],
+    guests_known: bool = True,
 ) -> HostInventory:
     """A canonical inventory: everything in a stable order."""
     return HostInventory(
@@ -210,4 +214,5 @@ def sort_inventory(
         mdevs=tuple(sorted(mdevs, key=lambda m: m.uuid)),
         pfs=tuple(sorted(pfs, key=lambda p: p.name)),
         guests=tuple(sorted(guests, key=lambda g: g.uuid)),
+        guests_known=guests_known,
     )

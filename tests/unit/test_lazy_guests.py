@@ -1,0 +1,65 @@
+"""A service's first provider tree reads no guest when guests cannot
+change it, and always comes out the same as with every guest read."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from tests import helpers
+from tests.unit.test_provider_tree import new_tree
+from vgpu_driver.cmd.inventory import tree_report
+from vgpu_driver.driver import VgpuDriver
+
+
+def _driver(make_conf, tmp_path, name, extra=""):
+    description = helpers.load(name)
+    host = helpers.libvirt_host(description, tmp_path / "host")
+    conf = make_conf(textwrap.dedent(description.config) + extra)
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    return VgpuDriver(conf, host), host
+
+
+CAP = "[mdev_nvidia-35]\nmax_instances = 3\n"
+# 86 has nvidia-36 mdevs, one in use, but now serves nvidia-35
+MOVED = (
+    "[vgpu_nvidia-35]\ndevice_addresses = 0000:84:00.0,0000:86:00.0\n"
+    "[vgpu_nvidia-36]\ndevice_addresses = 0000:87:00.0\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "extra"),
+    [(name, "") for name in helpers.ALL_HOSTS]
+    + [("m10", CAP), ("m10", MOVED)],
+)
+def test_the_first_tree_is_the_same_with_or_without_reading_guests(
+    make_conf, tmp_path, name, extra
+):
+    lazy, _ = _driver(make_conf, tmp_path / "lazy", name, extra)
+    eager, _ = _driver(make_conf, tmp_path / "eager", name, extra)
+    eager.discover()  # every guest read first
+    trees = []
+    for driver in (lazy, eager):
+        tree = new_tree()
+        driver.update_provider_tree(tree, "node1")
+        trees.append(tree_report(tree, "node1")["providers"])
+    assert trees[0] == trees[1]
+
+
+def test_a_host_whose_guests_cannot_matter_is_planned_without_them(
+    make_conf, tmp_path
+):
+    driver, host = _driver(make_conf, tmp_path, "m10")
+    driver.update_provider_tree(new_tree(), "node1")
+    assert "listAllDomains" not in host.calls
+
+
+@pytest.mark.parametrize("extra", [CAP, MOVED])
+def test_guests_are_read_when_they_can_change_the_tree(
+    make_conf, tmp_path, extra
+):
+    driver, host = _driver(make_conf, tmp_path, "m10", extra)
+    driver.update_provider_tree(new_tree(), "node1")
+    assert host.calls["listAllDomains"] == 1
