@@ -252,10 +252,6 @@ class VgpuDriver:
         Returns the plans written, for reporting.
         """
         inventory = self.discover(guests=False)
-        if not inventory.guests_known and self._guests_matter(
-            provider_tree, nodename, inventory, allocations
-        ):
-            inventory = self.discover()
         self.binder.retry_failed(
             self.conf.devices.failed_device_retry_interval
         )
@@ -264,6 +260,10 @@ class VgpuDriver:
                 provider_tree, nodename, inventory
             ):
                 return self.last_plans
+            if not inventory.guests_known and self._guests_matter(
+                provider_tree, nodename, inventory, allocations
+            ):
+                inventory = self.discover()
             root = provider_tree.data(nodename)
             self._roots.add(root.uuid)
             old = self._old_layout(provider_tree, root, nodename, inventory)

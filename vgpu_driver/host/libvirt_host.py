@@ -527,14 +527,20 @@ class LibvirtHost:
     def _read_sysfs_only_parents(
         self, known: list[Parent], entries: list[str]
     ) -> list[Parent]:
+        # a registration named as a known parent is that parent; links
+        # are resolved only for the others (virtual parents, rare)
+        keys = {key for p in known for key in p.keys}
+        others = [e for e in entries if e not in keys]
+        if not others:
+            return []
         known_paths = {
             self.sysfs.real_path(self._parent_extras[p.name][0])
             for p in known
             if p.name in self._parent_extras
         }
         found = []
-        for path, name in self.sysfs.mdev_bus_parents(entries).items():
-            if path in known_paths or any(name in p.keys for p in known):
+        for path, name in self.sysfs.mdev_bus_parents(others).items():
+            if path in known_paths:
                 continue
             parent = self.sysfs.read_parent(path, name)
             if parent is not None:
