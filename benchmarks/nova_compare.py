@@ -273,7 +273,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> bool:
     ax.set_ylabel("CPU ms per call (median)")
     ax.set_title("vGPU provider refresh: CPU time against host size")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper left", fontsize="small")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
