@@ -120,15 +120,22 @@ def capabilities_of(mdev_type: MdevType) -> Capabilities:
 
 
 @functools.lru_cache(maxsize=256)
+@functools.cache
+def _standard_traits(prefix: str) -> tuple[str, ...]:
+    """os-traits' names with a prefix (its lookup scans every name)."""
+    return tuple(os_traits.get_traits(prefix))
+
+
+@functools.cache
 def capability_traits(capabilities: Capabilities) -> frozenset[str]:
     traits: set[str] = set()
     if capabilities.heads:
-        for trait in os_traits.get_traits(HEADS_PREFIX):
+        for trait in _standard_traits(HEADS_PREFIX):
             if int(trait.removeprefix(HEADS_PREFIX)) <= capabilities.heads:
                 traits.add(trait)
     if capabilities.max_resolution:
         max_w, max_h = capabilities.max_resolution
-        for trait in os_traits.get_traits(RESOLUTION_PREFIX):
+        for trait in _standard_traits(RESOLUTION_PREFIX):
             match = TRAIT_RESOLUTION_RE.match(trait)
             if (
                 match
