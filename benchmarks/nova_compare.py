@@ -286,7 +286,9 @@ def main() -> None:
     parser.add_argument(
         "--plot",
         type=Path,
-        default=Path("benchmarks/results/cost_vs_host_size.png"),
+        default=None,
+        help="PNG to write (default: benchmarks/results/cost_vs_host_size"
+        ".png; with --quick, none unless given)",
     )
     args = parser.parse_args()
     print(machine())
@@ -321,8 +323,13 @@ def main() -> None:
             f"{o['scan_cpu']:>10.1f} | "
             f"{spread(o['cpu']):>19} {o['calls']:>5.0f} | {nova_cols}"
         )
-    if plot(results, args.plot):
-        print(f"plot: {args.plot}")
+    path = args.plot
+    if path is None and not args.quick:
+        path = Path("benchmarks/results/cost_vs_host_size.png")
+    if path is None:
+        print("plot: not written (--quick)")
+    elif plot(results, path):
+        print(f"plot: {path}")
     else:
         print("plot: skipped (matplotlib is not installed)")
 
