@@ -729,7 +729,7 @@ class DeviceBinder:
         """Remove mdevs that are still free and unclaimed when checked
         under the records' lock (with a fresh view of the guests)."""
         removed = []
-        with self._records():
+        with self._records(view=False):  # the view is rebuilt just below
             self._rebuild_view("checking free mdevs under the lock")
             for uuid in uuids:
                 mdev = self._mdevs.get(uuid)

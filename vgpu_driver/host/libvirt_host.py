@@ -83,6 +83,7 @@ class LibvirtApi:
         )
         # None: a binding without that flag, so devices are listed by name
         self.list_parents: int | None = mdev_types
+        self.list_mdevs: int = mdev
         self.list_parents_and_mdevs = (
             None if mdev_types is None else mdev_types | mdev
         )
@@ -270,16 +271,17 @@ class LibvirtHost:
                 or rescan_guests
                 or now - self._listed_at >= self.relist_interval
             )
-            parents: list[Parent] = []
+            parents: list[Parent] | None = None
             if not relist:
                 parents = self._read_parents(self._list_parents(conn))
                 # a parent whose XML changed (its availableInstances) may
-                # have new or fewer mdevs: list them again
+                # have new or fewer mdevs: list them again (only them)
                 relist = [id(p) for p in parents] != self._parent_ids
             if relist:
-                parents = self._relist(conn)
+                parents = self._relist(conn, parents)
                 self._listed_at = now
                 self.sysfs.forget_probes()
+            assert parents is not None
             self._parent_ids = [id(p) for p in parents]
             parents.extend(self._sysfs_only_parents(parents))
             if self._dirty or relist:
@@ -312,9 +314,12 @@ class LibvirtHost:
             self._dirty = False
             return self._last
 
-    def _relist(self, conn: Any) -> list[Parent]:
-        """Parents and every mdev, read again (mdevs only when new)."""
-        devices = self._list_devices(conn)
+    def _relist(
+        self, conn: Any, parents_read: list[Parent] | None
+    ) -> list[Parent]:
+        """Every mdev listed again (its XML read only when new), and the
+        parents unless ``parents_read`` already has them."""
+        devices = self._list_devices(conn, mdevs_only=parents_read is not None)
         inactive = self._inactive_mdev_names(conn)
         parents: list[Parent] = []
         listed: set[str] = set()
@@ -329,7 +334,7 @@ class LibvirtHost:
         for name in set(self._mdevs) - listed:
             del self._mdevs[name]
             self._dirty = True
-        return parents
+        return parents if parents_read is None else parents_read
 
     def _read_parents(self, devices: list[tuple[str, Any]]) -> list[Parent]:
         found = []
@@ -352,23 +357,30 @@ class LibvirtHost:
             conn, self._call("listDevices", conn.listDevices, "mdev_types", 0)
         )
 
-    def _list_devices(self, conn: Any) -> list[tuple[str, Any]]:
-        """(name, device) of parents and mdevs: one call; or, with a
-        binding that has no ``mdev_types`` listing flag, two name
-        listings and one lookup per parent and per mdev not seen before
-        (an mdev already read needs none: its XML never changes)."""
+    def _list_devices(
+        self, conn: Any, *, mdevs_only: bool = False
+    ) -> list[tuple[str, Any]]:
+        """(name, device) of parents (unless ``mdevs_only``) and mdevs:
+        one call; or, with a binding that has no ``mdev_types`` listing
+        flag, name listings and one lookup per parent and per mdev not
+        seen before (an mdev already read needs none: its XML never
+        changes)."""
         api = self.api
         if api.list_parents_and_mdevs is not None:
             listed = self._call(
                 "listAllDevices",
                 conn.listAllDevices,
-                api.list_parents_and_mdevs,
+                api.list_mdevs if mdevs_only else api.list_parents_and_mdevs,
             )
             return [(device.name(), device) for device in listed]
-        names = [
-            *self._call("listDevices", conn.listDevices, "mdev_types", 0),
-            *self._call("listDevices", conn.listDevices, "mdev", 0),
-        ]
+        names = (
+            []
+            if mdevs_only
+            else [
+                *self._call("listDevices", conn.listDevices, "mdev_types", 0)
+            ]
+        )
+        names += self._call("listDevices", conn.listDevices, "mdev", 0)
         return self._lookup_names(conn, names)
 
     def _lookup_names(
