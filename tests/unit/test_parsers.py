@@ -186,27 +186,35 @@ def test_parsers_raise_only_their_own_error(text):
 
 
 def _test_driver_xml(tmp_path):
-    """Every mdev's and every domain's XML as libvirt's test driver
+    """Every parent's, mdev's and domain's XML as libvirt's test driver
     formats it, for all shipped hosts."""
     import libvirt
 
     from tests import helpers
     from vgpu_driver.host import description as hostdesc
 
-    mdevs, domains = [], []
+    parents, mdevs, domains = [], [], []
     for i, name in enumerate(helpers.ALL_HOSTS):
         uri, _ = hostdesc.materialize(hostdesc.load(name), tmp_path / str(i))
         conn = libvirt.open(uri)
+        flag = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV_TYPES
+        parents += [d.XMLDesc(0) for d in conn.listAllDevices(flag)]
         flag = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV
         mdevs += [d.XMLDesc(0) for d in conn.listAllDevices(flag)]
         domains += [d.XMLDesc(0) for d in conn.listAllDomains(0)]
         conn.close()
-    return mdevs, domains
+    return parents, mdevs, domains
 
 
 def test_the_fast_parsers_read_what_the_reference_parsers_read(tmp_path):
-    mdevs, domains = _test_driver_xml(tmp_path)
-    assert mdevs and domains
+    parents, mdevs, domains = _test_driver_xml(tmp_path)
+    assert parents and mdevs and domains
+    for text in [M10_PARENT, *parents]:
+        # one parse gives both the parent and its sysfs path
+        parent, path = nodedev_xml.read_parent(text)
+        assert parent is not None and parent.types
+        assert parent == nodedev_xml.parse_parent(text)
+        assert path is not None and path == nodedev_xml.device_path(text)
     for text in mdevs:
         assert nodedev_xml._parse_mdev_shape(text) is not None  # fast path
         assert nodedev_xml.parse_mdev(text) == nodedev_xml.parse_mdev_tree(
@@ -216,6 +224,24 @@ def test_the_fast_parsers_read_what_the_reference_parsers_read(tmp_path):
         assert domain_xml.parse_guest(text) == domain_xml.parse_guest_tree(
             text
         )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        MDEV_77.replace("<parent>", "<!-- x --><parent>"),
+        MDEV_77.replace("\n", "\r\n"),
+        "<?xml version='1.0'?>" + MDEV_77,
+        MDEV_77.replace("nvidia-35", "nvidia&#45;35"),
+    ],
+)
+def test_the_fast_mdev_reader_leaves_what_xml_rewrites_to_the_reference(
+    text,
+):
+    """Comments, carriage returns (XML reads them as newlines), XML
+    declarations and references: the fast reader declines them."""
+    assert nodedev_xml._parse_mdev_shape(text) is None
+    assert nodedev_xml.parse_mdev(text) == nodedev_xml.parse_mdev(MDEV_77)
 
 
 @pytest.mark.parametrize(

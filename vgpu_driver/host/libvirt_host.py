@@ -468,16 +468,12 @@ class LibvirtHost:
             LOG.warning("Skipping mdev %s: %s", name, exc)
             return
         self._dirty = True
-        self._mdevs[name] = Mdev(
-            uuid=mdev.uuid,
-            type_id=mdev.type_id,
-            parent=mdev.parent,
-            name=mdev.name,
-            iommu_group=mdev.iommu_group,
-            active=active,
-            # persistence is asked only when it matters (removal): no
-            # per-mdev round trips at discovery
-            persistent=None if active else True,
+        # persistence is asked only when it matters (removal): no per-mdev
+        # round trips at discovery. An inactive mdev is a defined one.
+        self._mdevs[name] = (
+            mdev
+            if active
+            else dataclasses.replace(mdev, active=False, persistent=True)
         )
 
     def _read_parent(self, device: Any, name: str) -> Parent | None:
@@ -488,7 +484,7 @@ class LibvirtHost:
         if cached is not None and cached[0] == text:
             return cached[1]  # availableInstances unchanged: same reading
         try:
-            parent = nodedev_xml.parse_parent(text)
+            parent, libvirt_path = nodedev_xml.read_parent(text)
         except DeviceXMLInvalid as exc:
             LOG.warning("Skipping mdev parent %s: %s", name, exc)
             return None
@@ -496,9 +492,7 @@ class LibvirtHost:
             return None
         extras = self._parent_extras.get(name)
         if extras is None:
-            path = self.sysfs.resolve(
-                nodedev_xml.device_path(text), parent.address
-            )
+            path = self.sysfs.resolve(libvirt_path, parent.address)
             extras = (path, self.sysfs.driver(path))
             self._parent_extras[name] = extras
         path, driver = extras

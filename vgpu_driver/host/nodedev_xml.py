@@ -57,15 +57,27 @@ def device_path(text: str) -> str | None:
 
 def parse_parent(text: str) -> Parent | None:
     """A parent from a node device's XML; None without ``mdev_types``."""
+    return read_parent(text)[0]
+
+
+def read_parent(text: str) -> tuple[Parent | None, str | None]:
+    """A parent (None without ``mdev_types``) and the sysfs path libvirt
+    gives for it: the text parsed once (a first discovery reads every
+    parent; plain iteration, no ElementPath predicates)."""
     root = parse_xml(text, "node device")
+    path = _text(root.find("path"))
     name = _required(_text(root.find("name")), "node device", "<name>")
     what = f"node device {name}"
-    types_caps = root.findall(".//capability[@type='mdev_types']")
+    types_caps = [
+        cap
+        for cap in root.iter("capability")
+        if cap.get("type") == "mdev_types"
+    ]
     if not types_caps:
-        return None
+        return None, path
     types: list[MdevType] = []
     for cap in types_caps:
-        for element in cap.findall("type"):
+        for element in cap.iterfind("type"):
             type_id = _required(element.get("id"), what, "type id")
             available = _int(
                 _text(element.find("availableInstances")),
@@ -85,7 +97,10 @@ def parse_parent(text: str) -> Parent | None:
     address = None
     vendor_id = vendor = product_id = product = None
     numa_node = None
-    pci = root.find("capability[@type='pci']")
+    pci = next(
+        (c for c in root.iterfind("capability") if c.get("type") == "pci"),
+        None,
+    )
     if pci is not None:
         fields = [
             _int(_text(pci.find(f)), what, f)
@@ -105,16 +120,20 @@ def parse_parent(text: str) -> Parent | None:
         numa = pci.find("numa")
         if numa is not None:
             numa_node = _int(numa.get("node"), what, "numa node")
-    return Parent(
-        name=name,
-        address=address,
-        vendor_id=vendor_id,
-        vendor=vendor,
-        product_id=product_id,
-        product=product,
-        driver=_text(root.find("driver/name")),
-        numa_node=numa_node,
-        types=tuple(types),
+    driver = root.find("driver")
+    return (
+        Parent(
+            name=name,
+            address=address,
+            vendor_id=vendor_id,
+            vendor=vendor,
+            product_id=product_id,
+            product=product,
+            driver=_text(driver.find("name")) if driver is not None else None,
+            numa_node=numa_node,
+            types=tuple(types),
+        ),
+        path,
     )
 
 
@@ -147,9 +166,10 @@ def between(text: str, start: str, end: str, pos: int = 0) -> str | None:
 def _parse_mdev_shape(text: str) -> Mdev | None:
     """The shape libvirt formats an mdev in, read without building a
     tree (a dense host lists thousands of mdevs on a first discovery).
-    None if the text is not that shape (or has any entity or comment):
-    :func:`parse_mdev_tree` is the reference."""
-    if "&" in text or "<!--" in text:
+    None if the text is not that shape (or has any entity, comment,
+    CDATA or carriage return): :func:`parse_mdev_tree` is the
+    reference."""
+    if any(bad in text for bad in ("&", "<!", "<?", "\r")):
         return None
     find = text.find
     cap = find("<capability type='mdev'>")

@@ -28,14 +28,15 @@ from vgpu_driver.model.device import (
 LOG = logging.getLogger(__name__)
 
 
-def _read(path: Path) -> str | None:
+def _read(path: str | os.PathLike[str]) -> str | None:
     try:
-        return path.read_text().strip()
-    except OSError:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except (OSError, UnicodeDecodeError):
         return None
 
 
-def _read_int(path: Path) -> int | None:
+def _read_int(path: str | os.PathLike[str]) -> int | None:
     text = _read(path)
     try:
         return int(text, 0) if text is not None else None
@@ -80,15 +81,16 @@ class SysfsTree:
 
     # -- reading -------------------------------------------------------
 
+    # (joined as strings: a first discovery reads these for every parent)
+
     def driver(self, device: Path) -> str | None:
-        link = device / "driver"
         try:
-            return os.path.basename(os.readlink(link))
+            return os.path.basename(os.readlink(f"{device}/driver"))
         except OSError:
             return None
 
     def type_description(self, device: Path, type_id: str) -> str | None:
-        return _read(device / "mdev_supported_types" / type_id / "description")
+        return _read(f"{device}/mdev_supported_types/{type_id}/description")
 
     def forget_probes(self) -> None:
         """Probe every PCI device again at the next scan (a driver may
@@ -159,7 +161,7 @@ class SysfsTree:
         """NVIDIA SR-IOV physical GPUs and their VFs. A PCI device with no
         ``nvidia/`` directory is remembered and not probed again (a VF
         made later is a new entry)."""
-        devices = self.root / "bus/pci/devices"
+        devices = f"{self.root}/bus/pci/devices"
         try:
             entries = sorted(os.listdir(devices))
         except OSError:
@@ -168,25 +170,25 @@ class SysfsTree:
         for entry in entries:
             if entry in self._not_nvidia:
                 continue
-            nvidia = devices / entry / "nvidia"
-            current = _read_int(nvidia / "current_vgpu_type")
+            nvidia = f"{devices}/{entry}/nvidia"
+            current = _read_int(f"{nvidia}/current_vgpu_type")
             if current is None:
                 if not os.path.isdir(nvidia):
                     self._not_nvidia.add(entry)
                 continue
             try:
-                pf = os.path.basename(os.readlink(devices / entry / "physfn"))
+                pf = os.path.basename(os.readlink(f"{devices}/{entry}/physfn"))
             except OSError:
                 continue  # not a VF
             creatable = parse_creatable(
-                _read(nvidia / "creatable_vgpu_types") or ""
+                _read(f"{nvidia}/creatable_vgpu_types") or ""
             )
             vfs_of.setdefault(pf, []).append(
                 VirtualFunction(entry, current, creatable)
             )
         pfs = []
         for address, vfs in sorted(vfs_of.items()):
-            pf_dir = devices / address
+            pf_dir = Path(devices, address)
             numa = _read_int(pf_dir / "numa_node")
             pfs.append(
                 PhysicalFunction(
