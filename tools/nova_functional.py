@@ -7,7 +7,10 @@ set-up after Nova's own:
 
 * ``[DEFAULT] compute_driver = vgpu_libvirt.LibvirtDriver`` (Nova's
   suite sets ``libvirt.LibvirtDriver``);
-* ``[devices] state_path``: a temporary directory per test.
+* ``[devices] state_path``: a temporary directory per test;
+* the library's sysfs root: an empty directory per test (Nova's suite
+  forbids reading the machine's ``/sys``; its fake libvirt describes
+  every device, and this machine has no vGPU hardware to find there).
 
 Tests where this library deliberately differs from Nova are listed in
 EXPECTED_DIFFERENCES with the reason; such a test must fail (if it
@@ -58,6 +61,7 @@ def integrate() -> None:
 
     import vgpu_driver.conf
     import vgpu_driver.nova
+    import vgpu_driver.nova.driver
 
     vgpu_driver.nova.enable()
     vgpu_driver.conf.register_opts(nova.conf.CONF)
@@ -68,6 +72,12 @@ def integrate() -> None:
         self.flags(compute_driver=vgpu_driver.nova.COMPUTE_DRIVER)
         state = self.useFixture(fixtures.TempDir()).path
         self.flags(state_path=state, group="devices")
+        self.useFixture(
+            fixtures.MonkeyPatch(
+                "vgpu_driver.nova.driver.LibvirtDriver.vgpu_sysfs_root",
+                self.useFixture(fixtures.TempDir()).path,
+            )
+        )
 
     base.ServersTestBase._setup_compute_service = setup_compute_service
 

@@ -111,11 +111,14 @@ class DeviceBinder:
         also re-read the host if another process changed the records (do
         it before choosing or removing devices). ``view``: the operation
         reads the view of the host, which is built now (guests included)
-        if no reading with guests was taken yet."""
+        if no reading with guests was taken yet, and brought up to date
+        with the guests domain events reported since."""
         with self._lock:
             if self.state is None:
                 if view and not self._has_view:
                     self._rebuild_view("the first operation needs it")
+                elif view and self.host.guests_changed():
+                    self._take_view(self.host.discover())
                 yield
                 return
             with self.state.locked():
@@ -131,6 +134,10 @@ class DeviceBinder:
                     self._rebuild_view("another process changed the claims")
                 elif view and not self._has_view:
                     self._rebuild_view("the first operation needs it")
+                elif view and self.host.guests_changed():
+                    # guests defined or undefined by someone else: only
+                    # those are read again
+                    self._take_view(self.host.discover())
                 yield
 
     def _save(self) -> None:

@@ -520,6 +520,15 @@ class VgpuDriver:
         found.update(self.binder.mdev_types(wanted))
         return found
 
+    def domain_event(self, instance_uuid: str, defined: bool) -> None:
+        """libvirt reported the guest defined (or redefined) or undefined,
+        by anyone: pass it from the caller's own lifecycle callback (a
+        compute service has one; else ``LibvirtHost.watch_domain_events``
+        registers one). The next bind, query or discovery re-reads that
+        guest alone. Safe from libvirt's event thread: no lock, no call,
+        no logging."""
+        self.host.domain_event(instance_uuid, defined)
+
     def free_mdevs(
         self, parent: str | None = None, types: Iterable[str] | None = None
     ) -> set[str]:

@@ -185,3 +185,42 @@ def test_nova_loads_the_driver_by_its_compute_driver_name():
     )
     assert code == 0, out
     assert "vgpu_driver.nova.driver LibvirtDriver" in out
+
+
+def test_nova_s_lifecycle_callback_tells_the_library_of_a_hand_made_guest(
+    nova,
+):
+    """The callback Nova's Host registers on each of its connections:
+    a guest defined by hand (``virsh define``) takes its mdev off the free
+    list, its undefine puts it back, and Nova still gets its own events."""
+    from nova.virt import event as virtevent
+    from nova.virt import fake
+
+    from vgpu_driver.nova import driver as vgpu_nova
+
+    adapter, tree, _root = nova
+    adapter.update_provider_tree(tree, NODE)
+    driver = vgpu_nova.LibvirtDriver(fake.FakeVirtAPI(), False)
+    driver._vgpu_adapter = adapter  # the one on the test-driver host
+    queued = []
+    driver._host._event_handler._queue_event = queued.append
+    callback = driver._host._event_lifecycle_callback  # what Nova registers
+    conn = adapter.driver.host.connection()
+    assert FREE_ON_86 in adapter.free_mdevs(None)
+    domain = conn.defineXML(
+        "<domain type='test'><name>by-hand</name>"
+        "<uuid>77777777-0000-0000-0000-000000000002</uuid>"
+        "<memory>65536</memory><os><type>hvm</type></os><devices>"
+        "<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"
+        f"<source><address uuid='{FREE_ON_86}'/></source></hostdev>"
+        "</devices></domain>"
+    )
+    callback(conn, domain, libvirt.VIR_DOMAIN_EVENT_DEFINED, 0, driver._host)
+    assert FREE_ON_86 not in adapter.free_mdevs(None)
+    callback(conn, domain, libvirt.VIR_DOMAIN_EVENT_STARTED, 0, driver._host)
+    assert [e.transition for e in queued] == [
+        virtevent.EVENT_LIFECYCLE_STARTED
+    ]
+    domain.undefine()
+    callback(conn, domain, libvirt.VIR_DOMAIN_EVENT_UNDEFINED, 0, driver._host)
+    assert FREE_ON_86 in adapter.free_mdevs(None)

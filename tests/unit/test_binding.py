@@ -396,3 +396,52 @@ def test_restart_starts_defined_mdevs_guests_need(node, make_conf, tmp_path):
     done = restarted.driver.init_host()
     assert device.id in done["started"]
     assert n.mdevs()[device.id].active is True
+
+
+def test_a_guest_defined_behind_the_library_s_back_is_not_bound_again(
+    make_conf, tmp_path
+):
+    """An operator's ``virsh define`` of a guest using free mdevs,
+    reported by libvirt's lifecycle event: the next bind does not hand
+    those mdevs out, and reads that one domain, not every guest. Its
+    undefine frees them again."""
+    import json
+
+    from vgpu_driver.host import description as hostdesc
+
+    raw = hostdesc.dense_raw(1, 6, 2)  # one parent, 4 mdevs free
+    description = hostdesc.parse(json.dumps(raw), "dense")
+    host = helpers.libvirt_host(description, tmp_path / "h")
+    n = Node(
+        make_conf,
+        tmp_path / "s",
+        "dense",
+        host=host,
+        config=description.config,
+    )
+    [parent] = n.update()
+    free = sorted(n.driver.free_mdevs())
+    assert len(free) == 4
+    *taken, left = free
+    outsider = "77777777-0000-0000-0000-000000000001"
+    domain = host.connection().defineXML(
+        "<domain type='test'><name>by-hand</name>"
+        f"<uuid>{outsider}</uuid><memory>65536</memory>"
+        "<os><type>hvm</type></os><devices>"
+        + "".join(
+            "<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"
+            f"<source><address uuid='{uuid}'/></source></hostdev>"
+            for uuid in taken
+        )
+        + "</devices></domain>"
+    )
+    n.driver.domain_event(outsider, True)  # as a lifecycle callback does
+    host.calls.clear()
+    assert n.driver.free_mdevs() == {left}
+    assert host.calls["domain.XMLDesc"] == 1  # that guest alone
+    assert "listAllDomains" not in host.calls
+    [device] = n.driver.allocate_mdevs("i1", n.alloc((parent, 1)))
+    assert device.id == left
+    domain.undefine()
+    n.driver.domain_event(outsider, False)
+    assert n.driver.free_mdevs() == set(taken)

@@ -27,6 +27,16 @@ class Host(Protocol):
         it is not defined."""
         ...
 
+    def domain_event(self, uuid: str, defined: bool) -> None:
+        """libvirt reported a domain defined or undefined (by anyone):
+        applied by the next discovery. Safe from libvirt's event thread."""
+        ...
+
+    def guests_changed(self) -> bool:
+        """Guests were defined or undefined by someone else (domain
+        events) since the last discovery, which will apply it."""
+        ...
+
     def create_mdev(self, parent: Parent, type_id: str, uuid: str) -> Mdev: ...
 
     def start_mdev(self, mdev: Mdev) -> None: ...

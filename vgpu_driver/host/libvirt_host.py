@@ -24,13 +24,15 @@ service does at start, or when another process changed the claims).
 After that it stays correct because every change to a guest's devices
 goes through the library: the caller reports a guest it defined
 (``VgpuDriver.guest_defined`` re-reads that one domain) and the binder
-forgets a released one, and :meth:`watch_domain_events` re-reads a
-single domain when libvirt reports it defined or undefined by someone
-else.
+forgets a released one. A guest defined or undefined by someone else is
+reported by libvirt's lifecycle events (:meth:`watch_domain_events`, or
+the caller's own callback passing them to :meth:`domain_event`); the next
+discovery re-reads that one domain (or forgets it).
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import importlib
 import sys
@@ -199,6 +201,11 @@ class LibvirtHost:
         self._inactive_supported = True
         self._unsupported: set[str] = set()
         self._version: int | None = None
+        # (domain uuid, defined) from libvirt's event thread: appended
+        # there without a lock, applied by the next discovery
+        self._domain_events: collections.deque[tuple[str, bool]] = (
+            collections.deque()
+        )
 
     # -- plumbing ------------------------------------------------------
 
@@ -291,8 +298,15 @@ class LibvirtHost:
             # guests never read and not wanted: left to the first caller
             # that needs them
             known = guests or self._guests is not None
+            events = self._take_domain_events()
             if known and (self._guests is None or rescan_guests):
-                self._scan_guests(conn)
+                self._scan_guests(conn)  # what the events said, and more
+            elif self._guests is not None:
+                for uuid, defined in events.items():
+                    if defined:
+                        self.refresh_guest(uuid)
+                    else:
+                        self.forget_guest(uuid)
             pfs = self.sysfs.sriov_functions()
             last = self._last
             if (
@@ -624,22 +638,43 @@ class LibvirtHost:
             self.note_guest(guest)
         return guest
 
-    def watch_domain_events(self) -> int:
-        """Keep guests current from libvirt's lifecycle events.
+    def domain_event(self, uuid: str, defined: bool) -> None:
+        """libvirt reported the domain defined (or changed) or undefined,
+        by anyone: the next discovery re-reads it (or forgets it). Safe to
+        call from libvirt's event thread: it takes no lock, calls nothing
+        and logs nothing."""
+        self._domain_events.append((uuid, defined))
 
-        Needs a running libvirt event loop (as a compute service has).
-        Returns the callback id.
+    def guests_changed(self) -> bool:
+        """Domain events wait to be applied by the next discovery."""
+        return bool(self._domain_events)
+
+    def _take_domain_events(self) -> dict[str, bool]:
+        """The waiting events, the last one per domain."""
+        latest: dict[str, bool] = {}
+        while True:
+            try:
+                uuid, defined = self._domain_events.popleft()
+            except IndexError:
+                return latest
+            latest[uuid] = defined
+
+    def watch_domain_events(self) -> int:
+        """Keep guests current from libvirt's lifecycle events, on a
+        connection this adapter may register callbacks on (a caller with
+        its own lifecycle callback passes events to :meth:`domain_event`
+        instead). Needs a running libvirt event loop (as a compute service
+        has). Returns the callback id.
         """
         api = self.api
 
         def on_event(
             _conn: Any, domain: Any, event: int, _detail: int, _opaque: Any
         ) -> None:
-            uuid = domain.UUIDString()
-            if event == api.event_undefined:
-                self.forget_guest(uuid)
-            elif event == api.event_defined:
-                self.refresh_guest(uuid)
+            if event in (api.event_defined, api.event_undefined):
+                self.domain_event(
+                    domain.UUIDString(), event == api.event_defined
+                )
 
         return int(
             self.connection().domainEventRegisterAny(

@@ -153,6 +153,12 @@ class SimulatedHost:
                 g for g in self._state.guests if g.uuid != uuid
             ]
 
+    def domain_event(self, uuid: str, defined: bool) -> None:
+        pass  # guests here are always current
+
+    def guests_changed(self) -> bool:
+        return False
+
     def refresh_guest(self, uuid: str) -> Guest | None:
         """The guest as defined now (guests here are always current)."""
         with self._lock:

@@ -83,6 +83,10 @@ class NovaAdapter:
                 LOG.info("vGPU start-up: %s: %s", key, ", ".join(items))
         return done
 
+    def domain_event(self, instance_uuid: str, defined: bool) -> None:
+        """From Nova's lifecycle callback, in libvirt's event thread."""
+        self.driver.domain_event(instance_uuid, defined)
+
     def reload_config(self) -> None:
         try:
             self.driver.reload_config()

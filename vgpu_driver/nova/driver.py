@@ -15,6 +15,9 @@ behaviour:
   library's view: no ``listAllDomains`` + per-guest XML per question;
 * a hard reboot holds the guest's devices while the guest is undefined,
   and recreates any that went away;
+* a guest defined or undefined behind Nova's back (``virsh define``) is
+  seen through Nova's own lifecycle callback: its devices are not handed
+  out again;
 * live-migration reservations are claims on disk: they survive a restart
   of nova-compute until the migration succeeds or is rolled back.
 
@@ -72,6 +75,34 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
     """``compute_driver = vgpu_libvirt.LibvirtDriver``."""
 
     _vgpu_adapter: NovaAdapter | None = None
+    # where the kernel's sysfs is (a test points it at a tree of its own)
+    vgpu_sysfs_root = "/sys"
+
+    def __init__(self, virtapi: Any, read_only: bool = False) -> None:
+        super().__init__(virtapi, read_only)
+        # Nova's Host registers this attribute as its lifecycle callback
+        # on every connection it makes: ours also tells the library of
+        # guests defined or undefined by anyone (an operator's virsh
+        # define included), then hands the event to Nova's.
+        self._host._event_lifecycle_callback = self._vgpu_lifecycle_event
+
+    def _vgpu_lifecycle_event(
+        self, conn: Any, dom: Any, event: int, detail: int, opaque: Any
+    ) -> None:
+        # libvirt's native event thread: no logging, no locks, no calls
+        # but the domain's uuid (see Nova's Host._event_lifecycle_callback)
+        libvirt = nova_host.libvirt
+        adapter = self._vgpu_adapter  # none yet: its first scan reads all
+        if adapter is not None and event in (
+            libvirt.VIR_DOMAIN_EVENT_DEFINED,
+            libvirt.VIR_DOMAIN_EVENT_UNDEFINED,
+        ):
+            adapter.domain_event(
+                dom.UUIDString(), event == libvirt.VIR_DOMAIN_EVENT_DEFINED
+            )
+        nova_host.Host._event_lifecycle_callback(
+            conn, dom, event, detail, opaque
+        )
 
     # -- the adapter, made once Nova's host connection exists ----------
 
@@ -85,6 +116,7 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
                 lambda: self._host.get_connection(),
                 api=nova_host.libvirt,
                 creator=self._vgpu_create_mdev,
+                sysfs_root=self.vgpu_sysfs_root,
             )
         return self._vgpu_adapter
 
