@@ -2,12 +2,16 @@
 same libvirt test-driver hosts.
 
 For each host size (pGPUs / mdevs / guests, every mdev in use by one
-guest): the first refresh of a new service (discovery with the guest scan,
-then update_provider_tree) and a steady one, against one Nova periodic
+guest): the first refresh of a new service (discovery, reading guests
+only where they could change the tree, then update_provider_tree) and a
+steady one, against one Nova periodic
 (``LibvirtDriver._update_provider_tree_for_vgpu`` on Nova's own ``Host``
-over the same connection: Nova reads no guests there). CPU time, wall
-time and libvirt calls; steady figures are min/median/max of repeated
-runs. Writes a PNG plot of CPU time against host size (matplotlib).
+over the same connection: Nova reads no guests there). CPU time and
+libvirt calls; min/median/max over repetitions, the three timed in turn
+in each repetition so this machine's noise hits both sides alike. The
+process's one-time costs are paid before timing, as Nova's warm-up call
+pays Nova's. Writes a PNG plot of CPU time against host size
+(matplotlib).
 
 Nova's side needs Nova and its dependencies: run it in the virtualenv
 ``tools/nova-venv`` builds::
@@ -98,65 +102,51 @@ def timed(
     )
 
 
-def repeat(fn: Callable[[], object], runs: int) -> tuple[list[float], ...]:
-    """CPU ms and wall ms of each of ``runs`` calls."""
-    cpu, wall = [], []
-    for _ in range(runs):
-        c, w = timed(fn)
-        cpu.append(c)
-        wall.append(w)
-    return cpu, wall
+class Ours:
+    """This library on one host: a service kept for steady refreshes,
+    new ones for first refreshes; calls counted on a second connection
+    (the counting wrapper's own cost stays out of the times)."""
 
+    def __init__(self, uri: str, sysfs: Path, conf: Any) -> None:
+        import libvirt
 
-def ours(
-    uri: str, sysfs: Path, conf: Any, runs: int, firsts: int
-) -> dict[str, Any]:
-    """Timed on a plain connection; calls counted on a second one (the
-    counting wrapper's own cost stays out of the times). The first
-    refresh is timed on ``firsts`` new services (a new adapter and driver
-    each, nothing read yet), as Nova's periodic is timed ``runs`` times."""
-    import libvirt
-
-    # the test driver refuses a flag once; libvirt would print it
-    libvirt.registerErrorHandler(lambda *_: None, None)
-    figures: dict[str, Any] = {}
-    for counted in (False, True):
-        conn = libvirt.open(uri)
-        if counted:
-            conn = Counting(conn)
-
-        def new_service(c: Any = conn) -> tuple[VgpuDriver, ProviderTree]:
-            host = LibvirtHost(sysfs_root=sysfs, connection=c)
-            tree = ProviderTree()
-            tree.new_root("bench", ROOT)
-            return VgpuDriver(conf, host, persist=False), tree
-
-        if counted:
-            driver, tree = new_service()
+        # the test driver refuses a flag once; libvirt would print it
+        libvirt.registerErrorHandler(lambda *_: None, None)
+        self.sysfs, self.conf = sysfs, conf
+        self.conn = libvirt.open(uri)
+        counted = Counting(libvirt.open(uri))
+        driver, tree = self._new_service(counted)
+        driver.update_provider_tree(tree, "bench")
+        self.first_calls = counted.calls
+        counted.calls = 0
+        for _ in range(3):
             driver.update_provider_tree(tree, "bench")
-            figures["first_calls"] = conn.calls
-            conn.calls = 0
-            for _ in range(3):
-                driver.update_provider_tree(tree, "bench")
-            figures["calls"] = conn.calls / 3
-            continue
-        first_cpu, first_wall = [], []
-        for _ in range(firsts):
-            driver, tree = new_service()
-            # timed as Nova's periodic is: no garbage collection first
-            cpu, wall = timed(
-                lambda d=driver, t=tree: d.update_provider_tree(t, "bench")
-            )
-            first_cpu.append(cpu)
-            first_wall.append(wall)
-        figures["first_cpu"], figures["first_wall"] = first_cpu, first_wall
-        figures["cpu"], figures["wall"] = repeat(
-            lambda d=driver, t=tree: d.update_provider_tree(t, "bench"), runs
+        self.calls = counted.calls / 3
+        self.driver, self.tree = self._new_service(self.conn)
+        self.driver.update_provider_tree(self.tree, "bench")
+
+    def _new_service(self, conn: Any) -> tuple[VgpuDriver, ProviderTree]:
+        host = LibvirtHost(sysfs_root=self.sysfs, connection=conn)
+        tree = ProviderTree()
+        tree.new_root("bench", ROOT)
+        return VgpuDriver(self.conf, host, persist=False), tree
+
+    def first(self) -> tuple[float, float]:
+        """A new service's first refresh (nothing read yet)."""
+        driver, tree = self._new_service(self.conn)
+        return timed(lambda: driver.update_provider_tree(tree, "bench"))
+
+    def steady(self) -> tuple[float, float]:
+        return timed(
+            lambda: self.driver.update_provider_tree(self.tree, "bench")
         )
-        # what the first bind (or init_host) adds when the first refresh
-        # did not need the guests
-        figures["scan_cpu"] = timed(driver.discover, collect=True)[0]
-    return figures
+
+    def guest_scan(self) -> float:
+        """What the first bind (or init_host) adds when the first refresh
+        did not need the guests."""
+        driver, tree = self._new_service(self.conn)
+        driver.update_provider_tree(tree, "bench")
+        return timed(driver.discover, collect=True)[0]
 
 
 def warm_up() -> float:
@@ -168,19 +158,18 @@ def warm_up() -> float:
     with tempfile.TemporaryDirectory() as tmp:
         uri, sysfs = hostdesc.materialize(description, Path(tmp))
         conf = conf_for(description.config, Path(tmp))
-        return ours(uri, sysfs, conf, runs=1, firsts=1)["first_cpu"][0]
+        return Ours(uri, sysfs, conf).first()[0]
 
 
-def nova_driver(uri: str, counted: bool) -> tuple[Any, Any] | None:
+def nova_driver(uri: str, counted: bool) -> tuple[Any, Any]:
     """Nova's LibvirtDriver, set up as its __init__ sets up the vGPU
-    part, on Nova's Host over a counted connection; None without Nova."""
-    try:
-        import libvirt
-        import nova.conf
-        from nova.virt.libvirt import driver as nova_libvirt
-        from nova.virt.libvirt import host as nova_host
-    except ImportError:
-        return None
+    part, on Nova's Host over a (counted) connection. ImportError without
+    Nova."""
+    import libvirt
+    import nova.conf
+    from nova.virt.libvirt import driver as nova_libvirt
+    from nova.virt.libvirt import host as nova_host
+
     conf = nova.conf.CONF
     if getattr(conf, "_args", None) is None:  # not yet parsed
         conf([], project="nova", default_config_files=[])
@@ -203,50 +192,84 @@ def nova_driver(uri: str, counted: bool) -> tuple[Any, Any] | None:
     return driver, conn
 
 
-def nova(uri: str, runs: int) -> dict[str, Any] | None:
-    figures: dict[str, Any] = {}
-    for counted in (False, True):
-        made = nova_driver(uri, counted)
-        if made is None:
-            return None
-        driver, conn = made
+class Nova:
+    """Nova 34.0.0's vGPU periodic on the same host (calls counted on a
+    second connection)."""
+
+    def __init__(self, uri: str) -> None:
         from nova.compute import provider_tree
 
+        counted_driver, counted = nova_driver(uri, True)
         tree = provider_tree.ProviderTree()
         tree.new_root("bench", ROOT)
-        driver._update_provider_tree_for_vgpu(tree, "bench")  # warm up
-        if counted:
-            conn.calls = 0
-            driver._update_provider_tree_for_vgpu(tree, "bench")
-            figures["calls"] = conn.calls
-            conn.calls = 0
-            driver._get_all_assigned_mediated_devices()
-            figures["spawn_scan_calls"] = conn.calls
-        else:
-            # what Nova does at every spawn (and live migration) to find
-            # free mdevs: every guest's XML
-            figures["spawn_scan_cpu"] = timed(
-                driver._get_all_assigned_mediated_devices
-            )[0]
-            figures["cpu"], figures["wall"] = repeat(
-                lambda d=driver, t=tree: d._update_provider_tree_for_vgpu(
-                    t, "bench"
-                ),
-                runs,
+        counted_driver._update_provider_tree_for_vgpu(tree, "bench")
+        counted.calls = 0
+        counted_driver._update_provider_tree_for_vgpu(tree, "bench")
+        self.calls = counted.calls
+        counted.calls = 0
+        counted_driver._get_all_assigned_mediated_devices()
+        self.spawn_scan_calls = counted.calls
+        self.driver, _ = nova_driver(uri, False)
+        self.tree = provider_tree.ProviderTree()
+        self.tree.new_root("bench", ROOT)
+        self.periodic()  # warm up
+
+    def periodic(self) -> tuple[float, float]:
+        return timed(
+            lambda: self.driver._update_provider_tree_for_vgpu(
+                self.tree, "bench"
             )
-    return figures
+        )
+
+    def spawn_scan(self) -> float:
+        """What Nova does at every spawn (and live migration) to find
+        free mdevs: every guest's XML."""
+        return timed(self.driver._get_all_assigned_mediated_devices)[0]
 
 
 def measure(parents: int, mdevs: int, guests: int) -> dict[str, Any]:
+    """Each figure over ``runs`` repetitions. Each comparison is timed in
+    turn in every repetition (a new service's first refresh, then Nova's
+    periodic; then, in a second loop, a steady refresh and Nova's
+    periodic), so a burst of noise on this machine hits both sides
+    alike."""
     description = dense(parents, mdevs, guests)
     runs = 20 if mdevs <= 512 else 8
     with tempfile.TemporaryDirectory() as tmp:
         uri, sysfs = hostdesc.materialize(description, Path(tmp))
         conf = conf_for(description.config, Path(tmp))
+        ours = Ours(uri, sysfs, conf)
+        try:
+            theirs: Nova | None = Nova(uri)
+        except ImportError:
+            theirs = None
+        samples: dict[str, list[float]] = collections.defaultdict(list)
+        for pair in (("first", "nova_first"), ("steady", "nova")):
+            timers = {"first": ours.first, "steady": ours.steady}
+            if theirs is not None:
+                timers["nova"] = timers["nova_first"] = theirs.periodic
+            for _ in range(runs):
+                for key in pair:
+                    if key in timers:
+                        samples[key].append(timers[key]()[0])
         return {
             "shape": (parents, mdevs, guests),
-            "ours": ours(uri, sysfs, conf, runs, firsts=max(3, runs // 2)),
-            "nova": nova(uri, runs),
+            "ours": {
+                "first_cpu": samples["first"],
+                "first_calls": ours.first_calls,
+                "cpu": samples["steady"],
+                "calls": ours.calls,
+                "scan_cpu": ours.guest_scan(),
+            },
+            "nova": {
+                "cpu": samples["nova"],
+                "cpu_beside_first": samples["nova_first"],
+                "calls": theirs.calls,
+                "spawn_scan_cpu": theirs.spawn_scan(),
+                "spawn_scan_calls": theirs.spawn_scan_calls,
+            }
+            if theirs
+            else None,
         }
 
 
@@ -326,8 +349,8 @@ def main() -> None:
     print(f"process warm-up, paid once before timing: {warm_up():.1f} ms CPU")
     print(
         "CPU ms, min/median/max of repeated runs (first refresh: each on a "
-        "new service); calls: libvirt calls per refresh; first/Nova: "
-        "medians"
+        "new service); calls: libvirt calls per refresh; ratios: medians "
+        "timed in turn with Nova's"
     )
     print(
         f"{'host':>14} | {'ours first cpu':>20} {'calls':>5} | "
@@ -344,7 +367,7 @@ def main() -> None:
         nova_cols = (
             f"{spread(n['cpu']):>21} {n['calls']:>6.0f} | "
             f"{_ratio(n['cpu'], o['cpu']):>8.1f}x | "
-            f"{_ratio(o['first_cpu'], n['cpu']):>9.2f}x"
+            f"{_ratio(o['first_cpu'], n['cpu_beside_first']):>9.2f}x"
             f" | {n['spawn_scan_cpu']:>15.1f}/{n['spawn_scan_calls']:<8}"
             if n
             else f"{'(Nova not importable)':>21} {'':>6} | {'':>9} |"

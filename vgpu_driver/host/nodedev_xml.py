@@ -169,7 +169,7 @@ def _parse_mdev_shape(text: str) -> Mdev | None:
     None if the text is not that shape (or has any entity, comment,
     CDATA or carriage return): :func:`parse_mdev_tree` is the
     reference."""
-    if any(bad in text for bad in ("&", "<!", "<?", "\r")):
+    if "&" in text or "<!" in text or "<?" in text or "\r" in text:
         return None
     find = text.find
     cap = find("<capability type='mdev'>")
