@@ -779,7 +779,8 @@ class DeviceBinder:
         """What a compute service does at start. Recreates mdevs guests
         need but that are gone (same uuid, same parent), starts the ones
         only defined, re-applies recorded VF types, and (when the caller
-        lists the instances it has) drops claims of unknown instances."""
+        lists the instances it has) drops the bind claims of unknown
+        instances (live-migration claims stay)."""
         done: dict[str, list[str]] = {
             "recreated": [],
             "started": [],
@@ -819,10 +820,15 @@ class DeviceBinder:
                     )
         done["vf_types"] = self.restore_vf_types(inventory, done["failed"])
         if instances is not None:
+            # an incoming live migration's instance is still the source
+            # host's: its claims end at success or rollback, not here
             known = set(instances)
             with self._records():
                 for device_id, claim in list(self._claims.items()):
-                    if claim["instance"] not in known:
+                    if (
+                        claim["purpose"] == SPAWN
+                        and claim["instance"] not in known
+                    ):
                         del self._claims[device_id]
                         done["dropped_claims"].append(device_id)
                 if done["dropped_claims"]:

@@ -579,8 +579,9 @@ class VgpuDriver:
         """At service start: rebuild who uses what from every guest and the
         library's claims, recreate mdevs guests need that are gone (same
         uuid, same parent), start defined-only ones, re-apply VF types.
-        ``instances``: the instances the service has on this host (claims
-        of any other are dropped)."""
+        ``instances``: the instances the service has on this host (the
+        bind claims of any other, made before a crash and never ended, are
+        dropped; claims for incoming live migrations stay)."""
         moved = self.binder.repair_records()
         inventory = self.discover(rescan_guests=True)
         done = self.binder.recover(inventory, self._seen_mdevs, instances)

@@ -224,3 +224,40 @@ def test_nova_s_lifecycle_callback_tells_the_library_of_a_hand_made_guest(
     domain.undefine()
     callback(conn, domain, libvirt.VIR_DOMAIN_EVENT_UNDEFINED, 0, driver._host)
     assert FREE_ON_86 in adapter.free_mdevs(None)
+
+
+def test_nova_s_start_up_drops_bind_claims_of_instances_it_no_longer_has(
+    nova, monkeypatch
+):
+    """A bind made just before nova-compute died, for an instance deleted
+    while it was down: Nova's init_host (through the hook it calls) asks
+    Nova which instances this host has, and the orphan claim is dropped;
+    an incoming live migration's claim stays."""
+    from nova import objects
+    from nova.virt import fake
+
+    from vgpu_driver.nova import driver as vgpu_nova
+
+    adapter, tree, _root = nova
+    adapter.update_provider_tree(tree, NODE)
+    rp = tree.data(f"{NODE}_pci_0000_86_00_0").uuid
+    alloc = {rp: {"resources": {"VGPU": 1}}}
+    kept, gone = str(uuid.uuid4()), str(uuid.uuid4())
+    adapter.allocate(kept, alloc)
+    adapter.allocate(gone, alloc)
+    adapter.claim_for_live_migration("incoming", {"src": "nvidia-36"}, alloc)
+    asked = []
+
+    def get_uuids_by_host(context, host):
+        asked.append(host)
+        return [kept]
+
+    monkeypatch.setattr(
+        objects.InstanceList, "get_uuids_by_host", get_uuids_by_host
+    )
+    driver = vgpu_nova.LibvirtDriver(fake.FakeVirtAPI(), False)
+    driver._vgpu_adapter = adapter
+    driver._start_inactive_mediated_devices()  # as Nova's init_host does
+    assert asked == [CONF.host]
+    owners = {c["instance"] for c in adapter.driver.binder.claims().values()}
+    assert owners == {kept, "incoming"}

@@ -244,11 +244,15 @@ def test_restart_drops_claims_of_instances_that_are_gone(
     n = node()
     n.driver.allocate_mdevs("kept", n.alloc(("pci_0000_85_00_0", 1)))
     n.driver.allocate_mdevs("gone", n.alloc(("pci_0000_85_00_0", 1)))
+    # an incoming live migration: its instance is still the source's
+    n.driver.claim_for_live_migration(
+        "incoming", {"src-a": "nvidia-35"}, n.alloc(("pci_0000_85_00_0", 1))
+    )
     restarted = Node(make_conf, tmp_path / "state", "m10", host=n.host)
     done = restarted.driver.init_host(instances=["kept"])
     assert len(done["dropped_claims"]) == 1
     owners = {c["instance"] for c in restarted.driver.binder.claims().values()}
-    assert owners == {"kept"}
+    assert owners == {"kept", "incoming"}
 
 
 def test_vf_types_are_restored_after_a_reboot(node, make_conf, tmp_path):

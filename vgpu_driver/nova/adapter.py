@@ -76,8 +76,13 @@ class NovaAdapter:
 
     # -- start and configuration ---------------------------------------
 
-    def init_host(self) -> dict[str, list[str]]:
-        done = self.driver.init_host()
+    def init_host(
+        self, instances: Iterable[str] | None = None
+    ) -> dict[str, list[str]]:
+        """``instances``: those Nova has on this host (None: unknown)."""
+        done = self.driver.init_host(
+            list(instances) if instances is not None else None
+        )
         for key, items in sorted(done.items()):
             if items:
                 LOG.info("vGPU start-up: %s: %s", key, ", ".join(items))

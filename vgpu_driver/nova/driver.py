@@ -33,6 +33,8 @@ import contextvars
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from nova import context as nova_context
+from nova import objects
 from nova.virt.libvirt import driver as nova_driver
 from nova.virt.libvirt import host as nova_host
 from oslo_log import log as logging
@@ -151,8 +153,28 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
     def _start_inactive_mediated_devices(self) -> None:
         """Called by Nova's init_host: the library's start-up instead
         (rebuild who uses what, recreate mdevs guests need that are gone,
-        start defined-only ones, finish or drop interrupted claims)."""
-        self._vgpu.init_host()
+        start defined-only ones, re-apply VF types, and drop the claims
+        of binds made for instances this host no longer has, e.g. deleted
+        while nova-compute was down)."""
+        self._vgpu.init_host(self._vgpu_instances())
+
+    def _vgpu_instances(self) -> list[str] | None:
+        """The instances Nova has on this host; None (no claim dropped)
+        when Nova's database cannot be asked."""
+        try:
+            return list(
+                objects.InstanceList.get_uuids_by_host(
+                    nova_context.get_admin_context(), CONF.host
+                )
+            )
+        except Exception as exc:  # a start-up must go on
+            LOG.warning(
+                "Cannot list this host's instances (%s); claims of "
+                "instances deleted while nova-compute was down stay until "
+                "'vgpu-driver --nova-node NODE audit --fix'",
+                exc,
+            )
+            return None
 
     # -- the provider tree ---------------------------------------------
 
