@@ -118,7 +118,7 @@ class DeviceBinder:
                 if view and not self._has_view:
                     self._rebuild_view("the first operation needs it")
                 elif view and self.host.guests_changed():
-                    self._take_view(self.host.discover())
+                    self._apply_guest_changes()
                 yield
                 return
             with self.state.locked():
@@ -135,9 +135,7 @@ class DeviceBinder:
                 elif view and not self._has_view:
                     self._rebuild_view("the first operation needs it")
                 elif view and self.host.guests_changed():
-                    # guests defined or undefined by someone else: only
-                    # those are read again
-                    self._take_view(self.host.discover())
+                    self._apply_guest_changes()
                 yield
 
     def _save(self) -> None:
@@ -280,23 +278,43 @@ class DeviceBinder:
         domain now has end (the domain itself keeps them from now on).
         Returns the device ids whose claims ended."""
         with self._records(fresh_view=True):
-            has = {*guest.mdevs, *guest.pci_devices}
-            self._let_go(guest.uuid, keep=has)
-            for device_id in has:
-                self._used[device_id] = guest.uuid
-                self._take_off_free_list(device_id)
-            ended = [
-                device_id
-                for device_id, claim in self._claims.items()
-                if claim["purpose"] == SPAWN
-                and claim["instance"] == guest.uuid
-                and self._used.get(device_id) == guest.uuid
-            ]
-            for device_id in ended:
-                del self._claims[device_id]
+            ended = self._note_guest(guest)
             if ended:
                 self._save()
         return ended
+
+    def _note_guest(self, guest: Guest) -> list[str]:
+        """The guest as defined now: its devices are in use, what it no
+        longer has is handed back, its spawn claims on what it has end
+        (returned; inside :meth:`_records`, the caller saves)."""
+        has = {*guest.mdevs, *guest.pci_devices}
+        self._let_go(guest.uuid, keep=has)
+        for device_id in has:
+            self._used[device_id] = guest.uuid
+            self._take_off_free_list(device_id)
+        ended = [
+            device_id
+            for device_id, claim in self._claims.items()
+            if claim["purpose"] == SPAWN
+            and claim["instance"] == guest.uuid
+            and self._used.get(device_id) == guest.uuid
+        ]
+        for device_id in ended:
+            del self._claims[device_id]
+        return ended
+
+    def _apply_guest_changes(self) -> None:
+        """Guests someone else defined or undefined (domain events): only
+        those domains are read, and the view follows (inside
+        :meth:`_records`)."""
+        ended = []
+        for uuid, guest in self.host.take_guest_changes():
+            if guest is None:
+                self._let_go(uuid, keep=set())
+            else:
+                ended += self._note_guest(guest)
+        if ended:
+            self._save()
 
     def guest_undefined(self, instance: str) -> list[str]:
         """The instance's guest is gone: the devices it had are free again,

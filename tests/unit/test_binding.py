@@ -442,10 +442,28 @@ def test_a_guest_defined_behind_the_library_s_back_is_not_bound_again(
     n.driver.domain_event(outsider, True)  # as a lifecycle callback does
     host.calls.clear()
     assert n.driver.free_mdevs() == {left}
-    assert host.calls["domain.XMLDesc"] == 1  # that guest alone
-    assert "listAllDomains" not in host.calls
-    [device] = n.driver.allocate_mdevs("i1", n.alloc((parent, 1)))
+    # that guest alone: no guest listing, no parent read again
+    assert dict(host.calls) == {"lookupByUUIDString": 1, "domain.XMLDesc": 1}
+    mine = "77777777-0000-0000-0000-000000000002"
+    [device] = n.driver.allocate_mdevs(mine, n.alloc((parent, 1)))
     assert device.id == left
     domain.undefine()
     n.driver.domain_event(outsider, False)
+    host.calls.clear()
     assert n.driver.free_mdevs() == set(taken)
+    assert not host.calls
+    # the caller's own define, reported by both its hook and the event:
+    # read once
+    host.connection().defineXML(
+        "<domain type='test'><name>mine</name>"
+        f"<uuid>{mine}</uuid>"
+        "<memory>65536</memory><os><type>hvm</type></os><devices>"
+        "<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"
+        f"<source><address uuid='{left}'/></source></hostdev>"
+        "</devices></domain>"
+    )
+    n.driver.domain_event(mine, True)
+    host.calls.clear()
+    assert n.driver.guest_defined(mine) == [left]  # its claim ends
+    assert n.driver.free_mdevs() == set(taken)
+    assert dict(host.calls) == {"lookupByUUIDString": 1, "domain.XMLDesc": 1}

@@ -34,7 +34,12 @@ class Host(Protocol):
 
     def guests_changed(self) -> bool:
         """Guests were defined or undefined by someone else (domain
-        events) since the last discovery, which will apply it."""
+        events), not yet applied."""
+        ...
+
+    def take_guest_changes(self) -> list[tuple[str, Guest | None]]:
+        """Apply the waiting domain events (the next discovery would):
+        (uuid, the guest now or None when undefined) for each."""
         ...
 
     def create_mdev(self, parent: Parent, type_id: str, uuid: str) -> Mdev: ...

@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import importlib
+import itertools
 import sys
 import threading
 import time
@@ -201,11 +202,14 @@ class LibvirtHost:
         self._inactive_supported = True
         self._unsupported: set[str] = set()
         self._version: int | None = None
-        # (domain uuid, defined) from libvirt's event thread: appended
-        # there without a lock, applied by the next discovery
-        self._domain_events: collections.deque[tuple[str, bool]] = (
+        # (sequence, domain uuid, defined) from libvirt's event thread:
+        # appended there without a lock, applied by the next discovery or
+        # bind; a domain re-read after an event answers it
+        self._domain_events: collections.deque[tuple[int, str, bool]] = (
             collections.deque()
         )
+        self._event_seq = itertools.count()
+        self._read_at: dict[str, int] = {}
 
     # -- plumbing ------------------------------------------------------
 
@@ -298,15 +302,12 @@ class LibvirtHost:
             # guests never read and not wanted: left to the first caller
             # that needs them
             known = guests or self._guests is not None
-            events = self._take_domain_events()
             if known and (self._guests is None or rescan_guests):
+                self._take_domain_events()
+                self._read_at.clear()
                 self._scan_guests(conn)  # what the events said, and more
-            elif self._guests is not None:
-                for uuid, defined in events.items():
-                    if defined:
-                        self.refresh_guest(uuid)
-                    else:
-                        self.forget_guest(uuid)
+            else:
+                self.take_guest_changes()
             pfs = self.sysfs.sriov_functions()
             last = self._last
             if (
@@ -620,6 +621,8 @@ class LibvirtHost:
 
     def refresh_guest(self, uuid: str) -> Guest | None:
         """Re-read one domain (two calls), or forget it if it is gone."""
+        # domain events about it queued before now are answered by this
+        self._read_at[uuid] = next(self._event_seq)
         conn = self.connection()
         api = self.api
         try:
@@ -643,21 +646,41 @@ class LibvirtHost:
         by anyone: the next discovery re-reads it (or forgets it). Safe to
         call from libvirt's event thread: it takes no lock, calls nothing
         and logs nothing."""
-        self._domain_events.append((uuid, defined))
+        self._domain_events.append((next(self._event_seq), uuid, defined))
 
     def guests_changed(self) -> bool:
-        """Domain events wait to be applied by the next discovery."""
+        """Domain events wait to be applied."""
         return bool(self._domain_events)
 
-    def _take_domain_events(self) -> dict[str, bool]:
+    def take_guest_changes(self) -> list[tuple[str, Guest | None]]:
+        """Apply the waiting domain events: each domain defined is re-read
+        (unless it was since: the caller's own define, reported by
+        :meth:`refresh_guest`), each one undefined forgotten. Returns
+        (uuid, the guest now or None) for each."""
+        with self._lock:
+            events = self._take_domain_events()
+            changes: list[tuple[str, Guest | None]] = []
+            if self._guests is not None:  # else the first scan reads all
+                for uuid, (seq, defined) in events.items():
+                    if not defined:
+                        self.forget_guest(uuid)
+                        changes.append((uuid, None))
+                    elif self._read_at.get(uuid, -1) < seq:
+                        changes.append((uuid, self.refresh_guest(uuid)))
+            # reads so far are older than any event still to come (losing
+            # one only costs a read again)
+            self._read_at.clear()
+            return changes
+
+    def _take_domain_events(self) -> dict[str, tuple[int, bool]]:
         """The waiting events, the last one per domain."""
-        latest: dict[str, bool] = {}
+        latest: dict[str, tuple[int, bool]] = {}
         while True:
             try:
-                uuid, defined = self._domain_events.popleft()
+                seq, uuid, defined = self._domain_events.popleft()
             except IndexError:
                 return latest
-            latest[uuid] = defined
+            latest[uuid] = (seq, defined)
 
     def watch_domain_events(self) -> int:
         """Keep guests current from libvirt's lifecycle events, on a

@@ -159,6 +159,9 @@ class SimulatedHost:
     def guests_changed(self) -> bool:
         return False
 
+    def take_guest_changes(self) -> list[tuple[str, Guest | None]]:
+        return []
+
     def refresh_guest(self, uuid: str) -> Guest | None:
         """The guest as defined now (guests here are always current)."""
         with self._lock:
