@@ -283,7 +283,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> bool:
         return False
     labels = [f"{p}/{m}/{g}" for p, m, g in (r["shape"] for r in results)]
     x = range(len(results))
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 5.5))
     series = [
         ("vgpu_driver, steady refresh", "o-", ("ours", "cpu")),
         ("vgpu_driver, first refresh", "s--", ("ours", "first_cpu")),
@@ -323,7 +323,13 @@ def plot(results: list[dict[str, Any]], path: Path) -> bool:
     ax.set_ylabel("CPU ms per call (median)")
     ax.set_title("vGPU provider refresh: CPU time against host size")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="upper left", fontsize="small")
+    # below the axes: no line hides under it
+    ax.legend(
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncol=2,
+        fontsize="small",
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
