@@ -269,6 +269,46 @@ def test_domain_events_keep_guests_current(tmp_path):
         thread.join(timeout=5)
 
 
+def test_pci_devices_are_probed_for_nvidia_once_and_vf_types_every_time(
+    tmp_path, monkeypatch
+):
+    """The SR-IOV scan looks at every PCI device's ``nvidia/`` once (a
+    real host has hundreds), then reads only the NVIDIA VFs' current
+    type, which it reads at every scan."""
+    import os
+
+    from vgpu_driver.host import sysfs as sysfs_module
+
+    hostdesc.materialize(helpers.load("l40-sriov"), tmp_path)
+    devices = tmp_path / "sys/bus/pci/devices"
+    (devices / "0000:00:1f.0").mkdir()  # not NVIDIA
+    probed = []
+    real_isdir = os.path.isdir
+
+    def isdir(path):
+        probed.append(path)
+        return real_isdir(path)
+
+    monkeypatch.setattr(sysfs_module.os.path, "isdir", isdir)
+    tree = sysfs_module.SysfsTree(tmp_path / "sys")
+    first = tree.sriov_functions()
+    assert len(probed) == len(os.listdir(devices))  # each device, once
+    vf = "0000:41:00.6"
+    (devices / vf / "nvidia/current_vgpu_type").write_text("1157")
+    probed.clear()
+    again = tree.sriov_functions()
+    assert probed == []
+    current = {v.address: v.current_type for p in again for v in p.vfs}
+    assert (
+        current[vf]
+        == 1157
+        != {v.address: v.current_type for p in first for v in p.vfs}.get(vf)
+    )
+    tree.forget_probes()  # a driver may have been bound since
+    tree.sriov_functions()
+    assert len(probed) == len(os.listdir(devices))
+
+
 def test_discover_table_spells_parents_as_the_config_and_shows_details(
     capsys,
 ):

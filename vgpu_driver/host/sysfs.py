@@ -61,6 +61,7 @@ class SysfsTree:
         # a device link's target does not change while the device exists
         self._resolved: dict[Path, Path] = {}
         self._not_nvidia: set[str] = set()
+        self._nvidia: set[str] = set()
 
     def real_path(self, path: Path) -> Path:
         """``path`` with its links resolved (cached)."""
@@ -96,6 +97,7 @@ class SysfsTree:
         """Probe every PCI device again at the next scan (a driver may
         have been bound since)."""
         self._not_nvidia.clear()
+        self._nvidia.clear()
 
     def mdev_bus_entries(self) -> list[str]:
         """The names registered in ``class/mdev_bus`` (one listing)."""
@@ -158,9 +160,10 @@ class SysfsTree:
             return None
 
     def sriov_functions(self) -> list[PhysicalFunction]:
-        """NVIDIA SR-IOV physical GPUs and their VFs. A PCI device with no
-        ``nvidia/`` directory is remembered and not probed again (a VF
-        made later is a new entry)."""
+        """NVIDIA SR-IOV physical GPUs and their VFs. Whether a PCI device
+        has an ``nvidia/`` directory is probed once (one stat) and
+        remembered until :meth:`forget_probes` (a VF made later is a new
+        entry)."""
         devices = f"{self.root}/bus/pci/devices"
         try:
             entries = sorted(os.listdir(devices))
@@ -171,10 +174,13 @@ class SysfsTree:
             if entry in self._not_nvidia:
                 continue
             nvidia = f"{devices}/{entry}/nvidia"
+            if entry not in self._nvidia:
+                if not os.path.isdir(nvidia):  # one stat, once, for most
+                    self._not_nvidia.add(entry)
+                    continue
+                self._nvidia.add(entry)
             current = _read_int(f"{nvidia}/current_vgpu_type")
             if current is None:
-                if not os.path.isdir(nvidia):
-                    self._not_nvidia.add(entry)
                 continue
             try:
                 pf = os.path.basename(os.readlink(f"{devices}/{entry}/physfn"))
