@@ -467,3 +467,35 @@ def test_a_guest_defined_behind_the_library_s_back_is_not_bound_again(
     assert n.driver.guest_defined(mine) == [left]  # its claim ends
     assert n.driver.free_mdevs() == set(taken)
     assert dict(host.calls) == {"lookupByUUIDString": 1, "domain.XMLDesc": 1}
+
+
+def test_an_undefine_event_older_than_the_caller_s_define_is_ignored(
+    make_conf, tmp_path
+):
+    """Undefined by someone, then defined again by the caller (a hard
+    reboot's order), the undefine's event applied last: the guest keeps
+    its device, the newer reading wins."""
+    import json
+
+    from vgpu_driver.host import description as hostdesc
+
+    raw = hostdesc.dense_raw(1, 4, 2)
+    description = hostdesc.parse(json.dumps(raw), "dense")
+    host = helpers.libvirt_host(description, tmp_path / "h")
+    n = Node(
+        make_conf,
+        tmp_path / "s",
+        "dense",
+        host=host,
+        config=description.config,
+    )
+    n.update()
+    guest = n.driver.discover().guests[0]
+    [device] = guest.mdevs
+    assert device not in n.driver.free_mdevs()
+    n.driver.domain_event(guest.uuid, False)  # queued, not yet applied
+    n.driver.guest_defined(guest.uuid)  # the caller's newer reading
+    assert device not in n.driver.free_mdevs()
+    # and the host's reading agrees at the next periodic
+    assert guest in n.driver.discover().guests
+    assert device not in n.driver.free_mdevs()

@@ -653,20 +653,23 @@ class LibvirtHost:
         return bool(self._domain_events)
 
     def take_guest_changes(self) -> list[tuple[str, Guest | None]]:
-        """Apply the waiting domain events: each domain defined is re-read
-        (unless it was since: the caller's own define, reported by
-        :meth:`refresh_guest`), each one undefined forgotten. Returns
-        (uuid, the guest now or None) for each."""
+        """Apply the waiting domain events: each domain defined is re-read,
+        each one undefined forgotten, unless it was re-read since the event
+        (the caller's own define, through :meth:`refresh_guest`: that
+        reading is newer). Returns (uuid, the guest now or None) for each
+        applied."""
         with self._lock:
             events = self._take_domain_events()
             changes: list[tuple[str, Guest | None]] = []
             if self._guests is not None:  # else the first scan reads all
                 for uuid, (seq, defined) in events.items():
-                    if not defined:
+                    if self._read_at.get(uuid, -1) > seq:
+                        continue  # read since: that reading is newer
+                    if defined:
+                        changes.append((uuid, self.refresh_guest(uuid)))
+                    else:
                         self.forget_guest(uuid)
                         changes.append((uuid, None))
-                    elif self._read_at.get(uuid, -1) < seq:
-                        changes.append((uuid, self.refresh_guest(uuid)))
             # reads so far are older than any event still to come (losing
             # one only costs a read again)
             self._read_at.clear()
