@@ -389,6 +389,11 @@ class DeviceBinder:
                 entry["claimed"].append(device_id)
         return found
 
+    def vf_addresses(self) -> set[str]:
+        """PCI addresses of the VFs of NVIDIA SR-IOV vGPU cards."""
+        with self._records():
+            return {vf for pf in self._pfs.values() for vf in pf.vfs}
+
     def mdev_types(self, uuids: Iterable[str]) -> dict[str, str]:
         """mdev uuid -> type, from the current view (mdevs made since
         the last discovery included)."""

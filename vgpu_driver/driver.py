@@ -520,6 +520,12 @@ class VgpuDriver:
         found.update(self.binder.mdev_types(wanted))
         return found
 
+    def vf_devices(self) -> set[str]:
+        """PCI addresses of the VFs of NVIDIA SR-IOV vGPU cards: the PCI
+        devices this library gives to guests (any other PCI device a
+        guest has is the caller's). No host call."""
+        return self.binder.vf_addresses()
+
     def domain_event(self, instance_uuid: str, defined: bool) -> None:
         """libvirt reported the guest defined (or redefined) or undefined,
         by anyone: pass it from the caller's own lifecycle callback (a

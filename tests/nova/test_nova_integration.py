@@ -261,3 +261,105 @@ def test_nova_s_start_up_drops_bind_claims_of_instances_it_no_longer_has(
     assert asked == [CONF.host]
     owners = {c["instance"] for c in adapter.driver.binder.claims().values()}
     assert owners == {kept, "incoming"}
+
+
+@pytest.fixture
+def sriov(tmp_path):
+    """Nova's CONF and an adapter on the L40 host: an NVIDIA SR-IOV card
+    whose VFs carry one vGPU each (one VF in use by a guest)."""
+    conf = config_fixture.Config(CONF)
+    conf.setUp()
+    conf.config(enabled_mdev_types=["nvidia-1157"], group="devices")
+    nova_conf.devices.register_dynamic_opts(CONF)
+    conf.config(device_addresses=["0000:41:00.0"], group="mdev_nvidia-1157")
+    uri, sysfs = hostdesc.materialize(helpers.load("l40-sriov"), tmp_path)
+    connection = libvirt.open(uri)
+    vconf.register_opts(CONF)
+    conf.config(state_path=str(tmp_path / "state"), group="devices")
+    adapter = NovaAdapter(CONF, NODE, lambda: connection, sysfs_root=sysfs)
+    tree = provider_tree.ProviderTree()
+    tree.new_root(NODE, str(uuid.uuid4()))
+    adapter.update_provider_tree(tree, NODE)
+    from nova.virt import fake
+
+    from vgpu_driver.nova import driver as vgpu_nova
+
+    driver = vgpu_nova.LibvirtDriver(fake.FakeVirtAPI(), False)
+    driver._vgpu_adapter = adapter
+    yield driver, adapter, tree
+    connection.close()
+    conf.cleanUp()
+
+
+def test_an_sriov_vgpu_reaches_nova_s_guest_config_as_a_vf(sriov):
+    from nova.virt.libvirt import config as vconfig
+
+    driver, adapter, tree = sriov
+    rp = tree.data(f"{NODE}_pci_0000_41_00_0").uuid
+    instance = str(uuid.uuid4())
+    [vf] = adapter.allocate(instance, {rp: {"resources": {"VGPU": 1}}})
+    assert vf.startswith("0000:41:") and vf != "0000:41:00.4"  # in use
+    guest = vconfig.LibvirtConfigGuest()
+    driver._guest_add_mdevs(guest, [vf])  # as Nova's _get_guest_config
+    [hostdev] = guest.devices
+    assert isinstance(hostdev, vconfig.LibvirtConfigGuestHostdevPCI)
+    xml = hostdev.to_xml()
+    assert 'type="pci"' in xml or "type='pci'" in xml
+    assert 'managed="no"' in xml or "managed='no'" in xml
+    bus, function = vf.split(":")[1], vf.split(".")[1]
+    assert f'bus="0x{bus}"' in xml and f'function="0x{function}"' in xml
+    # a hard reboot, a rescue or a revert finds it again, and Nova's own
+    # PCI devices are never taken for it
+    assert driver._get_all_assigned_mediated_devices(
+        type("I", (), {"uuid": instance})
+    ) == {vf: instance}
+    in_use = "cf2c2652-0777-5ada-aed9-f00b6c76566b"  # has 0000:41:00.4
+    assert adapter.vfs_of(in_use) == ["0000:41:00.4"]
+
+
+def test_suspend_detaches_the_vf_and_resume_finds_it_again(sriov):
+    from nova.virt.libvirt import config as vconfig
+
+    driver, _adapter, _tree = sriov
+    guest_config = vconfig.LibvirtConfigGuest()
+    guest_config.virt_type, guest_config.memory, guest_config.vcpus = (
+        "kvm",
+        1024,
+        1,
+    )
+    guest_config.name = "instance-00000051"
+    guest_config.uuid = "cf2c2652-0777-5ada-aed9-f00b6c76566b"
+    guest_config.os_type = "hvm"
+    driver._guest_add_mdevs(guest_config, ["0000:41:00.4"])
+    nova_pci = vconfig.LibvirtConfigGuestHostdevPCI()
+    nova_pci.domain, nova_pci.bus, nova_pci.slot, nova_pci.function = (
+        "0000",
+        "81",
+        "00",
+        "1",
+    )  # a NIC VF of Nova's [pci] passthrough
+    guest_config.add_device(nova_pci)
+    xml = guest_config.to_xml()
+
+    class Guest:
+        detached = []
+
+        def get_all_devices(self, devtype=None):
+            return [d for d in guest_config.devices if isinstance(d, devtype)]
+
+        def detach_device(self, device, live=False):
+            self.detached.append((device.bus, live))
+
+    guest = Guest()
+    driver._detach_mediated_devices(guest)
+    assert guest.detached == [("41", True)]  # the vGPU VF, not Nova's NIC
+    again = driver._get_mdevs_from_guest_config(xml)
+    assert [(d.bus, d.function) for d in again] == [("0x41", "0x4")]
+
+
+def test_live_migration_of_an_sriov_vgpu_is_refused_at_the_source(sriov):
+    driver, _adapter, _tree = sriov
+    instance = type("I", (), {"uuid": "cf2c2652-0777-5ada-aed9-f00b6c76566b"})
+    with pytest.raises(nova_exception.MigrationPreCheckError) as caught:
+        driver.check_can_live_migrate_source(None, instance, object())
+    assert "0000:41:00.4" in str(caught.value)

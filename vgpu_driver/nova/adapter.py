@@ -136,35 +136,40 @@ class NovaAdapter:
     def allocate(
         self, instance_uuid: str, allocations: Mapping[str, Any]
     ) -> list[str]:
-        """Nova's ``_allocate_mdevs``: mdev uuids for the allocations."""
+        """Nova's ``_allocate_mdevs``: the devices for the allocations, an
+        mdev uuid or (an NVIDIA SR-IOV vGPU) a VF's PCI address each."""
         try:
             devices = self.driver.allocate_mdevs(instance_uuid, allocations)
         except RESCHEDULE as exc:
             raise _nova_exception().ComputeResourcesUnavailable(
                 reason=str(exc)
             ) from exc
-        vfs = [d.id for d in devices if d.kind != "mdev"]
-        if vfs:
-            self.driver.release_mdevs(instance_uuid)
-            raise _nova_exception().ComputeResourcesUnavailable(
-                reason=f"SR-IOV vGPU VFs {', '.join(vfs)} cannot be given "
-                "to a guest through Nova's mdev path; use [pci] "
-                "device_spec for them"
-            )
         return [d.id for d in devices]
 
     def assigned(self, instance_uuid: str | None = None) -> dict[str, str]:
-        """Nova's ``_get_all_assigned_mediated_devices``: mdev uuid ->
-        instance uuid, for guests' mdevs and claimed ones (binds not yet
-        in a guest, incoming live migrations). No libvirt call."""
+        """Nova's ``_get_all_assigned_mediated_devices``: device id ->
+        instance uuid, for what guests have and what is claimed (binds
+        not yet in a guest, incoming live migrations): mdevs, and VFs of
+        SR-IOV vGPU cards (never another PCI device: those are Nova's).
+        No libvirt call."""
         found = {}
+        vfs = self.driver.vf_devices()
         for instance, devices in self.driver.instance_devices().items():
             if instance_uuid is not None and instance != instance_uuid:
                 continue
             for device_id in (*devices["in_use"], *devices["claimed"]):
-                if is_mdev(device_id):
+                if is_mdev(device_id) or device_id in vfs:
                     found[device_id] = instance
         return found
+
+    def vfs_of(self, instance_uuid: str) -> list[str]:
+        """The SR-IOV vGPU VFs the instance has or is bound to."""
+        return sorted(
+            d for d in self.assigned(instance_uuid) if not is_mdev(d)
+        )
+
+    def vf_devices(self) -> set[str]:
+        return self.driver.vf_devices()
 
     def mdev_types(self, uuids: Iterable[str]) -> dict[str, str]:
         """Nova's ``_get_mdev_types_from_uuids``. No libvirt call."""
