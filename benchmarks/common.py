@@ -15,8 +15,26 @@ from vgpu_driver import conf as vconf
 from vgpu_driver.host import description as hostdesc
 
 
-def dense(parents: int, mdevs: int, guests: int) -> hostdesc.HostDescription:
+def dense(
+    parents: int, mdevs: int, guests: int, types: int = 1
+) -> hostdesc.HostDescription:
+    """``dense_raw``'s host; with ``types`` > 1 each pGPU also lists that
+    many types in all, as a GRID card does (the others have no room once
+    one type is in use)."""
     raw = hostdesc.dense_raw(parents, mdevs, guests)
+    for parent in raw["parents"]:
+        for k in range(1, types):
+            framebuffer = (512, 1024, 2048, 4096, 8192)[k % 5]
+            parent["types"].append(
+                {
+                    "id": f"nvidia-{200 + k}",
+                    "name": f"GRID M10-{framebuffer // 1024}Q",
+                    "capacity": 0,
+                    "description": "num_heads=4, frl_config=60, "
+                    f"framebuffer={framebuffer}M, max_resolution=5120x2880, "
+                    f"max_instance={8192 // framebuffer}",
+                }
+            )
     return hostdesc.parse(json.dumps(raw), "bench")
 
 

@@ -2,16 +2,17 @@
 same libvirt test-driver hosts.
 
 For each host size (pGPUs / mdevs / guests, every mdev in use by one
-guest): the first refresh of a new service (discovery, reading guests
-only where they could change the tree, then update_provider_tree) and a
-steady one, against one Nova periodic
+guest; ``T18``: each pGPU lists 18 types, as a GRID card does): the
+first refresh of a new service (discovery, reading guests only where
+they could change the tree, then update_provider_tree) and a steady
+one, against one Nova periodic
 (``LibvirtDriver._update_provider_tree_for_vgpu`` on Nova's own ``Host``
 over the same connection: Nova reads no guests there). CPU time and
-libvirt calls; min/median/max over repetitions, the three timed in turn
-in each repetition so this machine's noise hits both sides alike. The
-process's one-time costs are paid before timing, as Nova's warm-up call
-pays Nova's. Writes a PNG plot of CPU time against host size
-(matplotlib).
+libvirt calls; min/median/max over repetitions, each comparison timed in
+turn with Nova's in every repetition so this machine's noise hits both
+sides alike. The process's one-time costs are paid before timing, as
+Nova's warm-up call pays Nova's. Writes a PNG plot of CPU time against
+host size (matplotlib).
 
 Nova's side needs Nova and its dependencies: run it in the virtualenv
 ``tools/nova-venv`` builds::
@@ -39,15 +40,18 @@ from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.provider_tree import ProviderTree
 
+# pGPUs, mdevs, guests, types each pGPU lists (a GRID card: about 18)
 SHAPES = [
-    (1, 16, 16),
-    (4, 128, 128),
-    (16, 512, 512),
-    (16, 2048, 2048),
-    (64, 2048, 2048),
-    (64, 4096, 4096),
+    (1, 16, 16, 1),
+    (4, 32, 32, 1),
+    (4, 128, 128, 1),
+    (4, 128, 128, 18),
+    (16, 512, 512, 1),
+    (16, 2048, 2048, 1),
+    (64, 2048, 2048, 1),
+    (64, 4096, 4096, 1),
 ]
-QUICK = SHAPES[:3]
+QUICK = SHAPES[:4]
 ROOT = "8f0b2c1e-1d7a-4b6e-9a51-0c3f5e7d9b21"
 
 
@@ -227,13 +231,22 @@ class Nova:
         return timed(self.driver._get_all_assigned_mediated_devices)[0]
 
 
-def measure(parents: int, mdevs: int, guests: int) -> dict[str, Any]:
+def label(shape: tuple[int, int, int, int]) -> str:
+    """``pGPUs/mdevs/guests``, and ``T<n>`` when each lists n types."""
+    parents, mdevs, guests, types = shape
+    name = f"{parents}/{mdevs}/{guests}"
+    return f"{name} T{types}" if types > 1 else name
+
+
+def measure(
+    parents: int, mdevs: int, guests: int, types: int = 1
+) -> dict[str, Any]:
     """Each figure over ``runs`` repetitions. Each comparison is timed in
     turn in every repetition (a new service's first refresh, then Nova's
     periodic; then, in a second loop, a steady refresh and Nova's
     periodic), so a burst of noise on this machine hits both sides
     alike."""
-    description = dense(parents, mdevs, guests)
+    description = dense(parents, mdevs, guests, types)
     runs = 20 if mdevs <= 512 else 8
     with tempfile.TemporaryDirectory() as tmp:
         uri, sysfs = hostdesc.materialize(description, Path(tmp))
@@ -253,7 +266,7 @@ def measure(parents: int, mdevs: int, guests: int) -> dict[str, Any]:
                     if key in timers:
                         samples[key].append(timers[key]()[0])
         return {
-            "shape": (parents, mdevs, guests),
+            "shape": (parents, mdevs, guests, types),
             "ours": {
                 "first_cpu": samples["first"],
                 "first_calls": ours.first_calls,
@@ -281,7 +294,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    labels = [f"{p}/{m}/{g}" for p, m, g in (r["shape"] for r in results)]
+    labels = [label(r["shape"]) for r in results]
     x = range(len(results))
     fig, ax = plt.subplots(figsize=(8, 5.5))
     series = [
@@ -318,8 +331,11 @@ def plot(results: list[dict[str, Any]], path: Path) -> bool:
             label=label,
         )
     ax.set_yscale("log")
-    ax.set_xticks(list(x), labels)
-    ax.set_xlabel("host: pGPUs / mdevs / guests (libvirt test driver)")
+    ax.set_xticks(list(x), labels, rotation=20, fontsize="small")
+    ax.set_xlabel(
+        "host: pGPUs / mdevs / guests, T18: 18 types per pGPU "
+        "(libvirt test driver)"
+    )
     ax.set_ylabel("CPU ms per call (median)")
     ax.set_title("vGPU provider refresh: CPU time against host size")
     ax.grid(True, which="both", alpha=0.3)
@@ -359,7 +375,7 @@ def main() -> None:
         "timed in turn with Nova's"
     )
     print(
-        f"{'host':>14} | {'ours first cpu':>20} {'calls':>5} | "
+        f"{'host':>16} | {'ours first cpu':>20} {'calls':>5} | "
         f"{'guest scan':>10} | "
         f"{'ours steady cpu':>19} {'calls':>5} | "
         f"{'Nova periodic cpu':>21} {'calls':>6} | {'Nova/ours':>9} | "
@@ -379,7 +395,7 @@ def main() -> None:
             else f"{'(Nova not importable)':>21} {'':>6} | {'':>9} |"
         )
         print(
-            f"{'/'.join(map(str, shape)):>14} | "
+            f"{label(shape):>16} | "
             f"{spread(o['first_cpu']):>20} {o['first_calls']:>5} | "
             f"{o['scan_cpu']:>10.1f} | "
             f"{spread(o['cpu']):>19} {o['calls']:>5.0f} | {nova_cols}"

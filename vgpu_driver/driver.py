@@ -65,6 +65,11 @@ class VgpuDriver:
         self.conf = conf
         self.host = host
         self.config = config or loader.load_device_config(conf)
+        if host.described_types is None:
+            # capability traits come from the enabled types' descriptions
+            # alone: the others' sysfs files are not read (a GRID pGPU
+            # lists about 18 types)
+            host.described_types = self._enabled_type_ids
         self._lock = threading.RLock()
         self.state = (
             StateStore(state_path or conf.devices.state_path)
@@ -107,6 +112,9 @@ class VgpuDriver:
         a guest still names)."""
         with self._lock:
             return dict(self._seen_mdevs)
+
+    def _enabled_type_ids(self) -> set[str]:
+        return {t.type_id for t in self.config.types}
 
     def reload_config(self) -> DeviceConfig:
         """Read the device configuration again (call it after the caller

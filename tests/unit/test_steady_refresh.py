@@ -101,3 +101,55 @@ def test_a_configuration_reloaded_is_applied(steady, make_conf):
         if tree.exists(n)
     ]
     assert sum(totals) == 1
+
+
+def test_a_service_reads_the_descriptions_of_its_enabled_types_only(
+    make_conf, tmp_path, monkeypatch
+):
+    """A GRID pGPU lists many types, one sysfs description file each: a
+    service reads only its enabled types' (their capability traits are
+    all it reports), an operator's discover reads every one, and a type
+    enabled later is read then. The tree is the same either way."""
+    from vgpu_driver.host import sysfs as sysfs_module
+
+    read = []
+    real = sysfs_module.SysfsTree.type_description
+
+    def type_description(self, device, type_id):
+        read.append(type_id)
+        return real(self, device, type_id)
+
+    monkeypatch.setattr(
+        sysfs_module.SysfsTree, "type_description", type_description
+    )
+    description = helpers.load("grid-k1")
+    every = {t.id for p in description.parents for t in p.types}
+
+    def tree_of(host):
+        driver = VgpuDriver(make_conf(description.config), host)
+        tree = new_tree()
+        driver.update_provider_tree(tree, "node1")
+        return driver, {
+            tree.data(u).name: tree.data(u).traits
+            for u in tree.get_provider_uuids()
+        }
+
+    everything = helpers.libvirt_host(description, tmp_path / "all")
+    everything.described_types = lambda: every  # as discover reads
+    _, full = tree_of(everything)
+    assert set(read) == every
+    read.clear()
+    service = helpers.libvirt_host(description, tmp_path / "service")
+    driver, trees = tree_of(service)
+    enabled = {"nvidia-161", "nvidia-163"}
+    assert set(read) == enabled
+    assert trees == full
+    assert any(
+        t.startswith("HW_GPU_") for traits in full.values() for t in traits
+    )
+    # a type enabled on the running service: its description is read
+    read.clear()
+    driver.conf.set_override("enabled_mdev_types", ["nvidia-160"], "devices")
+    driver.reload_config()
+    driver.discover()
+    assert set(read) == {"nvidia-160"}

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 from vgpu_driver.model.device import Guest, HostInventory, Mdev, Parent
 
 
 class Host(Protocol):
+    # the mdev types whose descriptions discovery reads (None: all); a
+    # service sets its enabled types
+    described_types: Callable[[], Collection[str]] | None
+
     def discover(
         self, *, rescan_guests: bool = False, guests: bool = True
     ) -> HostInventory:

@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
@@ -184,8 +184,14 @@ class LibvirtHost:
         self._mdevs: dict[str, Mdev] = {}
         self._parent_extras: dict[str, tuple[Path, str | None]] = {}
         self._descriptions: dict[tuple[str, str], str | None] = {}
-        # parent name -> (its last XML, what it was read as)
-        self._parsed_parents: dict[str, tuple[str, Parent]] = {}
+        # The mdev types whose sysfs description is read (for capability
+        # traits); None: every type. A service sets its enabled types: a
+        # GRID pGPU lists about 18 types, one file each.
+        self.described_types: Callable[[], Collection[str]] | None = None
+        # parent name -> (its last XML, the types described, the reading)
+        self._parsed_parents: dict[
+            str, tuple[str, frozenset[str] | None, Parent]
+        ] = {}
         self._guests: dict[str, Guest] | None = None
         # mdevs are listed again when a parent's XML changes, when asked
         # (rescan), and at least every relist_interval seconds
@@ -495,9 +501,14 @@ class LibvirtHost:
         text = self._xml(device, name)
         if text is None:
             return None
+        wanted = (
+            frozenset(self.described_types())
+            if self.described_types is not None
+            else None
+        )
         cached = self._parsed_parents.get(name)
-        if cached is not None and cached[0] == text:
-            return cached[1]  # availableInstances unchanged: same reading
+        if cached is not None and cached[:2] == (text, wanted):
+            return cached[2]  # availableInstances unchanged: same reading
         try:
             parent, libvirt_path = nodedev_xml.read_parent(text)
         except DeviceXMLInvalid as exc:
@@ -511,17 +522,25 @@ class LibvirtHost:
             extras = (path, self.sysfs.driver(path))
             self._parent_extras[name] = extras
         path, driver = extras
-        enriched = self._enrich(parent, path, driver)
-        self._parsed_parents[name] = (text, enriched)
+        enriched = self._enrich(parent, path, driver, wanted)
+        self._parsed_parents[name] = (text, wanted, enriched)
         return enriched
 
     def _enrich(
-        self, parent: Parent, path: Path, driver: str | None
+        self,
+        parent: Parent,
+        path: Path,
+        driver: str | None,
+        wanted: frozenset[str] | None,
     ) -> Parent:
-        """Fill in from sysfs what libvirt's XML left out (read once)."""
+        """Fill in from sysfs what libvirt's XML left out (read once):
+        the driver, and the descriptions of the ``wanted`` types (all when
+        None)."""
         types = []
         for mdev_type in parent.types:
-            if mdev_type.description is None:
+            if mdev_type.description is None and (
+                wanted is None or mdev_type.id in wanted
+            ):
                 key = (parent.name, mdev_type.id)
                 if key not in self._descriptions:
                     self._descriptions[key] = self.sysfs.type_description(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from vgpu_driver.exception import DeviceOperationFailed
 from vgpu_driver.host.description import (
@@ -110,6 +110,8 @@ def _pf_of(pf: PfSpec) -> PhysicalFunction:
 
 class SimulatedHost:
     def __init__(self, description: HostDescription) -> None:
+        # descriptions cost nothing here: every type's is given
+        self.described_types: Callable[[], Collection[str]] | None = None
         self._state = description.copy()
         self._lock = threading.RLock()
         self._persistent: set[str] = set()

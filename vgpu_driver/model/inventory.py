@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import os_resource_classes as orc
 
@@ -28,7 +28,6 @@ from vgpu_driver.model import naming, trait
 from vgpu_driver.model.config import DeviceConfig, TypeConfig
 from vgpu_driver.model.device import (
     HostInventory,
-    MdevType,
     Parent,
     PhysicalFunction,
 )
@@ -67,12 +66,15 @@ class _Device:
     supported: tuple[str, ...]
     existing: Counter[str]  # type id -> devices of it that exist
     available: Mapping[str, int]  # type id -> room for more
-    capabilities: Mapping[str, trait.Capabilities]
+    # type id -> what it offers, asked for the type a plan reports only
+    # (a GRID pGPU lists about 18 types)
+    capabilities: Callable[[str], trait.Capabilities]
 
 
 def _from_parent(parent: Parent, existing: Counter[str]) -> _Device:
-    def caps(t: MdevType) -> trait.Capabilities:
-        return trait.capabilities_of(t)
+    def caps(type_id: str) -> trait.Capabilities:
+        found = parent.type(type_id)
+        return trait.capabilities_of(found) if found else trait.Capabilities()
 
     return _Device(
         name=parent.name,
@@ -80,7 +82,7 @@ def _from_parent(parent: Parent, existing: Counter[str]) -> _Device:
         supported=parent.type_ids,
         existing=existing,
         available={t.id: t.available for t in parent.types},
-        capabilities={t.id: caps(t) for t in parent.types},
+        capabilities=caps,
     )
 
 
@@ -105,10 +107,9 @@ def _from_pf(pf: PhysicalFunction) -> _Device:
         supported=supported,
         existing=existing,
         available=available,
-        capabilities={
-            type_id: trait.CATALOGUE.get(name, trait.Capabilities())
-            for type_id, name in names.items()
-        },
+        capabilities=lambda type_id: trait.CATALOGUE.get(
+            names.get(type_id, ""), trait.Capabilities()
+        ),
     )
 
 
@@ -223,7 +224,7 @@ def plan_providers(
             reason = None
         if total == 0:
             continue
-        caps = device.capabilities.get(type_id, trait.Capabilities())
+        caps = device.capabilities(type_id)
         plans[device.name] = ProviderPlan(
             name=naming.provider_name(nodename, device.name),
             device=device.name,

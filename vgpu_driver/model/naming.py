@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid as uuidlib
 
@@ -95,6 +96,7 @@ def is_valid_trait(name: str) -> bool:
     return bool(os_traits.check_traits([name])[0])
 
 
+@functools.lru_cache(maxsize=4096)
 def type_trait(type_id: str) -> str:
     """The trait naming a type: ``nvidia-35`` gives ``CUSTOM_NVIDIA_35``."""
     return str(os_traits.normalize_name(type_id))

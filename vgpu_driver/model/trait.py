@@ -119,7 +119,6 @@ def capabilities_of(mdev_type: MdevType) -> Capabilities:
     return CATALOGUE.get(key, CATALOGUE.get(mdev_type.id, Capabilities()))
 
 
-@functools.lru_cache(maxsize=256)
 @functools.cache
 def _standard_traits(prefix: str) -> tuple[str, ...]:
     """os-traits' names with a prefix (its lookup scans every name)."""
