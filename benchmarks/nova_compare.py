@@ -231,7 +231,7 @@ class Nova:
         return timed(self.driver._get_all_assigned_mediated_devices)[0]
 
 
-def label(shape: tuple[int, int, int, int]) -> str:
+def shape_label(shape: tuple[int, int, int, int]) -> str:
     """``pGPUs/mdevs/guests``, and ``T<n>`` when each lists n types."""
     parents, mdevs, guests, types = shape
     name = f"{parents}/{mdevs}/{guests}"
@@ -294,9 +294,9 @@ def plot(results: list[dict[str, Any]], path: Path) -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    labels = [label(r["shape"]) for r in results]
+    labels = [shape_label(r["shape"]) for r in results]
     x = range(len(results))
-    fig, ax = plt.subplots(figsize=(8, 5.5))
+    fig, ax = plt.subplots(figsize=(8, 6))
     series = [
         ("vgpu_driver, steady refresh", "o-", ("ours", "cpu")),
         ("vgpu_driver, first refresh", "s--", ("ours", "first_cpu")),
@@ -342,7 +342,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> bool:
     # below the axes: no line hides under it
     ax.legend(
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.16),
+        bbox_to_anchor=(0.5, -0.3),
         ncol=2,
         fontsize="small",
     )
@@ -395,7 +395,7 @@ def main() -> None:
             else f"{'(Nova not importable)':>21} {'':>6} | {'':>9} |"
         )
         print(
-            f"{label(shape):>16} | "
+            f"{shape_label(shape):>16} | "
             f"{spread(o['first_cpu']):>20} {o['first_calls']:>5} | "
             f"{o['scan_cpu']:>10.1f} | "
             f"{spread(o['cpu']):>19} {o['calls']:>5.0f} | {nova_cols}"
