@@ -65,6 +65,38 @@ def node(make_conf, tmp_path):
 FREE_ON_86 = "386818c0-9f18-5b12-8c04-386dbef1b1ab"  # m10: nvidia-36, unused
 
 
+def dense_node(make_conf, directory, parents, mdevs, guests):
+    """A driver on a dense host served by libvirt's test driver."""
+    import json
+
+    from vgpu_driver.host import description as hostdesc
+
+    raw = hostdesc.dense_raw(parents, mdevs, guests)
+    description = hostdesc.parse(json.dumps(raw), "dense")
+    host = helpers.libvirt_host(description, directory / "host")
+    return Node(
+        make_conf,
+        directory / "state",
+        "dense",
+        host=host,
+        config=description.config,
+    )
+
+
+def hand_made_domain_xml(uuid, name, mdevs):
+    """A domain for libvirt's test driver, defined by hand."""
+    return (
+        f"<domain type='test'><name>{name}</name><uuid>{uuid}</uuid>"
+        "<memory>65536</memory><os><type>hvm</type></os><devices>"
+        + "".join(
+            "<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"
+            f"<source><address uuid='{mdev}'/></source></hostdev>"
+            for mdev in mdevs
+        )
+        + "</devices></domain>"
+    )
+
+
 def test_free_mdev_is_reused_then_one_is_created(node):
     n = node()
     [first] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_86_00_0", 1)))
@@ -352,21 +384,11 @@ def test_resize_binds_on_destination_and_revert_reuses_source(node):
 def test_a_bind_costs_one_libvirt_call_whatever_the_guests(
     make_conf, tmp_path
 ):
-    import json
-
-    from vgpu_driver.host import description as hostdesc
-
     for guests in (4, 200):
-        raw = hostdesc.dense_raw(4, guests + 8, guests)
-        description = hostdesc.parse(json.dumps(raw), "dense")
-        host = helpers.libvirt_host(description, tmp_path / f"h{guests}")
-        n = Node(
-            make_conf,
-            tmp_path / f"s{guests}",
-            "dense",
-            host=host,
-            config=description.config,
+        n = dense_node(
+            make_conf, tmp_path / str(guests), 4, guests + 8, guests
         )
+        host = n.host
         allocations = n.alloc((sorted(n.update())[0], 1))
         # the provider tree needed no guest here: the first bind reads
         # them, once (one listing, one XML each)
@@ -409,35 +431,15 @@ def test_a_guest_defined_behind_the_library_s_back_is_not_bound_again(
     reported by libvirt's lifecycle event: the next bind does not hand
     those mdevs out, and reads that one domain, not every guest. Its
     undefine frees them again."""
-    import json
-
-    from vgpu_driver.host import description as hostdesc
-
-    raw = hostdesc.dense_raw(1, 6, 2)  # one parent, 4 mdevs free
-    description = hostdesc.parse(json.dumps(raw), "dense")
-    host = helpers.libvirt_host(description, tmp_path / "h")
-    n = Node(
-        make_conf,
-        tmp_path / "s",
-        "dense",
-        host=host,
-        config=description.config,
-    )
+    n = dense_node(make_conf, tmp_path, 1, 6, 2)  # one parent, 4 mdevs free
+    host = n.host
     [parent] = n.update()
     free = sorted(n.driver.free_mdevs())
     assert len(free) == 4
     *taken, left = free
     outsider = "77777777-0000-0000-0000-000000000001"
     domain = host.connection().defineXML(
-        "<domain type='test'><name>by-hand</name>"
-        f"<uuid>{outsider}</uuid><memory>65536</memory>"
-        "<os><type>hvm</type></os><devices>"
-        + "".join(
-            "<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"
-            f"<source><address uuid='{uuid}'/></source></hostdev>"
-            for uuid in taken
-        )
-        + "</devices></domain>"
+        hand_made_domain_xml(outsider, "by-hand", taken)
     )
     n.driver.domain_event(outsider, True)  # as a lifecycle callback does
     host.calls.clear()
@@ -454,14 +456,7 @@ def test_a_guest_defined_behind_the_library_s_back_is_not_bound_again(
     assert not host.calls
     # the caller's own define, reported by both its hook and the event:
     # read once
-    host.connection().defineXML(
-        "<domain type='test'><name>mine</name>"
-        f"<uuid>{mine}</uuid>"
-        "<memory>65536</memory><os><type>hvm</type></os><devices>"
-        "<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"
-        f"<source><address uuid='{left}'/></source></hostdev>"
-        "</devices></domain>"
-    )
+    host.connection().defineXML(hand_made_domain_xml(mine, "mine", [left]))
     n.driver.domain_event(mine, True)
     host.calls.clear()
     assert n.driver.guest_defined(mine) == [left]  # its claim ends
@@ -475,20 +470,7 @@ def test_an_undefine_event_older_than_the_caller_s_define_is_ignored(
     """Undefined by someone, then defined again by the caller (a hard
     reboot's order), the undefine's event applied last: the guest keeps
     its device, the newer reading wins."""
-    import json
-
-    from vgpu_driver.host import description as hostdesc
-
-    raw = hostdesc.dense_raw(1, 4, 2)
-    description = hostdesc.parse(json.dumps(raw), "dense")
-    host = helpers.libvirt_host(description, tmp_path / "h")
-    n = Node(
-        make_conf,
-        tmp_path / "s",
-        "dense",
-        host=host,
-        config=description.config,
-    )
+    n = dense_node(make_conf, tmp_path, 1, 4, 2)
     n.update()
     guest = n.driver.discover().guests[0]
     [device] = guest.mdevs

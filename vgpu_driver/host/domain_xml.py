@@ -118,8 +118,7 @@ def hostdev_xml_for_mdev(uuid: str) -> str:
 
 
 def hostdev_xml_for_pci(address: str) -> str:
-    domain, bus, rest = address.split(":")
-    slot, function = rest.split(".")
+    domain, bus, slot, function = naming.split_pci_address(address)
     return (
         "<hostdev mode='subsystem' type='pci' managed='no'>\n"
         "  <source>\n"

@@ -23,6 +23,14 @@ def pci_address(domain: int, bus: int, slot: int, function: int) -> str:
     return f"{domain:04x}:{bus:02x}:{slot:02x}.{function:x}"
 
 
+def split_pci_address(address: str) -> tuple[str, str, str, str]:
+    """``0000:41:00.4`` as its hexadecimal fields: domain, bus, slot,
+    function."""
+    domain, bus, rest = address.split(":")
+    slot, function = rest.split(".")
+    return domain, bus, slot, function
+
+
 def normalize_pci_address(value: str) -> str | None:
     """``0000:84:00.0`` in lower case, or None if it is not one."""
     match = PCI_ADDRESS_RE.match(value.strip())

@@ -44,6 +44,7 @@ from nova.virt.libvirt import driver as nova_driver
 from nova.virt.libvirt import host as nova_host
 from oslo_log import log as logging
 
+from vgpu_driver.model import naming
 from vgpu_driver.nova.adapter import NovaAdapter, is_mdev
 
 LOG = logging.getLogger(__name__)
@@ -79,11 +80,13 @@ def _keeping(instance_uuid: str) -> Iterator[None]:
 
 
 def _vf_hostdev(address: str) -> Any:
-    domain, bus, rest = address.split(":")
-    slot, function = rest.split(".")
     hostdev = vconfig.LibvirtConfigGuestHostdevPCI()
-    hostdev.domain, hostdev.bus = domain, bus
-    hostdev.slot, hostdev.function = slot, function
+    (
+        hostdev.domain,
+        hostdev.bus,
+        hostdev.slot,
+        hostdev.function,
+    ) = naming.split_pci_address(address)
     hostdev.managed = "no"
     return hostdev
 
@@ -258,16 +261,19 @@ class LibvirtDriver(nova_driver.LibvirtDriver):
                 guest.add_device(_vf_hostdev(address))
 
     def _get_mdevs_from_guest_config(self, xml: str) -> list[Any]:
-        """At resume, what suspend detached: the mdevs, and the VFs."""
-        found = list(super()._get_mdevs_from_guest_config(xml))
+        """At resume, what suspend detached: the mdevs (as Nova's own
+        does), and the VFs; the XML parsed once."""
         config = vconfig.LibvirtConfigGuest()
         config.parse_str(xml)
         vfs = self._vgpu.vf_devices()
-        return found + [
+        return [
             device
             for device in config.devices
-            if isinstance(device, vconfig.LibvirtConfigGuestHostdevPCI)
-            and _address(device) in vfs
+            if isinstance(device, vconfig.LibvirtConfigGuestHostdevMDEV)
+            or (
+                isinstance(device, vconfig.LibvirtConfigGuestHostdevPCI)
+                and _address(device) in vfs
+            )
         ]
 
     def _detach_mediated_devices(self, guest: Any) -> None:
