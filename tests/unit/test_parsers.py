@@ -268,3 +268,22 @@ def test_the_fast_guest_parser_agrees_on_unusual_domains(devices, name):
         f"<devices>{devices}</devices></domain>"
     )
     assert domain_xml.parse_guest(text) == domain_xml.parse_guest_tree(text)
+
+
+def test_sysfs_attributes_are_read_whole_or_not_at_all(tmp_path):
+    """sysfs values are read with raw descriptor reads: a value longer
+    than one read comes back whole; a missing, unreadable or undecodable
+    attribute is None, never a partial value or an exception."""
+    from vgpu_driver.host import sysfs
+
+    long_value = "GRID description line\n" * 4000  # > one 64 KiB read
+    (tmp_path / "description").write_text(long_value + "\n")
+    (tmp_path / "latin1").write_bytes(b"caf\xe9")
+    (tmp_path / "a_directory").mkdir()
+    (tmp_path / "available_instances").write_text("  12\n")
+
+    assert sysfs._read(tmp_path / "description") == long_value.strip()
+    assert sysfs._read(str(tmp_path / "available_instances")) == "12"
+    assert sysfs._read_int(tmp_path / "available_instances") == 12
+    for unreadable in ("missing", "latin1", "a_directory"):
+        assert sysfs._read(tmp_path / unreadable) is None

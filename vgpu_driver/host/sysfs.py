@@ -29,11 +29,22 @@ LOG = logging.getLogger(__name__)
 
 
 def _read(path: str | os.PathLike[str]) -> str | None:
+    """A sysfs attribute's value, stripped (None if unreadable). Raw
+    file descriptor reads: a third of ``open()``'s cost, and a first
+    discovery reads one per parent at least."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read().strip()
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks).decode("utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return None
+    finally:
+        os.close(fd)
 
 
 def _read_int(path: str | os.PathLike[str]) -> int | None:
