@@ -14,10 +14,19 @@ sides alike. The process's one-time costs are paid before timing, as
 Nova's warm-up call pays Nova's. Writes a PNG plot of CPU time against
 host size (matplotlib).
 
+``--daemon``: the same hosts served by this machine's ``libvirtd``
+(Debian's ``libvirt-daemon``) over its UNIX socket, so that every
+libvirt call is a round trip to a daemon, as on a compute host. In
+process, a test-driver call costs about what a Python function call
+does, which leaves only the Python of both sides to compare. Over the
+daemon, wall time (which includes the daemon's work and the waits) is
+printed beside the caller's CPU time.
+
 Nova's side needs Nova and its dependencies: run it in the virtualenv
 ``tools/nova-venv`` builds::
 
-    tools/nova-venv python -m benchmarks.nova_compare [--quick] [--plot F]
+    tools/nova-venv python -m benchmarks.nova_compare \
+        [--quick] [--daemon] [--plot F]
 
 Without Nova it prints this library's figures only.
 """
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import gc
 import statistics
 import tempfile
@@ -34,7 +44,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import conf_for, dense, machine, spread
+from benchmarks.common import (
+    conf_for,
+    dense,
+    libvirt_daemon,
+    machine,
+    readable_by_daemon,
+    spread,
+)
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
@@ -239,17 +256,25 @@ def shape_label(shape: tuple[int, int, int, int]) -> str:
 
 
 def measure(
-    parents: int, mdevs: int, guests: int, types: int = 1
+    parents: int,
+    mdevs: int,
+    guests: int,
+    types: int = 1,
+    remote: Callable[[str], str] | None = None,
 ) -> dict[str, Any]:
     """Each figure over ``runs`` repetitions. Each comparison is timed in
     turn in every repetition (a new service's first refresh, then Nova's
     periodic; then, in a second loop, a steady refresh and Nova's
     periodic), so a burst of noise on this machine hits both sides
-    alike."""
+    alike. ``remote``: the host is served by a daemon, at the URI this
+    gives for its test-driver URI."""
     description = dense(parents, mdevs, guests, types)
     runs = 20 if mdevs <= 512 else 8
     with tempfile.TemporaryDirectory() as tmp:
         uri, sysfs = hostdesc.materialize(description, Path(tmp))
+        if remote is not None:
+            readable_by_daemon(Path(tmp))
+            uri = remote(uri)
         conf = conf_for(description.config, Path(tmp))
         ours = Ours(uri, sysfs, conf)
         try:
@@ -264,19 +289,25 @@ def measure(
             for _ in range(runs):
                 for key in pair:
                     if key in timers:
-                        samples[key].append(timers[key]()[0])
+                        cpu, wall = timers[key]()
+                        samples[key].append(cpu)
+                        samples[key + "_wall"].append(wall)
         return {
             "shape": (parents, mdevs, guests, types),
             "ours": {
                 "first_cpu": samples["first"],
+                "first_wall": samples["first_wall"],
                 "first_calls": ours.first_calls,
                 "cpu": samples["steady"],
+                "wall": samples["steady_wall"],
                 "calls": ours.calls,
                 "scan_cpu": ours.guest_scan(),
             },
             "nova": {
                 "cpu": samples["nova"],
+                "wall": samples["nova_wall"],
                 "cpu_beside_first": samples["nova_first"],
+                "wall_beside_first": samples["nova_first_wall"],
                 "calls": theirs.calls,
                 "spawn_scan_cpu": theirs.spawn_scan(),
                 "spawn_scan_calls": theirs.spawn_scan_calls,
@@ -286,7 +317,7 @@ def measure(
         }
 
 
-def plot(results: list[dict[str, Any]], path: Path) -> bool:
+def plot(results: list[dict[str, Any]], path: Path, daemon: bool) -> bool:
     try:
         import matplotlib
 
@@ -337,7 +368,10 @@ def plot(results: list[dict[str, Any]], path: Path) -> bool:
         "(libvirt test driver)"
     )
     ax.set_ylabel("CPU ms per call (median)")
-    ax.set_title("vGPU provider refresh: CPU time against host size")
+    ax.set_title(
+        "vGPU provider refresh: CPU time against host size"
+        + ("\n(libvirt calls served by libvirtd)" if daemon else "")
+    )
     ax.grid(True, which="both", alpha=0.3)
     # below the axes: no line hides under it
     ax.legend(
@@ -360,55 +394,96 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument(
+        "--daemon",
+        action="store_true",
+        help="serve the hosts by this machine's libvirtd (every call a "
+        "round trip, as on a compute host) instead of in process",
+    )
+    parser.add_argument(
         "--plot",
         type=Path,
         default=None,
         help="PNG to write (default: benchmarks/results/cost_vs_host_size"
-        ".png; with --quick, none unless given)",
+        ".png, with --daemon cost_vs_host_size_libvirtd.png; with "
+        "--quick, none unless given)",
     )
     args = parser.parse_args()
     print(machine())
     print(f"process warm-up, paid once before timing: {warm_up():.1f} ms CPU")
     print(
-        "CPU ms, min/median/max of repeated runs (first refresh: each on a "
-        "new service); calls: libvirt calls per refresh; ratios: medians "
-        "timed in turn with Nova's"
+        "libvirt: "
+        + (
+            "test-driver hosts served by libvirtd over its UNIX socket; "
+            "wall time includes the daemon's work"
+            if args.daemon
+            else "test-driver hosts in process (calls cost almost nothing)"
+        )
     )
+    print(
+        "CPU ms of the caller, min/median/max of repeated runs (first "
+        "refresh: each on a new service); calls: libvirt calls per "
+        "refresh; ratios: medians timed in turn with Nova's"
+    )
+    wall_head = f" | {'first/Nova wall':>15} | {'Nova/ours wall':>14}"
     print(
         f"{'host':>16} | {'ours first cpu':>20} {'calls':>5} | "
         f"{'guest scan':>10} | "
         f"{'ours steady cpu':>19} {'calls':>5} | "
         f"{'Nova periodic cpu':>21} {'calls':>6} | {'Nova/ours':>9} | "
         f"{'first/Nova':>10} | {'Nova per spawn cpu/calls':>24}"
+        + (wall_head if args.daemon else "")
     )
-    results = []
-    for shape in QUICK if args.quick else SHAPES:
-        r = measure(*shape)
-        results.append(r)
-        o, n = r["ours"], r["nova"]
-        nova_cols = (
-            f"{spread(n['cpu']):>21} {n['calls']:>6.0f} | "
-            f"{_ratio(n['cpu'], o['cpu']):>8.1f}x | "
-            f"{_ratio(o['first_cpu'], n['cpu_beside_first']):>9.2f}x"
-            f" | {n['spawn_scan_cpu']:>15.1f}/{n['spawn_scan_calls']:<8}"
-            if n
-            else f"{'(Nova not importable)':>21} {'':>6} | {'':>9} |"
+    with contextlib.ExitStack() as stack:
+        remote = (
+            stack.enter_context(
+                libvirt_daemon(
+                    Path(stack.enter_context(tempfile.TemporaryDirectory()))
+                )
+            )
+            if args.daemon
+            else None
         )
-        print(
-            f"{shape_label(shape):>16} | "
-            f"{spread(o['first_cpu']):>20} {o['first_calls']:>5} | "
-            f"{o['scan_cpu']:>10.1f} | "
-            f"{spread(o['cpu']):>19} {o['calls']:>5.0f} | {nova_cols}"
-        )
+        results = [
+            _report(measure(*shape, remote=remote), args.daemon)
+            for shape in (QUICK if args.quick else SHAPES)
+        ]
     path = args.plot
     if path is None and not args.quick:
-        path = Path("benchmarks/results/cost_vs_host_size.png")
+        name = "cost_vs_host_size" + ("_libvirtd" if args.daemon else "")
+        path = Path(f"benchmarks/results/{name}.png")
     if path is None:
         print("plot: not written (--quick)")
-    elif plot(results, path):
+    elif plot(results, path, args.daemon):
         print(f"plot: {path}")
     else:
         print("plot: skipped (matplotlib is not installed)")
+
+
+def _report(r: dict[str, Any], wall: bool) -> dict[str, Any]:
+    """Print one host's line; return its figures."""
+    o, n = r["ours"], r["nova"]
+    nova_cols = (
+        f"{spread(n['cpu']):>21} {n['calls']:>6.0f} | "
+        f"{_ratio(n['cpu'], o['cpu']):>8.1f}x | "
+        f"{_ratio(o['first_cpu'], n['cpu_beside_first']):>9.2f}x"
+        f" | {n['spawn_scan_cpu']:>15.1f}/{n['spawn_scan_calls']:<8}"
+        + (
+            f" | {_ratio(o['first_wall'], n['wall_beside_first']):>14.2f}x"
+            f" | {_ratio(n['wall'], o['wall']):>13.1f}x"
+            if wall
+            else ""
+        )
+        if n
+        else f"{'(Nova not importable)':>21} {'':>6} | {'':>9} |"
+    )
+    print(
+        f"{shape_label(r['shape']):>16} | "
+        f"{spread(o['first_cpu']):>20} {o['first_calls']:>5} | "
+        f"{o['scan_cpu']:>10.1f} | "
+        f"{spread(o['cpu']):>19} {o['calls']:>5.0f} | {nova_cols}",
+        flush=True,
+    )
+    return r
 
 
 if __name__ == "__main__":
