@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -11,6 +12,7 @@ import shutil
 import statistics
 import subprocess
 import time
+import uuid as uuidlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -41,6 +43,33 @@ def dense(
                 }
             )
     return hostdesc.parse(json.dumps(raw), "bench")
+
+
+def sriov(cards: int, used_per_card: int = 16) -> hostdesc.HostDescription:
+    """``cards`` NVIDIA L40s on a kernel >= 6.8 (32 SR-IOV VFs each, as
+    the shipped ``l40-sriov`` host's), ``used_per_card`` VFs of each set
+    to the enabled type and in use by one guest each."""
+    l40 = hostdesc.load("l40-sriov")
+    [card] = l40.pfs
+    pfs, guests = [], []
+    for i in range(cards):
+        pf = dataclasses.replace(card, address=f"0000:{0x41 + i:02x}:00.0")
+        pf.vf_types = {vf: 1157 for vf in pf.vf_addresses[:used_per_card]}
+        pfs.append(pf)
+        guests += [
+            hostdesc.GuestSpec(
+                uuid=str(uuidlib.uuid5(uuidlib.NAMESPACE_URL, vf)),
+                name=f"instance-{len(guests) + n:08x}",
+                pci=[vf],
+            )
+            for n, vf in enumerate(pf.vf_types)
+        ]
+    return dataclasses.replace(
+        l40,
+        pfs=pfs,
+        guests=guests,
+        config="[devices]\nenabled_mdev_types = nvidia-1157\n",
+    )
 
 
 def conf_for(text: str, directory: Path, name: str = "vgpu") -> cfg.ConfigOpts:

@@ -5,6 +5,10 @@ mdevs and 2048 domains), then measures a first discovery (with the full
 guest scan a service does at start) and a steady-state refresh. Nova's
 in-tree code costs 2 + 2 * (parents + mdevs) calls per inventory refresh.
 
+Then NVIDIA SR-IOV hosts (1 and 8 L40s, 32 VFs each, half of them in
+use), whose vGPUs are VFs read from sysfs: the same two figures, and the
+sysfs files a steady scan reads.
+
     python -m benchmarks.discovery [--quick]
 """
 
@@ -16,12 +20,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import machine, spread
+from benchmarks.common import machine, spread, sriov
 from vgpu_driver.host import description as hostdesc
+from vgpu_driver.host import sysfs as sysfs_module
 from vgpu_driver.host.libvirt_host import LibvirtHost
 
 SHAPES = [(1, 16, 16), (16, 256, 256), (16, 2048, 2048), (64, 2048, 2048)]
 QUICK = [(1, 16, 16), (16, 256, 256)]
+SRIOV_CARDS = [1, 8]
 
 
 def measure(parents: int, mdevs: int, guests: int) -> dict[str, float]:
@@ -58,6 +64,44 @@ def measure(parents: int, mdevs: int, guests: int) -> dict[str, float]:
     }
 
 
+def measure_sriov(cards: int) -> dict[str, float | str]:
+    """First and steady discovery of ``cards`` L40s, and the sysfs files
+    a steady scan reads (counted by wrapping the attribute reader)."""
+    description = sriov(cards)
+    with tempfile.TemporaryDirectory() as tmp:
+        uri, sysfs = hostdesc.materialize(description, Path(tmp))
+        host = LibvirtHost(uri, sysfs)
+        host.connection()
+        start = time.perf_counter()
+        first = host.discover()
+        first_ms = (time.perf_counter() - start) * 1000
+        assert len(first.pfs) == cards
+        samples = []
+        for _ in range(20):
+            start = time.perf_counter()
+            host.discover()
+            samples.append((time.perf_counter() - start) * 1000)
+        read = [0]
+        real_read = sysfs_module._read
+
+        def counted(path: str) -> str | None:
+            read[0] += 1
+            return real_read(path)
+
+        sysfs_module._read = counted  # type: ignore[assignment]
+        try:
+            host.discover()
+        finally:
+            sysfs_module._read = real_read
+        host.close()
+    return {
+        "vfs": sum(pf.vf_count for pf in description.pfs),
+        "first_ms": first_ms,
+        "steady_ms": spread(samples),
+        "files": read[0],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true")
@@ -78,6 +122,20 @@ def main() -> None:
             f"{r['first_calls']:>11} {r['first_ms']:>8.1f} | "
             f"{r['steady_calls']:>12.0f} {r['steady_ms']:>22} | "
             f"{r['nova_calls']:>10}"
+        )
+    print()
+    header = (
+        f"{'L40s':>5} {'VFs':>5} | {'first ms':>8} | "
+        f"{'steady ms min/med/max':>22} {'files read':>10}"
+    )
+    print("NVIDIA SR-IOV (VFs read from sysfs)")
+    print(header)
+    print("-" * len(header))
+    for cards in SRIOV_CARDS[:1] if args.quick else SRIOV_CARDS:
+        r = measure_sriov(cards)
+        print(
+            f"{cards:>5} {r['vfs']:>5} | {r['first_ms']:>8.1f} | "
+            f"{r['steady_ms']:>22} {r['files']:>10}"
         )
 
 

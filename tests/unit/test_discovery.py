@@ -309,6 +309,67 @@ def test_pci_devices_are_probed_for_nvidia_once_and_vf_types_every_time(
     assert len(probed) == len(os.listdir(devices))
 
 
+def test_a_steady_sriov_scan_reads_one_file_per_vf(tmp_path, monkeypatch):
+    """At every scan each VF's current type is read (a type set by
+    another process is seen at once); creatable types and PF attributes
+    are read again only for a PF one of whose VFs changed type. Before,
+    every scan read five files per VF: 8.9 ms of CPU at every periodic
+    for 8 L40s with 32 VFs each."""
+    import dataclasses
+    import operator
+
+    from vgpu_driver.host import sysfs as sysfs_module
+
+    l40 = helpers.load("l40-sriov")
+    [pf] = l40.pfs
+    other = dataclasses.replace(
+        pf,
+        address="0000:42:00.0",
+        vf_types={},
+    )
+    hostdesc.materialize(
+        dataclasses.replace(l40, pfs=(pf, other), guests=()), tmp_path
+    )
+    devices = tmp_path / "sys/bus/pci/devices"
+    read = []
+    real_read = sysfs_module._read
+
+    def counted(path):
+        read.append(str(path).removeprefix(f"{devices}/"))
+        return real_read(path)
+
+    monkeypatch.setattr(sysfs_module, "_read", counted)
+    tree = sysfs_module.SysfsTree(tmp_path / "sys")
+    first = tree.sriov_functions()
+    vfs = [vf.address for p in first for vf in p.vfs]
+    assert len(vfs) == pf.vf_count * 2
+
+    read.clear()
+    again = tree.sriov_functions()
+    assert sorted(read) == sorted(
+        f"{vf}/nvidia/current_vgpu_type" for vf in vfs
+    )
+    assert len(again) == 2 and all(map(operator.is_, first, again))
+
+    # another process sets a type on the second card, whose driver then
+    # offers only that type on the VFs left
+    vf = other.vf_addresses[3]
+    (devices / vf / "nvidia/current_vgpu_type").write_text("1156\n")
+    for sibling in other.vf_addresses:
+        (devices / sibling / "nvidia/creatable_vgpu_types").write_text(
+            "ID    : vGPU Name\n1156  : NVIDIA L40-2Q\n"
+        )
+    read.clear()
+    changed = tree.sriov_functions()
+    assert changed[0] is first[0]  # the first card: nothing read again
+    assert {p.split("/")[0] for p in read if "creatable" in p} == set(
+        other.vf_addresses
+    )
+    [card] = [p for p in changed if p.address == other.address]
+    assert {v.address: v.current_type for v in card.vfs}[vf] == 1156
+    assert {t.id for v in card.vfs for t in v.creatable} == {1156}
+
+
 def test_discover_table_spells_parents_as_the_config_and_shows_details(
     capsys,
 ):

@@ -28,6 +28,9 @@ from vgpu_driver.model.device import (
 LOG = logging.getLogger(__name__)
 
 
+_CHUNK = 65536  # a sysfs attribute is at most a page
+
+
 def _read(path: str | os.PathLike[str]) -> str | None:
     """A sysfs attribute's value, stripped (None if unreadable). Raw
     file descriptor reads: a third of ``open()``'s cost, and a first
@@ -37,9 +40,9 @@ def _read(path: str | os.PathLike[str]) -> str | None:
     except OSError:
         return None
     try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
+        chunks = [os.read(fd, _CHUNK)]
+        while len(chunks[-1]) == _CHUNK:  # no second read for most
+            chunks.append(os.read(fd, _CHUNK))
         return b"".join(chunks).decode("utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return None
@@ -72,7 +75,11 @@ class SysfsTree:
         # a device link's target does not change while the device exists
         self._resolved: dict[Path, Path] = {}
         self._not_nvidia: set[str] = set()
-        self._nvidia: set[str] = set()
+        # NVIDIA SR-IOV VF -> its PF's address (a VF's PF never changes)
+        self._nvidia: dict[str, str] = {}
+        # PF address -> (its VFs' current types when last read, the PF
+        # read then): a VF's creatable types depend on its PF's state
+        self._pfs: dict[str, tuple[tuple[int, ...], PhysicalFunction]] = {}
 
     def real_path(self, path: Path) -> Path:
         """``path`` with its links resolved (cached)."""
@@ -95,7 +102,7 @@ class SysfsTree:
 
     # (joined as strings: a first discovery reads these for every parent)
 
-    def driver(self, device: Path) -> str | None:
+    def driver(self, device: str | os.PathLike[str]) -> str | None:
         try:
             return os.path.basename(os.readlink(f"{device}/driver"))
         except OSError:
@@ -109,6 +116,7 @@ class SysfsTree:
         have been bound since)."""
         self._not_nvidia.clear()
         self._nvidia.clear()
+        self._pfs.clear()
 
     def mdev_bus_entries(self) -> list[str]:
         """The names registered in ``class/mdev_bus`` (one listing)."""
@@ -171,54 +179,89 @@ class SysfsTree:
             return None
 
     def sriov_functions(self) -> list[PhysicalFunction]:
-        """NVIDIA SR-IOV physical GPUs and their VFs. Whether a PCI device
-        has an ``nvidia/`` directory is probed once (one stat) and
-        remembered until :meth:`forget_probes` (a VF made later is a new
-        entry)."""
+        """NVIDIA SR-IOV physical GPUs and their VFs.
+
+        At every scan each VF's ``current_vgpu_type`` is read, one file:
+        a type set by anyone, another process or an operator, is seen at
+        once. The rest is read again only when it may have changed: a
+        VF's creatable types and its PF's attributes when a VF of that PF
+        changed type. Whether a PCI device is an NVIDIA VF (one stat, and
+        its ``physfn`` link) is probed once. :meth:`forget_probes` reads
+        everything again (a driver may have been bound since)."""
         devices = f"{self.root}/bus/pci/devices"
         try:
-            entries = sorted(os.listdir(devices))
+            entries = os.listdir(devices)
         except OSError:
             return []
-        vfs_of: dict[str, list[VirtualFunction]] = {}
+        current_of: dict[str, dict[str, int]] = {}
         for entry in entries:
             if entry in self._not_nvidia:
                 continue
-            nvidia = f"{devices}/{entry}/nvidia"
-            if entry not in self._nvidia:
-                if not os.path.isdir(nvidia):  # one stat, once, for most
-                    self._not_nvidia.add(entry)
+            pf = self._nvidia.get(entry)
+            if pf is None:
+                pf = self._probe_vf(devices, entry)
+                if pf is None:
                     continue
-                self._nvidia.add(entry)
-            current = _read_int(f"{nvidia}/current_vgpu_type")
-            if current is None:
-                continue
+            current = _read_int(f"{devices}/{entry}/nvidia/current_vgpu_type")
+            if current is not None:
+                current_of.setdefault(pf, {})[entry] = current
+        pfs = []
+        for address, currents in sorted(current_of.items()):
+            vfs = sorted(currents)
+            state = tuple(currents[vf] for vf in vfs)
+            known = self._pfs.get(address)
+            if (
+                known is None
+                or known[0] != state
+                or ([vf.address for vf in known[1].vfs] != vfs)
+            ):
+                known = (state, self._read_pf(devices, address, currents))
+                self._pfs[address] = known
+            pfs.append(known[1])
+        for gone in set(self._pfs) - set(current_of):
+            del self._pfs[gone]
+        return pfs
+
+    def _probe_vf(self, devices: str, entry: str) -> str | None:
+        """The PF of an NVIDIA SR-IOV VF (remembered); None for any other
+        device (remembered too)."""
+        if os.path.isdir(f"{devices}/{entry}/nvidia"):  # one stat, once
             try:
                 pf = os.path.basename(os.readlink(f"{devices}/{entry}/physfn"))
             except OSError:
-                continue  # not a VF
-            creatable = parse_creatable(
-                _read(f"{nvidia}/creatable_vgpu_types") or ""
+                pf = None  # an NVIDIA device, not a VF
+        else:
+            pf = None
+        if pf is None:
+            self._not_nvidia.add(entry)
+            return None
+        self._nvidia[entry] = pf
+        return pf
+
+    def _read_pf(
+        self, devices: str, address: str, currents: dict[str, int]
+    ) -> PhysicalFunction:
+        vfs = tuple(
+            VirtualFunction(
+                vf,
+                current,
+                parse_creatable(
+                    _read(f"{devices}/{vf}/nvidia/creatable_vgpu_types") or ""
+                ),
             )
-            vfs_of.setdefault(pf, []).append(
-                VirtualFunction(entry, current, creatable)
-            )
-        pfs = []
-        for address, vfs in sorted(vfs_of.items()):
-            pf_dir = Path(devices, address)
-            numa = _read_int(pf_dir / "numa_node")
-            pfs.append(
-                PhysicalFunction(
-                    name="pci_" + address.replace(":", "_").replace(".", "_"),
-                    address=address,
-                    vendor_id=_read(pf_dir / "vendor"),
-                    product_id=_read(pf_dir / "device"),
-                    driver=self.driver(pf_dir),
-                    numa_node=None if numa is None or numa < 0 else numa,
-                    vfs=tuple(vfs),
-                )
-            )
-        return pfs
+            for vf, current in sorted(currents.items())
+        )
+        pf_dir = f"{devices}/{address}"
+        numa = _read_int(f"{pf_dir}/numa_node")
+        return PhysicalFunction(
+            name="pci_" + address.replace(":", "_").replace(".", "_"),
+            address=address,
+            vendor_id=_read(f"{pf_dir}/vendor"),
+            product_id=_read(f"{pf_dir}/device"),
+            driver=self.driver(pf_dir),
+            numa_node=None if numa is None or numa < 0 else numa,
+            vfs=vfs,
+        )
 
     # -- writing -------------------------------------------------------
 
