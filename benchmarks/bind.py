@@ -11,11 +11,12 @@ and reported with ``guest_defined`` (two calls, not counted as the
 bind's), as a compute service does, so spawn claims end and the claims
 file stays the size of the unfinished binds.
 
-    python -m benchmarks.bind
+    python -m benchmarks.bind [--quick]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import tempfile
@@ -23,7 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
-from benchmarks.common import conf_for, dense
+from benchmarks.common import conf_for, dense, machine
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
@@ -88,13 +89,19 @@ def _domain(instance: str, name: str, driver, devices) -> str:  # type: ignore[n
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="the 16-guest host only"
+    )
+    args = parser.parse_args()
+    print(machine())
     print(
         f"{'pGPUs':>5} {'guests':>6} {'mdevs':>5} | "
         f"{'first bind calls / CPU ms':>25} | "
         f"{'later: calls (max)':>18} | {'CPU ms min/med/max':>23} | "
         "claims on disk (max / after)"
     )
-    for guests in (16, 2048):
+    for guests in (16,) if args.quick else (16, 2048):
         r = measure(guests)
         low, mid, high = r["cpu_ms"]
         print(

@@ -1,0 +1,76 @@
+"""The speed goals are checked by the scripts in ``benchmarks/``: each
+must keep running as the README says, and print a row of figures per
+host it measures (not timed here: this only keeps them from rotting)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(module: str, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{module}", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("machine: "), done.stdout[:500]
+    return done.stdout
+
+
+def rows(out: str, pattern: str) -> list[re.Match[str]]:
+    return [m for line in out.splitlines() if (m := re.match(pattern, line))]
+
+
+def test_discovery_benchmark_steady_calls_are_parents_plus_one():
+    out = run("discovery", "--quick")
+    mdev_rows = rows(
+        out, r"\s*(\d+)\s+(\d+)\s+(\d+) \|\s+(\d+)\s+[\d.]+ \|\s+(\d+)\s"
+    )
+    assert [(m[1], m[2]) for m in mdev_rows] == [("1", "16"), ("16", "256")]
+    for m in mdev_rows:
+        assert int(m[5]) == int(m[1]) + 1  # P + 1, whatever the mdevs
+    [sriov] = rows(out, r"\s*1\s+32 \|\s+[\d.]+ \|\s+[\d./]+\s+(\d+)$")
+    assert sriov[1] == "32"  # one file per VF at a steady scan
+
+
+def test_bind_benchmark_leaves_no_claim_behind():
+    out = run("bind", "--quick")
+    [found] = rows(
+        out, r"\s*16\s+16\s+\d+ \|.*\|\s+(\d+) \|.*\| (\d+) / (\d+)$"
+    )
+    assert found[1] == "1"  # a later bind: one libvirt call
+    assert found[3] == "0"  # every claim ended
+
+
+def test_provider_tree_benchmark_prints_each_host():
+    out = run("provider_tree", "--quick")
+    assert len(rows(out, r"\s*(16|64)\s+2048 \|\s+[\d.]+ \|")) == 2
+
+
+def test_nova_compare_runs_without_nova():
+    pytest.importorskip("libvirt")
+    out = run("nova_compare", "--quick")
+    found = rows(out, r"\s*(\S+(?: T18)?) \|\s+[\d./]+\s+(\d+) \|")
+    assert [m[1] for m in found] == [
+        "1/16/16",
+        "4/32/32",
+        "4/128/128",
+        "4/128/128 T18",
+    ]
+    assert "plot: not written (--quick)" in out
+
+
+def test_placement_sync_benchmark_against_the_embedded_placement():
+    out = run("placement_sync", "--hosts", "1", "--pgpus", "2")
+    assert re.search(r"no-op sync:\s+0 requests", out), out
+    assert re.search(r"providers in Placement: \d+", out), out
