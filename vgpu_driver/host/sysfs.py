@@ -33,8 +33,8 @@ _CHUNK = 65536  # a sysfs attribute is at most a page
 
 def _read(path: str | os.PathLike[str]) -> str | None:
     """A sysfs attribute's value, stripped (None if unreadable). Raw
-    file descriptor reads: a third of ``open()``'s cost, and a first
-    discovery reads one per parent at least."""
+    file descriptor reads, about half of ``open()``'s cost: a refresh
+    reads one per SR-IOV VF, a first discovery one per parent."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -213,7 +213,7 @@ class SysfsTree:
             if (
                 known is None
                 or known[0] != state
-                or ([vf.address for vf in known[1].vfs] != vfs)
+                or [vf.address for vf in known[1].vfs] != vfs
             ):
                 known = (state, self._read_pf(devices, address, currents))
                 self._pfs[address] = known
