@@ -151,7 +151,7 @@ class PfSpec:
 
     @property
     def name(self) -> str:
-        return nodedev_name(self.address)
+        return naming.libvirt_pci_name(self.address)
 
     @property
     def vf_addresses(self) -> list[str]:
@@ -204,10 +204,6 @@ class HostDescription:
 
     def copy(self) -> HostDescription:
         return copy.deepcopy(self)
-
-
-def nodedev_name(address: str) -> str:
-    return "pci_" + address.replace(":", "_").replace(".", "_")
 
 
 def css_bus_id(name: str) -> str:
@@ -286,7 +282,7 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
                     f"parents[{index}].address {p['address']!r} is "
                     "not a PCI address"
                 )
-            name = nodedev_name(address)
+            name = naming.libvirt_pci_name(address)
         else:
             name = p["name"]
         types = [

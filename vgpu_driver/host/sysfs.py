@@ -77,9 +77,9 @@ class SysfsTree:
         self._not_nvidia: set[str] = set()
         # NVIDIA SR-IOV VF -> its PF's address (a VF's PF never changes)
         self._nvidia: dict[str, str] = {}
-        # PF address -> (its VFs' current types when last read, the PF
-        # read then): a VF's creatable types depend on its PF's state
-        self._pfs: dict[str, tuple[tuple[int, ...], PhysicalFunction]] = {}
+        # PF address -> the PF as last read: read again when its VFs'
+        # current types change (a VF's creatable types depend on them)
+        self._pfs: dict[str, PhysicalFunction] = {}
 
     def real_path(self, path: Path) -> Path:
         """``path`` with its links resolved (cached)."""
@@ -207,17 +207,15 @@ class SysfsTree:
                 current_of.setdefault(pf, {})[entry] = current
         pfs = []
         for address, currents in sorted(current_of.items()):
-            vfs = sorted(currents)
-            state = tuple(currents[vf] for vf in vfs)
+            state = sorted(currents.items())
             known = self._pfs.get(address)
-            if (
-                known is None
-                or known[0] != state
-                or [vf.address for vf in known[1].vfs] != vfs
-            ):
-                known = (state, self._read_pf(devices, address, currents))
-                self._pfs[address] = known
-            pfs.append(known[1])
+            if known is None or state != [
+                (vf.address, vf.current_type) for vf in known.vfs
+            ]:
+                known = self._pfs[address] = self._read_pf(
+                    devices, address, state
+                )
+            pfs.append(known)
         for gone in set(self._pfs) - set(current_of):
             del self._pfs[gone]
         return pfs
@@ -239,8 +237,9 @@ class SysfsTree:
         return pf
 
     def _read_pf(
-        self, devices: str, address: str, currents: dict[str, int]
+        self, devices: str, address: str, currents: list[tuple[str, int]]
     ) -> PhysicalFunction:
+        """A PF and its VFs, given each VF's current type (in order)."""
         vfs = tuple(
             VirtualFunction(
                 vf,
@@ -249,12 +248,12 @@ class SysfsTree:
                     _read(f"{devices}/{vf}/nvidia/creatable_vgpu_types") or ""
                 ),
             )
-            for vf, current in sorted(currents.items())
+            for vf, current in currents
         )
         pf_dir = f"{devices}/{address}"
         numa = _read_int(f"{pf_dir}/numa_node")
         return PhysicalFunction(
-            name="pci_" + address.replace(":", "_").replace(".", "_"),
+            name=naming.libvirt_pci_name(address),
             address=address,
             vendor_id=_read(f"{pf_dir}/vendor"),
             product_id=_read(f"{pf_dir}/device"),

@@ -31,6 +31,12 @@ def split_pci_address(address: str) -> tuple[str, str, str, str]:
     return domain, bus, slot, function
 
 
+def libvirt_pci_name(address: str) -> str:
+    """libvirt's node-device name for a PCI address: ``0000:41:00.0``
+    gives ``pci_0000_41_00_0``."""
+    return "pci_" + address.replace(":", "_").replace(".", "_")
+
+
 def normalize_pci_address(value: str) -> str | None:
     """``0000:84:00.0`` in lower case, or None if it is not one."""
     match = PCI_ADDRESS_RE.match(value.strip())
