@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -38,6 +39,51 @@ M10_PARENT = """
     <pci-express><link validity='cap' port='0' speed='8' width='16'/></pci-express>
   </capability>
   <future-element/>
+</device>
+"""
+
+# As libvirt formats a PCI parent with everything its fast reader takes:
+# an SR-IOV physical function, a header type, an IOMMU group, a NUMA node
+# and PCIe links.
+SRIOV_PARENT = """<device>
+  <name>pci_0000_41_00_0</name>
+  <path>/sys/devices/pci0000:40/0000:40:01.1/0000:41:00.0</path>
+  <parent>pci_0000_40_01_1</parent>
+  <driver>
+    <name>nvidia</name>
+  </driver>
+  <capability type='pci'>
+    <class>0x030200</class>
+    <domain>0</domain>
+    <bus>65</bus>
+    <slot>0</slot>
+    <function>0</function>
+    <product id='0x26b5' />
+    <vendor id='0x10de'>NVIDIA Corporation</vendor>
+    <capability type='virt_functions' maxCount='32'>
+      <address domain='0x0000' bus='0x41' slot='0x00' function='0x4'/>
+      <address domain='0x0000' bus='0x41' slot='0x00' function='0x5'/>
+    </capability>
+    <capability type='mdev_types'>
+      <type id='nvidia-1155'>
+        <name>NVIDIA L40-1B</name>
+        <deviceAPI>vfio-pci</deviceAPI>
+        <availableInstances>32</availableInstances>
+      </type>
+      <type id='nvidia-1156'>
+        <deviceAPI>vfio-pci</deviceAPI>
+        <availableInstances>16</availableInstances>
+      </type>
+    </capability>
+    <iommuGroup number='21'>
+      <address domain='0x0000' bus='0x41' slot='0x00' function='0x0'/>
+    </iommuGroup>
+    <numa node='1'/>
+    <pci-express>
+      <link validity='cap' port='0' speed='16' width='16'/>
+      <link validity='sta' speed='16' width='16'/>
+    </pci-express>
+  </capability>
 </device>
 """
 
@@ -185,6 +231,96 @@ def test_parsers_raise_only_their_own_error(text):
             parse(text)
 
 
+def _mutants(text: str) -> st.SearchStrategy[str]:
+    """``text`` with a slice replaced: by nothing, by another slice of
+    it, or by arbitrary text (markup, references, other whitespace)."""
+    cut = st.tuples(st.integers(0, len(text)), st.integers(0, len(text))).map(
+        sorted
+    )
+    filler = st.one_of(
+        st.just(""),
+        cut.map(lambda ab: text[ab[0] : ab[1]]),
+        st.sampled_from(
+            [
+                "<",
+                ">",
+                "'",
+                '"',
+                "&amp;",
+                "<!-- x -->",
+                "\r",
+                "\t",
+                "\xa0",
+                "\x01",
+                " ",
+                "-",
+                "0",
+                "09",
+                "0x1",
+                "<a/>",
+                "</capability>",
+            ]
+        ),
+        st.text(max_size=8),
+    )
+    numbers = [m.span() for m in re.finditer(r"[0-9]+", text)]
+    return st.one_of(
+        st.builds(
+            lambda ab, fill: text[: ab[0]] + fill + text[ab[1] :],
+            cut,
+            filler,
+        ),
+        # a number libvirt writes, written otherwise
+        st.builds(
+            lambda ab, fill: text[: ab[0]] + fill + text[ab[1] :],
+            st.sampled_from(numbers),
+            st.sampled_from(["09", "007", "0x1f", "-1", "", " 3 ", "1.5"]),
+        ),
+    )
+
+
+def _reference(parse, text):
+    try:
+        return parse(text)
+    except DeviceXMLInvalid:
+        return DeviceXMLInvalid
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.one_of(_mutants(SRIOV_PARENT), _mutants(M10_PARENT)))
+def test_the_fast_parent_reader_reads_as_xml_does_or_declines(text):
+    """Whatever the text, the pattern reader either declines it or reads
+    exactly what the tree parser reads (and never reads a text the tree
+    parser refuses)."""
+    fast = nodedev_xml._read_pci_parent_shape(text)
+    if fast is not None:
+        assert fast == _reference(nodedev_xml.read_parent_tree, text)
+
+
+@settings(max_examples=600, deadline=None)
+@given(_mutants(MDEV_77))
+def test_the_fast_mdev_reader_reads_as_xml_does_or_declines(text):
+    fast = nodedev_xml._parse_mdev_shape(text)
+    if fast is not None:
+        assert fast == _reference(nodedev_xml.parse_mdev_tree, text)
+
+
+def test_the_fast_readers_take_libvirts_shapes():
+    """What libvirt formats is read by the patterns (or the speed of a
+    first discovery is lost without a test noticing), as the tree
+    parser reads it; an element they do not know sends the text to the
+    tree parser."""
+    parent = nodedev_xml._read_pci_parent_shape(SRIOV_PARENT)
+    assert parent is not None
+    assert parent == nodedev_xml.read_parent_tree(SRIOV_PARENT)
+    assert parent[0].driver == "nvidia" and parent[0].product is None
+    assert [t.available for t in parent[0].types] == [32, 16]
+    assert nodedev_xml._parse_mdev_shape(MDEV_77) is not None
+    assert "<future-element/>" in M10_PARENT
+    assert nodedev_xml._read_pci_parent_shape(M10_PARENT) is None
+    assert nodedev_xml.read_parent(M10_PARENT)[0].types
+
+
 def _test_driver_xml(tmp_path):
     """Every parent's, mdev's and domain's XML as libvirt's test driver
     formats it, for all shipped hosts."""
@@ -209,7 +345,14 @@ def _test_driver_xml(tmp_path):
 def test_the_fast_parsers_read_what_the_reference_parsers_read(tmp_path):
     parents, mdevs, domains = _test_driver_xml(tmp_path)
     assert parents and mdevs and domains
-    for text in [M10_PARENT, *parents]:
+    for text in [M10_PARENT, SRIOV_PARENT, *parents]:
+        if "<capability type='pci'>" in text:
+            assert nodedev_xml._read_pci_parent_shape(text) or (
+                text == M10_PARENT
+            )
+        assert nodedev_xml.read_parent(text) == (
+            nodedev_xml.read_parent_tree(text)
+        )
         # one parse gives both the parent and its sysfs path
         parent, path = nodedev_xml.read_parent(text)
         assert parent is not None and parent.types

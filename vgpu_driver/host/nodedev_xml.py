@@ -60,10 +60,146 @@ def parse_parent(text: str) -> Parent | None:
     return read_parent(text)[0]
 
 
+# The fast readers below read the shapes libvirt formats node devices
+# in, each by one pattern matched against the whole text, without
+# building a tree (a first discovery reads every parent and mdev). A
+# text of any other shape (an element a later libvirt adds, a comment,
+# CDATA) does not match and goes to the reference tree parser. So that
+# a text they read is read as XML reads it, their patterns take XML's
+# whitespace only (not Unicode's), attributes in libvirt's fixed form,
+# and texts with neither markup nor what XML rewrites (references;
+# carriage returns, read as newlines) or refuses (control characters).
+_NOT_PLAIN = "&\r\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff"
+
+
+def _shape(pattern: str) -> re.Pattern[str]:
+    """A shape's pattern: ``\\s`` (outside brackets) is XML's
+    whitespace, and a text (``[^<...]``) or attribute value
+    (``[^'<...]``) has only plain characters."""
+    return re.compile(
+        pattern.replace(r"\s", "[ \t\n]")
+        .replace("[^<", "[^<" + _NOT_PLAIN)
+        .replace("[^'<", "[^'<" + _NOT_PLAIN)
+    )
+
+
+_MDEV = _shape(
+    r"\s*<device>\s*<name>([^<]*)</name>\s*"
+    r"(?:<path>[^<]*</path>\s*)?"
+    r"(?:<devnode type='\w+'>[^<]*</devnode>\s*)*"
+    r"<parent>([^<]*)</parent>\s*"
+    r"(?:<driver>\s*<name>[^<]*</name>\s*</driver>\s*)?"
+    r"<capability type='mdev'>\s*<type id='([^'< \t\n]+)'/>\s*"
+    r"(?:<uuid>([^<]*)</uuid>\s*)?"
+    r"(?:<parent_addr>[^<]*</parent_addr>\s*)?"
+    r"(?:<iommuGroup number='(0|[1-9][0-9]*)'/>\s*)?"
+    r"(?:<attr name='[^'<]*' value='[^'<]*'/>\s*)*"
+    r"</capability>\s*</device>\s*"
+)
+# A PCI parent: the nested capabilities of an SR-IOV function or a header
+# type, the mdev types, the IOMMU group, NUMA node and PCIe links. (A VPD
+# block, for one, is left to the reference.)
+_HEX = "0x[0-9a-fA-F]+"
+_ADDRESSES = (
+    rf"(?:\s*<address domain='{_HEX}' bus='{_HEX}' slot='{_HEX}' "
+    rf"function='{_HEX}'/>)*\s*"
+)
+_PCI_PARENT = _shape(
+    r"\s*<device>\s*<name>(?P<name>[^<]*)</name>\s*"
+    r"(?:<path>(?P<path>[^<]*)</path>\s*)?"
+    r"(?:<devnode type='\w+'>[^<]*</devnode>\s*)*"
+    r"(?:<parent>[^<]*</parent>\s*)?"
+    r"(?:<driver>\s*<name>(?P<driver>[^<]*)</name>\s*</driver>\s*)?"
+    r"<capability type='pci'>\s*"
+    r"(?:<class>[^<]*</class>\s*)?"
+    r"<domain>(?P<domain>[0-9]+)</domain>\s*<bus>(?P<bus>[0-9]+)</bus>\s*"
+    r"<slot>(?P<slot>[0-9]+)</slot>\s*"
+    r"<function>(?P<function>[0-9]+)</function>\s*"
+    r"(?:<product id='(?P<product_id>[^'< \t\n]*)'\s*"
+    r"(?:/>|>(?P<product>[^<]*)</product>)\s*)?"
+    r"(?:<vendor id='(?P<vendor_id>[^'< \t\n]*)'\s*"
+    r"(?:/>|>(?P<vendor>[^<]*)</vendor>)\s*)?"
+    r"(?:<capability type='(?:phys_function|virt_functions)'"
+    r"(?: maxCount='[0-9]+')?\s*(?:/>|>" + _ADDRESSES + r"</capability>)\s*"
+    r"|<capability type='[\w-]+'\s*/>\s*)*"
+    r"<capability type='mdev_types'>(?P<types>(?:\s*<type id='[^'< \t\n]+'>"
+    r"\s*(?:<name>[^<]*</name>\s*)?<deviceAPI>[^<]*</deviceAPI>\s*"
+    r"<availableInstances>[0-9]+</availableInstances>\s*</type>)*)\s*"
+    r"</capability>\s*"
+    r"(?:<iommuGroup number='[0-9]+'>" + _ADDRESSES + r"</iommuGroup>\s*)?"
+    r"(?:<numa node='(?P<numa>-?[0-9]+)'/>\s*)?"
+    r"(?:<pci-express>(?:\s*<link validity='(?:cap|sta)'(?: port='[0-9]+')?"
+    r"(?: speed='[0-9.]+')?(?: width='[0-9]+')?/>)*\s*</pci-express>\s*)?"
+    r"</capability>\s*</device>\s*"
+)
+_MDEV_TYPE = _shape(
+    r"\s*<type id='([^'< \t\n]+)'>\s*(?:<name>([^<]*)</name>\s*)?"
+    r"<deviceAPI>([^<]*)</deviceAPI>\s*"
+    r"<availableInstances>([0-9]+)</availableInstances>\s*</type>"
+)
+
+
+def _stripped(text: str | None) -> str | None:
+    return (text.strip() or None) if text is not None else None
+
+
+def _read_pci_parent_shape(text: str) -> tuple[Parent, str | None] | None:
+    """A PCI parent in the shape libvirt formats it, read by one pattern
+    without building a tree (a first discovery reads every parent). None
+    if the text is not exactly that shape, or is one the reference
+    parser would refuse: :func:`read_parent_tree` is the reference."""
+    match = _PCI_PARENT.fullmatch(text)
+    if match is None:
+        return None
+    fields = match.groupdict()
+    name = _stripped(fields["name"])
+    try:
+        types = tuple(
+            MdevType(
+                id=type_id,
+                name=_stripped(type_name),
+                device_api=api.strip(),
+                available=int(available, 0),
+            )
+            for type_id, type_name, api, available in _MDEV_TYPE.findall(
+                fields["types"]
+            )
+        )
+        address = naming.pci_address(
+            *(int(fields[f], 0) for f in ("domain", "bus", "slot", "function"))
+        )
+        numa = fields["numa"]
+        numa_node = int(numa, 0) if numa is not None else None
+    except ValueError:
+        return None  # a number XML reads but Python's int() does not
+    if name is None or not all(t.device_api for t in types):
+        return None
+    return (
+        Parent(
+            name=name,
+            address=address,
+            vendor_id=fields["vendor_id"],
+            vendor=_stripped(fields["vendor"]),
+            product_id=fields["product_id"],
+            product=_stripped(fields["product"]),
+            driver=_stripped(fields["driver"]),
+            numa_node=numa_node,
+            types=types,
+        ),
+        _stripped(fields["path"]),
+    )
+
+
 def read_parent(text: str) -> tuple[Parent | None, str | None]:
     """A parent (None without ``mdev_types``) and the sysfs path libvirt
-    gives for it: the text parsed once (a first discovery reads every
-    parent; plain iteration, no ElementPath predicates)."""
+    gives for it."""
+    fast = _read_pci_parent_shape(text)
+    return fast if fast is not None else read_parent_tree(text)
+
+
+def read_parent_tree(text: str) -> tuple[Parent | None, str | None]:
+    """The reference parser of :func:`read_parent` (a full XML tree,
+    parsed once; plain iteration, no ElementPath predicates)."""
     root = parse_xml(text, "node device")
     path = _text(root.find("path"))
     name = _required(_text(root.find("name")), "node device", "<name>")
@@ -164,34 +300,17 @@ def between(text: str, start: str, end: str, pos: int = 0) -> str | None:
 
 
 def _parse_mdev_shape(text: str) -> Mdev | None:
-    """The shape libvirt formats an mdev in, read without building a
-    tree (a dense host lists thousands of mdevs on a first discovery).
-    None if the text is not that shape (or has any entity, comment,
-    CDATA or carriage return): :func:`parse_mdev_tree` is the
-    reference."""
-    if "&" in text or "<!" in text or "<?" in text or "\r" in text:
+    """An mdev in the shape libvirt formats it, read by one pattern
+    without building a tree (a dense host lists thousands of mdevs on a
+    first discovery). None if the text is not exactly that shape:
+    :func:`parse_mdev_tree` is the reference."""
+    match = _MDEV.fullmatch(text)
+    if match is None:
         return None
-    find = text.find
-    cap = find("<capability type='mdev'>")
-    a, b = find("<name>"), find("</name>")
-    c, d = find("<parent>"), find("</parent>")
-    e = find("<type id='", cap)
-    end = find("</capability>", cap)
-    if min(cap, a, b, c, d, e, end) < 0 or e > end:
-        return None
-    name, parent = text[a + 6 : b].strip(), text[c + 8 : d].strip()
-    type_id = text[e + 10 : find("'", e + 10)]
-    u = find("<uuid>", cap, end)
-    uuid = (
-        text[u + 6 : find("</uuid>", u)].strip()
-        if u >= 0
-        else mdev_uuid_from_name(name)
-    )
-    g = find("<iommuGroup number='", cap, end)
-    group = text[g + 20 : find("'", g + 20)] if g >= 0 else None
-    if not (name and parent and type_id and uuid) or (
-        group is not None and not group.isdigit()
-    ):
+    name, parent, type_id, uuid, group = match.groups()
+    name, parent = name.strip(), parent.strip()
+    uuid = (uuid or "").strip() or mdev_uuid_from_name(name)
+    if not (name and parent and uuid):
         return None
     return Mdev(
         uuid=uuid.lower(),
