@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
+import uuid
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vgpu_driver.model import naming
 from vgpu_driver.model.provider_tree import ProviderTree
 
 VGPU = {
@@ -73,3 +78,18 @@ def test_snapshots_are_copies():
     snapshot = tree.data("c1")
     snapshot.inventory["VGPU"]["total"] = 99
     assert tree.data("c1").inventory["VGPU"]["total"] == 4
+
+
+@given(st.uuids(), st.text(st.characters(blacklist_categories=("Cs",))))
+def test_child_provider_uuids_are_uuid5_of_the_root_and_the_name(root, name):
+    expected = str(uuid.uuid5(root, name))
+    for spelled in (str(root), str(root).upper(), root.hex, f"{{{root}}}"):
+        assert naming.child_provider_uuid(spelled, name) == expected
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "not-a-uuid", "8f0b2c1e 1d7a 4b6e 9a51 0c3f5e7d9b2"]
+)
+def test_a_malformed_root_uuid_is_refused_as_uuid_refuses_it(bad):
+    with pytest.raises(ValueError):
+        naming.child_provider_uuid(bad, "node_pci_0000_84_00_0")

@@ -58,6 +58,7 @@ from vgpu_driver.model.device import (
     Guest,
     HostInventory,
     Mdev,
+    MdevType,
     Parent,
     implied_parents,
     sort_inventory,
@@ -519,8 +520,10 @@ class LibvirtHost:
         extras = self._parent_extras.get(name)
         if extras is None:
             path = self.sysfs.resolve(libvirt_path, parent.address)
-            extras = (path, self.sysfs.driver(path))
-            self._parent_extras[name] = extras
+            # libvirt names the driver of a bound device: sysfs only
+            # where it does not
+            driver = parent.driver or self.sysfs.driver(path)
+            extras = self._parent_extras[name] = (path, driver)
         path, driver = extras
         enriched = self._enrich(parent, path, driver, wanted)
         self._parsed_parents[name] = (text, wanted, enriched)
@@ -537,19 +540,24 @@ class LibvirtHost:
         the driver, and the descriptions of the ``wanted`` types (all when
         None)."""
         types = []
+        described = False
         for mdev_type in parent.types:
             if mdev_type.description is None and (
                 wanted is None or mdev_type.id in wanted
             ):
                 key = (parent.name, mdev_type.id)
-                if key not in self._descriptions:
-                    self._descriptions[key] = self.sysfs.type_description(
-                        path, mdev_type.id
+                if key in self._descriptions:
+                    description = self._descriptions[key]
+                else:
+                    description = self._descriptions[key] = (
+                        self.sysfs.type_description(path, mdev_type.id)
                     )
-                mdev_type = dataclasses.replace(
-                    mdev_type, description=self._descriptions[key]
-                )
+                if description is not None:
+                    mdev_type = _described(mdev_type, description)
+                    described = True
             types.append(mdev_type)
+        if not described and (parent.driver or driver) == parent.driver:
+            return parent  # nothing to add (dataclasses.replace is slow)
         return dataclasses.replace(
             parent, driver=parent.driver or driver, types=tuple(types)
         )
@@ -871,6 +879,16 @@ class LibvirtHost:
 
     def set_vf_type(self, vf_address: str, type_id: int) -> None:
         self.sysfs.set_vf_type(vf_address, type_id)
+
+
+def _described(mdev_type: MdevType, description: str) -> MdevType:
+    return MdevType(
+        mdev_type.id,
+        mdev_type.name,
+        mdev_type.device_api,
+        mdev_type.available,
+        description,
+    )
 
 
 def _replace_active(mdev: Mdev, active: bool) -> Mdev:

@@ -74,7 +74,7 @@ class _Device:
 def _from_parent(parent: Parent, existing: Counter[str]) -> _Device:
     def caps(type_id: str) -> trait.Capabilities:
         found = parent.type(type_id)
-        return trait.capabilities_of(found) if found else trait.Capabilities()
+        return trait.capabilities_of(found) if found else trait.NOTHING_KNOWN
 
     return _Device(
         name=parent.name,
@@ -108,7 +108,7 @@ def _from_pf(pf: PhysicalFunction) -> _Device:
         existing=existing,
         available=available,
         capabilities=lambda type_id: trait.CATALOGUE.get(
-            names.get(type_id, ""), trait.Capabilities()
+            names.get(type_id, ""), trait.NOTHING_KNOWN
         ),
     )
 

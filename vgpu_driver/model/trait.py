@@ -40,6 +40,8 @@ class Capabilities:
     framebuffer_mb: int | None = None
 
 
+NOTHING_KNOWN = Capabilities()
+
 # Known types whose driver gives no description, keyed by type name (or,
 # for i915, which names none, by type id). Figures from Nova's Queens
 # vGPU spec: NVIDIA GRID K1 and Intel GVT-g on an Iris Pro P6300.
@@ -81,9 +83,9 @@ def sriov_type_limit(product_id: str | None, type_name: str) -> int | None:
 def parse_description(text: str | None) -> Capabilities:
     """Figures from a vendor's type description (NVIDIA or i915 style)."""
     if not text:
-        return Capabilities()
+        return NOTHING_KNOWN
     fields: dict[str, str] = {}
-    for part in re.split(r"[,\n]", text):
+    for part in text.replace("\n", ",").split(","):
         key, sep, value = part.partition("=")
         if not sep:
             key, sep, value = part.partition(":")
@@ -101,6 +103,8 @@ def parse_description(text: str | None) -> Capabilities:
         .rstrip("MmBb")
         .strip()
     )
+    if heads is None and resolution is None and framebuffer is None:
+        return NOTHING_KNOWN
     return Capabilities(heads, resolution, framebuffer)
 
 
@@ -113,10 +117,10 @@ def _int(value: str | None) -> int | None:
 
 def capabilities_of(mdev_type: MdevType) -> Capabilities:
     found = parse_description(mdev_type.description)
-    if found != Capabilities():
+    if found is not NOTHING_KNOWN:
         return found
     key = mdev_type.name or mdev_type.id
-    return CATALOGUE.get(key, CATALOGUE.get(mdev_type.id, Capabilities()))
+    return CATALOGUE.get(key, CATALOGUE.get(mdev_type.id, NOTHING_KNOWN))
 
 
 @functools.cache
