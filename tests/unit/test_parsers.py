@@ -419,13 +419,15 @@ def test_sysfs_attributes_are_read_whole_or_not_at_all(tmp_path):
     attribute is None, never a partial value or an exception."""
     from vgpu_driver.host import sysfs
 
-    long_value = "GRID description line\n" * 4000  # > one 64 KiB read
+    long_value = "GRID description line\n" * 4000  # many one-page reads
     (tmp_path / "description").write_text(long_value + "\n")
+    (tmp_path / "one_page").write_text("x" * 4096)
     (tmp_path / "latin1").write_bytes(b"caf\xe9")
     (tmp_path / "a_directory").mkdir()
     (tmp_path / "available_instances").write_text("  12\n")
 
     assert sysfs._read(tmp_path / "description") == long_value.strip()
+    assert sysfs._read(tmp_path / "one_page") == "x" * 4096
     assert sysfs._read(str(tmp_path / "available_instances")) == "12"
     assert sysfs._read_int(tmp_path / "available_instances") == 12
     for unreadable in ("missing", "latin1", "a_directory"):

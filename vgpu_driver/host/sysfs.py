@@ -28,7 +28,7 @@ from vgpu_driver.model.device import (
 LOG = logging.getLogger(__name__)
 
 
-_CHUNK = 65536  # a sysfs attribute is at most a page
+_CHUNK = 4096  # a sysfs attribute is at most a page (more is read on)
 
 
 def _read(path: str | os.PathLike[str]) -> str | None:
