@@ -65,11 +65,14 @@ class VgpuDriver:
         self.conf = conf
         self.host = host
         self.config = config or loader.load_device_config(conf)
+        # capability traits come from the enabled types' descriptions
+        # alone: the others' sysfs files are not read (a GRID pGPU lists
+        # about 18 types). The host is handed the set, not a method of
+        # this driver: no reference cycle, so a driver the caller drops
+        # is freed at once, not at the next full garbage collection.
+        self._enabled = _EnabledTypes(self.config)
         if host.described_types is None:
-            # capability traits come from the enabled types' descriptions
-            # alone: the others' sysfs files are not read (a GRID pGPU
-            # lists about 18 types)
-            host.described_types = self._enabled_type_ids
+            host.described_types = self._enabled
         self._lock = threading.RLock()
         self.state = (
             StateStore(state_path or conf.devices.state_path)
@@ -113,9 +116,6 @@ class VgpuDriver:
         with self._lock:
             return dict(self._seen_mdevs)
 
-    def _enabled_type_ids(self) -> set[str]:
-        return {t.type_id for t in self.config.types}
-
     def reload_config(self) -> DeviceConfig:
         """Read the device configuration again (call it after the caller
         re-read its files, e.g. on SIGHUP): a type enabled on a running
@@ -130,6 +130,7 @@ class VgpuDriver:
                     ", ".join(t.type_id for t in config.types) or "none",
                 )
             self.config = config
+            self._enabled.config = config
             self._warned_addresses = False
         return config
 
@@ -896,6 +897,16 @@ class VgpuDriver:
             elif plan.name in self._reasons:
                 LOG.info("Provider %s takes guests again", plan.name)
             self._reasons[plan.name] = plan.reason
+
+
+class _EnabledTypes:
+    """The ids of the enabled types, as the host asks for them."""
+
+    def __init__(self, config: DeviceConfig) -> None:
+        self.config = config
+
+    def __call__(self) -> frozenset[str]:
+        return frozenset(t.type_id for t in self.config.types)
 
 
 def sync_placement(driver: VgpuDriver, syncer: Any) -> Any:

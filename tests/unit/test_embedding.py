@@ -4,8 +4,10 @@ connection, and a configuration reloaded while running."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import textwrap
+import weakref
 from pathlib import Path
 
 import libvirt
@@ -122,3 +124,27 @@ def test_a_type_enabled_on_a_running_service_is_offered(tmp_path):
         "nvidia-35",
         "nvidia-36",
     }
+
+
+def test_a_driver_the_caller_drops_is_freed_at_once(tmp_path, make_conf):
+    """No reference cycle between the driver and the host it reads: a
+    driver (and what it read) the caller drops is freed at once, not at
+    Python's next full garbage collection, and the host it leaves still
+    reads the types the driver enabled."""
+    uri, sysfs = helpers.hostdesc.materialize(helpers.load("m10"), tmp_path)
+    connection = libvirt.open(uri)
+    host = LibvirtHost(sysfs_root=sysfs, connection=connection)
+    conf = make_conf("[devices]\nenabled_mdev_types = nvidia-35\n")
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    gc.disable()
+    try:
+        driver = VgpuDriver(conf, host)
+        assert driver.update_provider_tree(new_tree(), "node1")
+        dropped = weakref.ref(driver)
+        del driver
+        assert dropped() is None
+    finally:
+        gc.enable()
+    assert host.described_types is not None
+    assert host.described_types() == {"nvidia-35"}
+    connection.close()
