@@ -556,7 +556,8 @@ class LibvirtHost:
                     mdev_type = _described(mdev_type, description)
                     described = True
             types.append(mdev_type)
-        if not described and (parent.driver or driver) == parent.driver:
+        adds_driver = not parent.driver and driver is not None
+        if not described and not adds_driver:
             return parent  # nothing to add (dataclasses.replace is slow)
         return dataclasses.replace(
             parent, driver=parent.driver or driver, types=tuple(types)
