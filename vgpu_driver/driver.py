@@ -269,11 +269,12 @@ class VgpuDriver:
                 provider_tree, nodename, inventory
             ):
                 return self.last_plans
+            root = provider_tree.data(nodename)
+            mine = self._device_providers(provider_tree, root.uuid, nodename)
             if not inventory.guests_known and self._guests_matter(
-                provider_tree, nodename, inventory, allocations
+                mine, nodename, inventory, allocations
             ):
                 inventory = self.discover()
-            root = provider_tree.data(nodename)
             self._roots.add(root.uuid)
             old = self._old_layout(provider_tree, root, nodename, inventory)
             if old and allocations is None:
@@ -292,7 +293,10 @@ class VgpuDriver:
                     if rc not in self.managed_classes()
                 }
                 provider_tree.update_inventory(nodename, kept)
-            mine = self._device_providers(provider_tree, root.uuid, nodename)
+            if old:
+                mine = self._device_providers(
+                    provider_tree, root.uuid, nodename
+                )
             plans = plan_providers(
                 nodename,
                 self.config,
@@ -341,7 +345,7 @@ class VgpuDriver:
 
     def _guests_matter(
         self,
-        tree: Any,
+        mine: Mapping[str, Any],
         nodename: str,
         inventory: HostInventory,
         allocations: Allocations | None,
@@ -382,11 +386,7 @@ class VgpuDriver:
                 *(pf.name for pf in inventory.pfs),
             )
         }
-        root = tree.data(nodename).uuid
-        return any(
-            name not in serving
-            for name in self._device_providers(tree, root, nodename)
-        )
+        return any(name not in serving for name in mine)
 
     def _fingerprint(
         self,
@@ -702,11 +702,11 @@ class VgpuDriver:
         vf_names = {
             f"{nodename}_{vf.address}" for pf in inventory.pfs for vf in pf.vfs
         }
+        providers = (tree.data(u) for u in tree.get_provider_uuids(root.uuid))
         per_vf = sorted(
-            tree.data(u).name
-            for u in tree.get_provider_uuids(root.uuid)
-            if tree.data(u).name in vf_names
-            and set(tree.data(u).inventory) & classes
+            p.name
+            for p in providers
+            if p.name in vf_names and set(p.inventory) & classes
         )
         if not on_root and not per_vf:
             return []

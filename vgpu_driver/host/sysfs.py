@@ -121,7 +121,7 @@ class SysfsTree:
     def mdev_bus_entries(self) -> list[str]:
         """The names registered in ``class/mdev_bus`` (one listing)."""
         try:
-            return sorted(os.listdir(self.root / "class/mdev_bus"))
+            return sorted(os.listdir(f"{self.root}/class/mdev_bus"))
         except OSError:
             return []
 
