@@ -1,0 +1,88 @@
+"""Discovery through a real libvirtd: the same test-driver hosts, served by
+this machine's daemon over its UNIX socket (libvirt's remote protocol,
+as on a compute host), read as they are read in process: the same
+inventory, with the same calls, first and steady; and an mdev libvirt
+does not have reads as gone over the wire too.
+
+Needs Debian's ``libvirt-daemon`` (``./run test`` installs it); skipped
+where it is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks.common import libvirt_daemon
+from tests import helpers
+from vgpu_driver.host import description as hostdesc
+from vgpu_driver.host.libvirt_host import LibvirtHost
+from vgpu_driver.model.device import Mdev
+
+LIBVIRTD = shutil.which("libvirtd") or "/usr/sbin/libvirtd"
+
+
+@pytest.fixture(scope="module")
+def daemon() -> Iterator[tuple[Path, Callable[[str], str]]]:
+    if not os.access(LIBVIRTD, os.X_OK):
+        pytest.skip("libvirtd is not installed (Debian's libvirt-daemon)")
+    # below /tmp, not pytest's private base: the daemon (run as nobody
+    # when the tests run as root) must reach the hosts' files
+    directory = Path(tempfile.mkdtemp(prefix="vgpu-libvirtd-"))
+    try:
+        with libvirt_daemon(directory) as remote:
+            yield directory, remote
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _hosts(
+    name: str, directory: Path, remote: Callable[[str], str]
+) -> tuple[LibvirtHost, LibvirtHost]:
+    """The host ``name`` read in process and through the daemon."""
+    where = directory / "hosts" / Path(name).stem
+    uri, sysfs = hostdesc.materialize(helpers.load(name), where)
+    for path in (where, *where.rglob("*")):
+        if path.is_dir():
+            path.chmod(0o755)
+    return LibvirtHost(uri, sysfs), LibvirtHost(remote(uri), sysfs)
+
+
+@pytest.mark.parametrize("name", helpers.ALL_HOSTS)
+def test_the_daemon_serves_what_the_library_reads_in_process(daemon, name):
+    local, served = _hosts(name, *daemon)
+    try:
+        first = served.discover()
+        assert first == local.discover()
+        assert first.parents or first.pfs
+        assert served.calls == local.calls  # the same calls, no more
+        local.calls.clear()
+        served.calls.clear()
+        assert served.discover() == local.discover()
+        assert served.calls == local.calls
+    finally:
+        local.close()
+        served.close()
+
+
+def test_an_unknown_mdev_reads_as_gone_over_the_wire(daemon):
+    local, served = _hosts("m10", *daemon)
+    try:
+        mdev = served.discover().mdevs[0]
+        assert served.mdev_exists(mdev)
+        gone = Mdev(
+            uuid="00000000-0000-4000-8000-000000000000",
+            type_id=mdev.type_id,
+            parent=mdev.parent,
+            name="mdev_00000000_0000_4000_8000_000000000000_0000_84_00_0",
+        )
+        assert not served.mdev_exists(gone)
+        assert not local.mdev_exists(gone)
+    finally:
+        local.close()
+        served.close()
