@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import libvirt
 
 from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
@@ -25,6 +31,59 @@ def libvirt_host(
 
 def simulated_host(name: str) -> SimulatedHost:
     return SimulatedHost(hostdesc.load(name))
+
+
+@contextlib.contextmanager
+def libvirt_event_loop() -> Iterator[None]:
+    """libvirt's default event loop, run on a thread as a compute service
+    runs one (register it before opening the connections)."""
+    libvirt.virEventRegisterDefaultImpl()
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            libvirt.virEventRunDefaultImpl()
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        # wake the loop so it sees the stop flag
+        libvirt.virEventAddTimeout(0, lambda *a: None, None)
+        thread.join(timeout=5)
+
+
+def check_domain_events_keep_guests_current(host: LibvirtHost) -> None:
+    """On the m10 host, inside :func:`libvirt_event_loop`: a guest defined
+    then undefined on the host's connection is seen and forgotten through
+    lifecycle events alone (no rescan of the guests)."""
+    before = host.discover()
+    free = "e905c06b-d33d-55fa-b0e1-6654dc764fac"
+    assert free not in before.mdev_users()
+    callback = host.watch_domain_events()
+    conn = host.connection()
+    domain = conn.defineXML(
+        "<domain type='test'><name>late</name>"
+        "<uuid>77777777-0000-0000-0000-000000000001</uuid>"
+        "<memory>65536</memory><os><type>hvm</type></os><devices>"
+        "<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"
+        f"<source><address uuid='{free}'/></source></hostdev>"
+        "</devices></domain>"
+    )
+    deadline = time.monotonic() + 10
+    while free not in host.discover().mdev_users():
+        assert time.monotonic() < deadline, "no DEFINED event seen"
+        time.sleep(0.05)
+    host.calls.clear()
+    domain.undefine()
+    deadline = time.monotonic() + 10
+    while free in host.discover().mdev_users():
+        assert time.monotonic() < deadline, "no UNDEFINED event seen"
+        time.sleep(0.05)
+    assert host.calls["listAllDomains"] == 0  # never rescanned
+    conn.domainEventDeregisterAny(callback)
 
 
 class FileBackedHost(SimulatedHost):

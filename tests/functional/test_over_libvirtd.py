@@ -1,8 +1,9 @@
 """Discovery through a real libvirtd: the same test-driver hosts, served by
 this machine's daemon over its UNIX socket (libvirt's remote protocol,
 as on a compute host), read as they are read in process: the same
-inventory, with the same calls, first and steady; and an mdev libvirt
-does not have reads as gone over the wire too.
+inventory, with the same calls, first and steady; an mdev libvirt does
+not have reads as gone over the wire too; and domain lifecycle events
+reach the library through the daemon.
 
 Needs Debian's ``libvirt-daemon`` (``./run test`` installs it); skipped
 where it is not installed.
@@ -86,3 +87,13 @@ def test_an_unknown_mdev_reads_as_gone_over_the_wire(daemon):
     finally:
         local.close()
         served.close()
+
+
+def test_domain_events_reach_the_library_through_the_daemon(daemon):
+    with helpers.libvirt_event_loop():
+        local, served = _hosts("m10", *daemon)
+        try:
+            helpers.check_domain_events_keep_guests_current(served)
+        finally:
+            local.close()
+            served.close()

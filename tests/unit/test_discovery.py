@@ -223,50 +223,9 @@ def test_libvirt_host_sets_a_vf_type_through_sysfs(tmp_path):
 def test_domain_events_keep_guests_current(tmp_path):
     """A guest defined or undefined by someone else is noticed through
     libvirt's lifecycle events, without a rescan."""
-    import threading
-    import time
-
-    libvirt.virEventRegisterDefaultImpl()
-    stop = threading.Event()
-
-    def loop():
-        while not stop.is_set():
-            libvirt.virEventRunDefaultImpl()
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
-    try:
+    with helpers.libvirt_event_loop():
         host = helpers.libvirt_host(helpers.load("m10"), tmp_path)
-        before = host.discover()
-        free = "e905c06b-d33d-55fa-b0e1-6654dc764fac"
-        assert free not in before.mdev_users()
-        callback = host.watch_domain_events()
-        conn = host.connection()
-        domain = conn.defineXML(
-            "<domain type='test'><name>late</name>"
-            "<uuid>77777777-0000-0000-0000-000000000001</uuid>"
-            "<memory>65536</memory><os><type>hvm</type></os><devices>"
-            "<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"
-            f"<source><address uuid='{free}'/></source></hostdev>"
-            "</devices></domain>"
-        )
-        deadline = time.monotonic() + 10
-        while free not in host.discover().mdev_users():
-            assert time.monotonic() < deadline, "no DEFINED event seen"
-            time.sleep(0.05)
-        host.calls.clear()
-        domain.undefine()
-        deadline = time.monotonic() + 10
-        while free in host.discover().mdev_users():
-            assert time.monotonic() < deadline, "no UNDEFINED event seen"
-            time.sleep(0.05)
-        assert host.calls["listAllDomains"] == 0  # never rescanned
-        conn.domainEventDeregisterAny(callback)
-    finally:
-        stop.set()
-        # wake the loop so it sees the stop flag
-        libvirt.virEventAddTimeout(0, lambda *a: None, None)
-        thread.join(timeout=5)
+        helpers.check_domain_events_keep_guests_current(host)
 
 
 def test_pci_devices_are_probed_for_nvidia_once_and_vf_types_every_time(
