@@ -129,7 +129,9 @@ def child_provider_uuid(root_uuid: str, name: str) -> str:
     if len(raw) != 16 or len(root_uuid) != 36 or root_uuid.count("-") != 4:
         # not the canonical form: uuid's parser (and its errors)
         return str(uuidlib.uuid5(uuidlib.UUID(root_uuid), name))
-    digest = bytearray(hashlib.sha1(raw + name.encode()).digest()[:16])
+    # a name, not a secret: allowed where FIPS mode refuses SHA-1
+    sha1 = hashlib.sha1(raw + name.encode(), usedforsecurity=False)
+    digest = bytearray(sha1.digest()[:16])
     digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
     digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 4122 variant
     h = digest.hex()
