@@ -12,7 +12,7 @@ import threading
 import uuid as uuidlib
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import os_resource_classes as orc
 from oslo_config import cfg
@@ -270,6 +270,7 @@ class VgpuDriver:
             ):
                 return self.last_plans
             root = provider_tree.data(nodename)
+            configured_traits = self._configured_traits()
             mine = self._device_providers(provider_tree, root.uuid, nodename)
             if not inventory.guests_known and self._guests_matter(
                 mine, nodename, inventory, allocations
@@ -305,11 +306,17 @@ class VgpuDriver:
                 allocated=_by_provider_name(provider_tree, allocations),
                 existing={n: list(d.inventory) for n, d in mine.items()},
                 unschedulable=self.unschedulable,
-                owner_trait=self.conf.devices.owner_trait,
+                owner_trait=configured_traits.owner,
             )
             written = dict(self._written_traits)
             for plan in plans:
-                self._write(provider_tree, root.uuid, plan, inventory)
+                self._write(
+                    provider_tree,
+                    root.uuid,
+                    plan,
+                    inventory,
+                    configured_traits,
+                )
             if moves:
                 assert allocations is not None
                 self._move_allocations(
@@ -836,15 +843,25 @@ class VgpuDriver:
                 found[data.name] = data
         return found
 
+    def _configured_traits(self) -> _ConfiguredTraits:
+        """The traits the configuration names (its options read once per
+        pass, not once per provider)."""
+        owner = self.conf.devices.owner_trait
+        names = {owner}
+        for type_cfg in self.config.types:
+            names.add(naming.type_trait(type_cfg.type_id))
+            names.update(type_cfg.traits)
+        return _ConfiguredTraits(owner, frozenset(names))
+
     def _managed_traits(
-        self, plan: ProviderPlan, inventory: HostInventory
+        self,
+        plan: ProviderPlan,
+        inventory: HostInventory,
+        configured: _ConfiguredTraits,
     ) -> set[str]:
         """Traits this library may add or remove; any other trait on the
         provider (an operator's) is left alone."""
-        managed = {self.conf.devices.owner_trait}
-        for type_cfg in self.config.types:
-            managed.add(naming.type_trait(type_cfg.type_id))
-            managed.update(type_cfg.traits)
+        managed = set(configured.names)
         parent = inventory.parent(plan.device)
         if parent is not None:
             managed.update(naming.type_trait(t) for t in parent.type_ids)
@@ -859,6 +876,7 @@ class VgpuDriver:
         root_uuid: str,
         plan: ProviderPlan,
         inventory: HostInventory,
+        configured: _ConfiguredTraits,
     ) -> None:
         if not tree.exists(plan.name):
             tree.new_child(
@@ -875,7 +893,7 @@ class VgpuDriver:
             )
         tree.update_inventory(plan.name, plan.inventory())
         current = set(tree.data(plan.name).traits)
-        managed = self._managed_traits(plan, inventory)
+        managed = self._managed_traits(plan, inventory, configured)
         kept = {
             t for t in current - managed if not trait.is_capability_trait(t)
         }
@@ -897,6 +915,11 @@ class VgpuDriver:
             elif plan.name in self._reasons:
                 LOG.info("Provider %s takes guests again", plan.name)
             self._reasons[plan.name] = plan.reason
+
+
+class _ConfiguredTraits(NamedTuple):
+    owner: str  # [devices] owner_trait
+    names: frozenset[str]  # it, the enabled types' and their extra traits
 
 
 class _EnabledTypes:

@@ -133,13 +133,27 @@ class HostInventory:
     guests_known: bool = True
 
     def parent(self, name: str) -> Parent | None:
-        return next((p for p in self.parents if p.name == name), None)
+        return self._parents_by_name.get(name)
 
     def pf(self, name: str) -> PhysicalFunction | None:
-        return next((p for p in self.pfs if p.name == name), None)
+        return self._pfs_by_name.get(name)
 
     # The indexes below are computed once per reading (an inventory is
     # immutable) and shared by every caller: treat them as read-only.
+
+    @functools.cached_property
+    def _parents_by_name(self) -> dict[str, Parent]:
+        found: dict[str, Parent] = {}
+        for parent in self.parents:
+            found.setdefault(parent.name, parent)  # the first, as listed
+        return found
+
+    @functools.cached_property
+    def _pfs_by_name(self) -> dict[str, PhysicalFunction]:
+        found: dict[str, PhysicalFunction] = {}
+        for pf in self.pfs:
+            found.setdefault(pf.name, pf)
+        return found
 
     @functools.cached_property
     def _mdev_users(self) -> dict[str, str]:
