@@ -201,6 +201,7 @@ def plan_providers(
         type_id: max(0, cap - used_total[type_id])
         for type_id, cap in budgets.items()
     }
+    type_traits_of: dict[tuple[str, trait.Capabilities], frozenset[str]] = {}
     for device, type_cfg in sorted(chosen, key=lambda c: c[0].name):
         type_id = type_cfg.type_id
         total = device.existing[type_id] + device.available.get(type_id, 0)
@@ -225,6 +226,12 @@ def plan_providers(
         if total == 0:
             continue
         caps = device.capabilities(type_id)
+        key = (type_id, caps)
+        traits = type_traits_of.get(key)
+        if traits is None:  # once per type and figures in a pass
+            traits = type_traits_of[key] = frozenset(
+                {owner_trait, *type_traits(type_cfg, caps)}
+            )
         plans[device.name] = ProviderPlan(
             name=naming.provider_name(nodename, device.name),
             device=device.name,
@@ -232,7 +239,7 @@ def plan_providers(
             resource_class=type_cfg.resource_class,
             total=total,
             reserved=reserved,
-            traits=frozenset({owner_trait, *type_traits(type_cfg, caps)}),
+            traits=traits,
             reason=reason,
         )
 

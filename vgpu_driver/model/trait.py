@@ -80,8 +80,11 @@ def sriov_type_limit(product_id: str | None, type_name: str) -> int | None:
     return board // int(match.group(1))
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_description(text: str | None) -> Capabilities:
-    """Figures from a vendor's type description (NVIDIA or i915 style)."""
+    """Figures from a vendor's type description (NVIDIA or i915 style).
+    Remembered: the pGPUs of one model describe a type alike, and a plan
+    is made again after every change on the host."""
     if not text:
         return NOTHING_KNOWN
     fields: dict[str, str] = {}
