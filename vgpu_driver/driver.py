@@ -878,7 +878,8 @@ class VgpuDriver:
         inventory: HostInventory,
         configured: _ConfiguredTraits,
     ) -> None:
-        if not tree.exists(plan.name):
+        created = not tree.exists(plan.name)
+        if created:
             tree.new_child(
                 plan.name,
                 root_uuid,
@@ -892,7 +893,7 @@ class VgpuDriver:
                 plan.type_id,
             )
         tree.update_inventory(plan.name, plan.inventory())
-        current = set(tree.data(plan.name).traits)
+        current = set() if created else set(tree.data(plan.name).traits)
         managed = self._managed_traits(plan, inventory, configured)
         kept = {
             t for t in current - managed if not trait.is_capability_trait(t)
