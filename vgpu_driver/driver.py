@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import uuid as uuidlib
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import os_resource_classes as orc
@@ -219,11 +219,16 @@ class VgpuDriver:
         return inventory
 
     def held_devices(
-        self, inventory: HostInventory
+        self,
+        inventory: HostInventory,
+        claims: Sequence[tuple[str, str, str]] | None = None,
     ) -> dict[str, Counter[str]]:
         """Device name -> type id -> devices of that type that guests use
         or that are claimed (bound, not yet in a guest; or reserved for an
-        incoming live migration)."""
+        incoming live migration). ``claims``: the binder's claims as read
+        for this pass (read now if not given)."""
+        if claims is None:
+            claims = self.binder.claimed_devices()
         held: dict[str, Counter[str]] = defaultdict(Counter)
         users = inventory.mdev_users()
         for uuid in users:
@@ -232,7 +237,7 @@ class VgpuDriver:
                 parent, type_id = known
                 held[parent][type_id] += 1
         pci_users = inventory.pci_users()
-        for device_id, parent, type_id in self.binder.claimed_devices():
+        for device_id, parent, type_id in claims:
             if device_id not in users and device_id not in pci_users:
                 held[parent][type_id] += 1
         vf_owner = {
@@ -265,8 +270,11 @@ class VgpuDriver:
             self.conf.devices.failed_device_retry_interval
         )
         with self._lock:
+            # the claims are read once a pass (on disk, under the records'
+            # lock): what the plan counts is what the pass remembers
+            claims = tuple(self.binder.claimed_devices())
             if allocations is None and self._unchanged(
-                provider_tree, nodename, inventory
+                provider_tree, nodename, inventory, claims
             ):
                 return self.last_plans
             root = provider_tree.data(nodename)
@@ -276,6 +284,8 @@ class VgpuDriver:
                 mine, nodename, inventory, allocations
             ):
                 inventory = self.discover()
+                # the guests read may have ended spawn claims
+                claims = tuple(self.binder.claimed_devices())
             self._roots.add(root.uuid)
             old = self._old_layout(provider_tree, root, nodename, inventory)
             if old and allocations is None:
@@ -302,7 +312,7 @@ class VgpuDriver:
                 nodename,
                 self.config,
                 inventory,
-                held=self.held_devices(inventory),
+                held=self.held_devices(inventory, claims),
                 allocated=_by_provider_name(provider_tree, allocations),
                 existing={n: list(d.inventory) for n, d in mine.items()},
                 unschedulable=self.unschedulable,
@@ -346,7 +356,7 @@ class VgpuDriver:
                 self._save_traits(written)
             self.last_plans = plans
             self._written = self._fingerprint(
-                provider_tree, nodename, inventory, plans
+                provider_tree, nodename, inventory, plans, claims
             )
             return plans
 
@@ -401,6 +411,7 @@ class VgpuDriver:
         nodename: str,
         inventory: HostInventory,
         plans: list[ProviderPlan],
+        claims: tuple[tuple[str, str, str], ...],
     ) -> tuple[Any, ...]:
         """What a pass depended on and what it left in the tree."""
         written = {
@@ -411,13 +422,17 @@ class VgpuDriver:
             nodename,
             inventory,
             self.config,
-            tuple(self.binder.claimed_devices()),
+            claims,
             written,
             set(tree.get_provider_uuids(nodename)),
         )
 
     def _unchanged(
-        self, tree: Any, nodename: str, inventory: HostInventory
+        self,
+        tree: Any,
+        nodename: str,
+        inventory: HostInventory,
+        claims: tuple[tuple[str, str, str], ...],
     ) -> bool:
         """Nothing a pass depends on changed since the last one, and the
         tree still holds what it wrote: the pass would change nothing
@@ -425,14 +440,14 @@ class VgpuDriver:
         guests)."""
         if self._written is None or self.unschedulable:
             return False
-        last_node, last_inventory, config, claims, written, uuids = (
+        last_node, last_inventory, config, last_claims, written, uuids = (
             self._written
         )
         if (
             last_node != nodename
             or last_inventory is not inventory
             or config is not self.config
-            or claims != tuple(self.binder.claimed_devices())
+            or last_claims != claims
         ):
             return False
         if set(tree.get_provider_uuids(nodename)) != uuids:

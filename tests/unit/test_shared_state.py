@@ -272,3 +272,29 @@ def test_an_empty_state_path_is_a_clear_error(make_conf, tmp_path):
         ConfigInvalid, match=r"\[devices\] state_path = : is empty"
     ):
         VgpuDriver(conf, helpers.simulated_host("m10"))
+
+
+def test_a_pass_plans_with_one_reading_of_the_claims(
+    make_conf, tmp_path, monkeypatch
+):
+    """The claims are on disk, read under the records' lock: a pass reads
+    them once to plan, and remembers what it planned with (not a later
+    reading); a pass that finds nothing changed reads them once too."""
+    from vgpu_driver.binder import DeviceBinder
+
+    n = Node(make_conf, tmp_path / "state")
+    n.driver.allocate_mdevs("i1", n.alloc((PARENT, 1)))
+    reads = []
+    real = DeviceBinder.claimed_devices
+
+    def counted(self):
+        reads.append(1)
+        return real(self)
+
+    monkeypatch.setattr(DeviceBinder, "claimed_devices", counted)
+    n.host.note_guest(Guest("g2", "instance-2", ()))  # something changed
+    n.update()
+    assert len(reads) == 1
+    reads.clear()
+    n.update()  # nothing changed
+    assert len(reads) == 1
