@@ -279,7 +279,8 @@ class VgpuDriver:
                 return self.last_plans
             root = provider_tree.data(nodename)
             configured_traits = self._configured_traits()
-            mine = self._device_providers(provider_tree, root.uuid, nodename)
+            under = _providers_under(provider_tree, root.uuid)
+            mine = self._device_providers(under, root.uuid, nodename)
             if not inventory.guests_known and self._guests_matter(
                 mine, nodename, inventory, allocations
             ):
@@ -287,7 +288,7 @@ class VgpuDriver:
                 # the guests read may have ended spawn claims
                 claims = tuple(self.binder.claimed_devices())
             self._roots.add(root.uuid)
-            old = self._old_layout(provider_tree, root, nodename, inventory)
+            old = self._old_layout(under, root, nodename, inventory)
             if old and allocations is None:
                 raise ReshapeNeeded(nodename=nodename)
             moves = (
@@ -305,9 +306,8 @@ class VgpuDriver:
                 }
                 provider_tree.update_inventory(nodename, kept)
             if old:
-                mine = self._device_providers(
-                    provider_tree, root.uuid, nodename
-                )
+                under = _providers_under(provider_tree, root.uuid)
+                mine = self._device_providers(under, root.uuid, nodename)
             plans = plan_providers(
                 nodename,
                 self.config,
@@ -715,7 +715,11 @@ class VgpuDriver:
     # -- reshape (upgrades from older layouts) --------------------------
 
     def _old_layout(
-        self, tree: Any, root: Any, nodename: str, inventory: HostInventory
+        self,
+        under: list[Any],
+        root: Any,
+        nodename: str,
+        inventory: HostInventory,
     ) -> list[str]:
         """[root-has-VGPU flag ("" or root name), per-VF provider names...]
         or [] when the tree already has this library's layout."""
@@ -724,10 +728,9 @@ class VgpuDriver:
         vf_names = {
             f"{nodename}_{vf.address}" for pf in inventory.pfs for vf in pf.vfs
         }
-        providers = (tree.data(u) for u in tree.get_provider_uuids(root.uuid))
         per_vf = sorted(
             p.name
-            for p in providers
+            for p in under
             if p.name in vf_names and set(p.inventory) & classes
         )
         if not on_root and not per_vf:
@@ -842,14 +845,13 @@ class VgpuDriver:
         return {str(orc.VGPU), *self.config.resource_classes()}
 
     def _device_providers(
-        self, tree: Any, root_uuid: str, nodename: str
+        self, under: list[Any], root_uuid: str, nodename: str
     ) -> dict[str, Any]:
         """The root's children that are device providers of this library
         (or of Nova's vGPU code, which named them the same way)."""
         classes = self.managed_classes()
         found = {}
-        for uuid in tree.get_provider_uuids(root_uuid):
-            data = tree.data(uuid)
+        for data in under:
             if data.parent_uuid != root_uuid:
                 continue
             if not data.name.startswith(f"{nodename}_"):
@@ -931,6 +933,11 @@ class VgpuDriver:
             elif plan.name in self._reasons:
                 LOG.info("Provider %s takes guests again", plan.name)
             self._reasons[plan.name] = plan.reason
+
+
+def _providers_under(tree: Any, root_uuid: str) -> list[Any]:
+    """Every provider of the root's tree, each read once, parents first."""
+    return [tree.data(uuid) for uuid in tree.get_provider_uuids(root_uuid)]
 
 
 class _ConfiguredTraits(NamedTuple):
