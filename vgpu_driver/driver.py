@@ -319,7 +319,7 @@ class VgpuDriver:
                 owner_trait=configured_traits.owner,
             )
             written = dict(self._written_traits)
-            for plan in plans:
+            uuids = [
                 self._write(
                     provider_tree,
                     root.uuid,
@@ -327,16 +327,16 @@ class VgpuDriver:
                     inventory,
                     configured_traits,
                 )
+                for plan in plans
+            ]
             if moves:
                 assert allocations is not None
                 self._move_allocations(
                     provider_tree, nodename, moves, allocations
                 )
             self._targets = {
-                provider_tree.data(plan.name).uuid: Target(
-                    plan.device, plan.type_id, plan.resource_class
-                )
-                for plan in plans
+                uuid: Target(plan.device, plan.type_id, plan.resource_class)
+                for uuid, plan in zip(uuids, plans, strict=True)
             }
             self.binder.set_targets(self._targets)
             if inventory.guests_known:
@@ -894,14 +894,16 @@ class VgpuDriver:
         plan: ProviderPlan,
         inventory: HostInventory,
         configured: _ConfiguredTraits,
-    ) -> None:
-        created = not tree.exists(plan.name)
-        if created:
-            tree.new_child(
-                plan.name,
-                root_uuid,
-                uuid=naming.child_provider_uuid(root_uuid, plan.name),
-            )
+    ) -> str:
+        """Write one plan; returns its provider's uuid."""
+        current: set[str]
+        if tree.exists(plan.name):
+            data = tree.data(plan.name)
+            uuid, current = str(data.uuid), set(data.traits)
+        else:
+            uuid = naming.child_provider_uuid(root_uuid, plan.name)
+            current = set()
+            tree.new_child(plan.name, root_uuid, uuid=uuid)
             LOG.info(
                 "New provider %s: %s x%d of type %s",
                 plan.name,
@@ -910,7 +912,6 @@ class VgpuDriver:
                 plan.type_id,
             )
         tree.update_inventory(plan.name, plan.inventory())
-        current = set() if created else set(tree.data(plan.name).traits)
         managed = self._managed_traits(plan, inventory, configured)
         kept = {
             t for t in current - managed if not trait.is_capability_trait(t)
@@ -933,6 +934,7 @@ class VgpuDriver:
             elif plan.name in self._reasons:
                 LOG.info("Provider %s takes guests again", plan.name)
             self._reasons[plan.name] = plan.reason
+        return uuid
 
 
 def _providers_under(tree: Any, root_uuid: str) -> list[Any]:
