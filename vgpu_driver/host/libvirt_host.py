@@ -58,7 +58,6 @@ from vgpu_driver.model.device import (
     Guest,
     HostInventory,
     Mdev,
-    MdevType,
     Parent,
     implied_parents,
     sort_inventory,
@@ -553,7 +552,9 @@ class LibvirtHost:
                         self.sysfs.type_description(path, mdev_type.id)
                     )
                 if description is not None:
-                    mdev_type = _described(mdev_type, description)
+                    mdev_type = dataclasses.replace(
+                        mdev_type, description=description
+                    )
                     described = True
             types.append(mdev_type)
         adds_driver = not parent.driver and driver is not None
@@ -880,16 +881,6 @@ class LibvirtHost:
 
     def set_vf_type(self, vf_address: str, type_id: int) -> None:
         self.sysfs.set_vf_type(vf_address, type_id)
-
-
-def _described(mdev_type: MdevType, description: str) -> MdevType:
-    return MdevType(
-        mdev_type.id,
-        mdev_type.name,
-        mdev_type.device_api,
-        mdev_type.available,
-        description,
-    )
 
 
 def _replace_active(mdev: Mdev, active: bool) -> Mdev:
