@@ -40,7 +40,8 @@ def test_discovery_benchmark_steady_calls_are_parents_plus_one():
     for m in mdev_rows:
         assert int(m[5]) == int(m[1]) + 1  # P + 1, whatever the mdevs
     [sriov] = rows(out, r"\s*1\s+32 \|\s+[\d.]+ \|\s+[\d./]+\s+(\d+)$")
-    assert sriov[1] == "32"  # one file per VF at a steady scan
+    # one file per VF and one per PF (its VF count) at a steady scan
+    assert sriov[1] == "33"
 
 
 def test_bind_benchmark_leaves_no_claim_behind():

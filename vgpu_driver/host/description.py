@@ -33,8 +33,9 @@ Format (every key not marked optional is required)::
       "guests": [{"uuid": "...", "name": "vm1",
                   "mdevs": ["<uuid>"], "pci": ["0000:41:00.4"]}],
       "sriov": [{"address": "0000:41:00.0", "vendor_id": "0x10de",
-                 "product_id": "0x26b5", "driver": "nvidia",
-                 "numa_node": 0, "vf_count": 32,
+                 "product_id": "0x26b5",
+                 "driver": "nvidia",   # the default: VFs carry vGPUs
+                 "numa_node": 0, "vf_count": 32,   # only under it
                  "types": [{"id": 1155, "name": "NVIDIA L40-1B",
                             "capacity": 32}],
                  "vf_types": {"0000:41:00.4": 1155}}]
@@ -58,6 +59,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from vgpu_driver.exception import HostDescriptionInvalid
 from vgpu_driver.host import kernel
+from vgpu_driver.host.sysfs import NVIDIA_DRIVER
 from vgpu_driver.model import naming
 
 PARENT_KINDS = ("pci", "css", "ap_matrix", "virtual")
@@ -346,7 +348,7 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
             ],
             vendor_id=s.get("vendor_id"),
             product_id=s.get("product_id"),
-            driver=s.get("driver"),
+            driver=s.get("driver", NVIDIA_DRIVER),
             numa_node=s.get("numa_node"),
             vf_types={
                 k.lower(): int(v) for k, v in s.get("vf_types", {}).items()
@@ -608,6 +610,7 @@ def render_sysfs(description: HostDescription, root: Path) -> None:
             driver = root / "bus" / _bus_of(parent) / "drivers" / parent.driver
             driver.mkdir(parents=True, exist_ok=True)
             _link(base / "driver", driver)
+            _link(driver / base.name, base)
         for spec in parent.types:
             tdir = base / "mdev_supported_types" / spec.id
             tdir.mkdir(parents=True, exist_ok=True)
@@ -654,6 +657,7 @@ def _render_pf(pf: PfSpec, root: Path) -> None:
         driver = root / "bus/pci/drivers" / pf.driver
         driver.mkdir(parents=True, exist_ok=True)
         _link(pf_dir / "driver", driver)
+        _link(driver / pf.address, pf_dir)
     for index, vf in enumerate(pf.vf_addresses):
         vf_dir = base / vf
         (vf_dir / "nvidia").mkdir(parents=True, exist_ok=True)
