@@ -8,6 +8,7 @@ the simulated host has changed state like a kernel.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -26,6 +27,17 @@ def test_libvirt_and_simulation_report_the_same(tmp_path, name):
     simulated = SimulatedHost(description).discover()
     assert through_libvirt == simulated
     assert through_libvirt.parents or through_libvirt.pfs
+
+
+def test_an_sriov_card_not_bound_to_nvidia_is_reported_by_neither(tmp_path):
+    l40 = helpers.load("l40-sriov")
+    unbound = dataclasses.replace(
+        l40,
+        pfs=[dataclasses.replace(pf, driver="vfio-pci") for pf in l40.pfs],
+    )
+    through_libvirt = helpers.libvirt_host(unbound, tmp_path).discover()
+    assert through_libvirt == SimulatedHost(unbound).discover()
+    assert through_libvirt.pfs == ()
 
 
 @settings(

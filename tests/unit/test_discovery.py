@@ -291,16 +291,6 @@ def test_the_sriov_scan_looks_only_at_the_devices_of_nvidia_s_driver(
     assert looked_at(m10_gpus) == m10_gpus
 
 
-def test_a_host_without_nvidia_s_driver_has_no_sriov_cards(tmp_path):
-    from vgpu_driver.host import sysfs as sysfs_module
-
-    l40 = helpers.load("l40-sriov")
-    [pf] = l40.pfs
-    unbound = dataclasses.replace(pf, driver="vfio-pci")
-    hostdesc.materialize(dataclasses.replace(l40, pfs=[unbound]), tmp_path)
-    assert sysfs_module.SysfsTree(tmp_path / "sys").sriov_functions() == []
-
-
 def test_a_steady_sriov_scan_reads_one_file_per_vf(tmp_path, monkeypatch):
     """At every scan each VF's current type (and each PF's VF count) is
     read (a type set by

@@ -27,6 +27,7 @@ from vgpu_driver.host.description import (
     MdevSpec,
     PfSpec,
 )
+from vgpu_driver.host.sysfs import NVIDIA_DRIVER
 from vgpu_driver.model.device import (
     Guest,
     HostInventory,
@@ -82,9 +83,9 @@ def inventory_of(description: HostDescription) -> HostInventory:
         Guest(g.uuid, g.name, tuple(g.mdevs), tuple(g.pci))
         for g in description.guests
     ]
-    return sort_inventory(
-        parents, mdevs, [_pf_of(pf) for pf in description.pfs], guests
-    )
+    # a card's VFs carry vGPUs only under NVIDIA's driver
+    pfs = [_pf_of(pf) for pf in description.pfs if pf.driver == NVIDIA_DRIVER]
+    return sort_inventory(parents, mdevs, pfs, guests)
 
 
 def _pf_of(pf: PfSpec) -> PhysicalFunction:
