@@ -153,3 +153,9 @@ def test_a_service_reads_the_descriptions_of_its_enabled_types_only(
     driver.reload_config()
     driver.discover()
     assert set(read) == {"nvidia-160"}
+    # the enabled types are asked for once a discovery, not per pGPU
+    asked = []
+    enabled_types = service.described_types
+    service.described_types = lambda: asked.append(1) or enabled_types()
+    driver.discover()
+    assert len(asked) == 1 < len(description.parents)

@@ -289,13 +289,19 @@ class LibvirtHost:
                 or now - self._listed_at >= self.relist_interval
             )
             parents: list[Parent] | None = None
+            # the types whose descriptions are read, asked once a pass
+            wanted = (
+                frozenset(self.described_types())
+                if self.described_types is not None
+                else None
+            )
             if not relist:
-                parents = self._read_parents(self._list_parents(conn))
+                parents = self._read_parents(self._list_parents(conn), wanted)
                 # a parent whose XML changed (its availableInstances) may
                 # have new or fewer mdevs: list them again (only them)
                 relist = [id(p) for p in parents] != self._parent_ids
             if relist:
-                parents = self._relist(conn, parents)
+                parents = self._relist(conn, parents, wanted)
                 self._listed_at = now
                 self.sysfs.forget_probes()
             assert parents is not None
@@ -336,7 +342,10 @@ class LibvirtHost:
             return self._last
 
     def _relist(
-        self, conn: Any, parents_read: list[Parent] | None
+        self,
+        conn: Any,
+        parents_read: list[Parent] | None,
+        wanted: frozenset[str] | None,
     ) -> list[Parent]:
         """Every mdev listed again (its XML read only when new), and the
         parents unless ``parents_read`` already has them."""
@@ -349,7 +358,7 @@ class LibvirtHost:
             if name.startswith("mdev_"):
                 self._read_mdev(device, name, active=name not in inactive)
             else:
-                parent = self._read_parent(device, name)
+                parent = self._read_parent(device, name, wanted)
                 if parent is not None:
                     parents.append(parent)
         for name in set(self._mdevs) - listed:
@@ -357,10 +366,12 @@ class LibvirtHost:
             self._dirty = True
         return parents if parents_read is None else parents_read
 
-    def _read_parents(self, devices: list[tuple[str, Any]]) -> list[Parent]:
+    def _read_parents(
+        self, devices: list[tuple[str, Any]], wanted: frozenset[str] | None
+    ) -> list[Parent]:
         found = []
         for name, device in devices:
-            parent = self._read_parent(device, name)
+            parent = self._read_parent(device, name, wanted)
             if parent is not None:
                 found.append(parent)
         return found
@@ -497,15 +508,13 @@ class LibvirtHost:
             else dataclasses.replace(mdev, active=False, persistent=True)
         )
 
-    def _read_parent(self, device: Any, name: str) -> Parent | None:
+    def _read_parent(
+        self, device: Any, name: str, wanted: frozenset[str] | None
+    ) -> Parent | None:
+        """A parent, its ``wanted`` types described (all when None)."""
         text = self._xml(device, name)
         if text is None:
             return None
-        wanted = (
-            frozenset(self.described_types())
-            if self.described_types is not None
-            else None
-        )
         cached = self._parsed_parents.get(name)
         if cached is not None and cached[:2] == (text, wanted):
             return cached[2]  # availableInstances unchanged: same reading

@@ -172,8 +172,8 @@ class ProviderTree:
         self, name_or_uuid: str, inventory: Inventory
     ) -> bool:
         with self._lock:
-            current = self._get(name_or_uuid).inventory
-            return current != {rc: dict(r) for rc, r in inventory.items()}
+            # mappings compare by their items, whatever their type
+            return self._get(name_or_uuid).inventory != inventory
 
     def update_inventory(
         self,
