@@ -326,6 +326,7 @@ class VgpuDriver:
                     plan,
                     inventory,
                     configured_traits,
+                    mine.get(plan.name),
                 )
                 for plan in plans
             ]
@@ -356,7 +357,7 @@ class VgpuDriver:
                 self._save_traits(written)
             self.last_plans = plans
             self._written = self._fingerprint(
-                provider_tree, nodename, inventory, plans, claims
+                provider_tree, nodename, inventory, plans, uuids, claims
             )
             return plans
 
@@ -411,12 +412,15 @@ class VgpuDriver:
         nodename: str,
         inventory: HostInventory,
         plans: list[ProviderPlan],
+        uuids: list[str],
         claims: tuple[tuple[str, str, str], ...],
     ) -> tuple[Any, ...]:
-        """What a pass depended on and what it left in the tree."""
+        """What a pass depended on and what it left in the tree (each
+        provider by uuid: Nova's tree finds a child of the root by its
+        uuid at once, by its name only by walking the tree)."""
         written = {
-            plan.name: (plan.inventory(), set(tree.data(plan.name).traits))
-            for plan in plans
+            uuid: (plan.inventory(), set(tree.data(uuid).traits))
+            for uuid, plan in zip(uuids, plans, strict=True)
         }
         return (
             nodename,
@@ -453,10 +457,10 @@ class VgpuDriver:
         if set(tree.get_provider_uuids(nodename)) != uuids:
             return False  # a provider came or went under the node
         return not any(
-            not tree.exists(name)
-            or tree.has_inventory_changed(name, inv)
-            or tree.have_traits_changed(name, traits)
-            for name, (inv, traits) in written.items()
+            not tree.exists(uuid)
+            or tree.has_inventory_changed(uuid, inv)
+            or tree.have_traits_changed(uuid, traits)
+            for uuid, (inv, traits) in written.items()
         )
 
     def configured_types(self, inventory: HostInventory) -> dict[str, str]:
@@ -894,11 +898,15 @@ class VgpuDriver:
         plan: ProviderPlan,
         inventory: HostInventory,
         configured: _ConfiguredTraits,
+        data: Any | None,
     ) -> str:
-        """Write one plan; returns its provider's uuid."""
+        """Write one plan; returns its provider's uuid. ``data``: its
+        provider as read at the start of the pass, if it is one of ours
+        (found by name otherwise)."""
         current: set[str]
-        if tree.exists(plan.name):
+        if data is None and tree.exists(plan.name):
             data = tree.data(plan.name)
+        if data is not None:
             uuid, current = str(data.uuid), set(data.traits)
         else:
             uuid = naming.child_provider_uuid(root_uuid, plan.name)
@@ -911,12 +919,13 @@ class VgpuDriver:
                 plan.total,
                 plan.type_id,
             )
-        tree.update_inventory(plan.name, plan.inventory())
+        # by uuid from here: Nova's tree finds a name by walking the tree
+        tree.update_inventory(uuid, plan.inventory())
         managed = self._managed_traits(plan, inventory, configured)
         kept = {
             t for t in current - managed if not trait.is_capability_trait(t)
         }
-        tree.update_traits(plan.name, kept | plan.traits)
+        tree.update_traits(uuid, kept | plan.traits)
         # Until the caller confirms the tree reached Placement, we own both
         # what we wrote before and what we write now.
         previous = self._written_traits.get(plan.name, frozenset())

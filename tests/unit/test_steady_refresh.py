@@ -33,6 +33,31 @@ class CountingTree:
         return attr
 
 
+class NameLookups:
+    """A ProviderTree that records the providers looked up by name."""
+
+    def __init__(self, tree):
+        self.tree, self.names = tree, []
+
+    def __getattr__(self, name):
+        attr = getattr(self.tree, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args, **kwargs):
+            naming = name in ("new_root", "new_child")  # not a lookup
+            if not naming and args and self._is_name(args[0]):
+                self.names.append(args[0])
+            return attr(*args, **kwargs)
+
+        return call
+
+    def _is_name(self, key):
+        return isinstance(key, str) and (
+            not self.tree.exists(key) or self.tree.data(key).uuid != key
+        )
+
+
 @pytest.fixture
 def steady(make_conf, tmp_path):
     """A driver on the m10 host served by libvirt's test driver, after
@@ -159,3 +184,23 @@ def test_a_service_reads_the_descriptions_of_its_enabled_types_only(
     service.described_types = lambda: asked.append(1) or enabled_types()
     driver.discover()
     assert len(asked) == 1 < len(description.parents)
+
+
+def test_a_pass_finds_the_device_providers_by_uuid(make_conf, tmp_path):
+    """Nova's ProviderTree finds a child of the root by its uuid at once
+    and by its name only by walking the whole tree: a steady pass looks
+    up no device provider by name (at 64 pGPUs those walks made a steady
+    pass on Nova's tree about 0.5 ms slower), and a first pass only to
+    find out whether the provider exists."""
+    description = helpers.load("m10")
+    host = helpers.libvirt_host(description, tmp_path / "host")
+    conf = make_conf(textwrap.dedent(description.config))
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    driver = VgpuDriver(conf, host)
+    tree = NameLookups(new_tree())
+    plans = driver.update_provider_tree(tree, "node1")
+    devices = [n for n in tree.names if n != "node1"]
+    assert sorted(devices) == sorted(p.name for p in plans)  # exists()
+    tree.names.clear()
+    driver.update_provider_tree(tree, "node1")
+    assert set(tree.names) <= {"node1"}
