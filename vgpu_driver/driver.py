@@ -456,12 +456,14 @@ class VgpuDriver:
             return False
         if set(tree.get_provider_uuids(nodename)) != uuids:
             return False  # a provider came or went under the node
-        return not any(
-            not tree.exists(uuid)
-            or tree.has_inventory_changed(uuid, inv)
-            or tree.have_traits_changed(uuid, traits)
-            for uuid, (inv, traits) in written.items()
-        )
+        try:
+            return not any(
+                tree.has_inventory_changed(uuid, inv)
+                or tree.have_traits_changed(uuid, traits)
+                for uuid, (inv, traits) in written.items()
+            )
+        except ValueError:  # a provider of ours is gone (both trees say so)
+            return False
 
     def configured_types(self, inventory: HostInventory) -> dict[str, str]:
         """Parent name -> the type the configuration gives it."""
