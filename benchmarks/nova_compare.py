@@ -7,7 +7,10 @@ first refresh of a new service (discovery, reading guests only where
 they could change the tree, then update_provider_tree) and a steady
 one, against one Nova periodic
 (``LibvirtDriver._update_provider_tree_for_vgpu`` on Nova's own ``Host``
-over the same connection: Nova reads no guests there). CPU time and
+over the same connection: Nova reads no guests there). The steady
+refresh is timed on this library's ProviderTree and on Nova's, which is
+the one it gets inside Nova (Nova's finds a provider by name by walking
+the tree, by uuid at once). CPU time and
 libvirt calls; min/median/max over repetitions, each comparison timed in
 turn with Nova's in every repetition so this machine's noise hits both
 sides alike. The process's one-time costs are paid before timing, as
@@ -145,10 +148,21 @@ class Ours:
         self.calls = counted.calls / 3
         self.driver, self.tree = self._new_service(self.conn)
         self.driver.update_provider_tree(self.tree, "bench")
+        # the same inside Nova: on Nova's ProviderTree (None without Nova)
+        self.in_nova: tuple[VgpuDriver, Any] | None = None
+        with contextlib.suppress(ImportError):
+            from nova.compute import provider_tree as nova_tree
 
-    def _new_service(self, conn: Any) -> tuple[VgpuDriver, ProviderTree]:
+            self.in_nova = self._new_service(
+                self.conn, nova_tree.ProviderTree()
+            )
+            self.in_nova[0].update_provider_tree(self.in_nova[1], "bench")
+
+    def _new_service(
+        self, conn: Any, tree: Any = None
+    ) -> tuple[VgpuDriver, Any]:
         host = LibvirtHost(sysfs_root=self.sysfs, connection=conn)
-        tree = ProviderTree()
+        tree = ProviderTree() if tree is None else tree
         tree.new_root("bench", ROOT)
         return VgpuDriver(self.conf, host, persist=False), tree
 
@@ -161,6 +175,12 @@ class Ours:
         return timed(
             lambda: self.driver.update_provider_tree(self.tree, "bench")
         )
+
+    def steady_in_nova(self) -> tuple[float, float]:
+        """A steady refresh on Nova's ProviderTree, as Nova calls it."""
+        assert self.in_nova is not None
+        driver, tree = self.in_nova
+        return timed(lambda: driver.update_provider_tree(tree, "bench"))
 
     def guest_scan(self) -> float:
         """What the first bind (or init_host) adds when the first refresh
@@ -282,10 +302,15 @@ def measure(
         except ImportError:
             theirs = None
         samples: dict[str, list[float]] = collections.defaultdict(list)
-        for pair in (("first", "nova_first"), ("steady", "nova")):
+        pairs = [("first", "nova_first"), ("steady", "nova")]
+        if theirs is not None and ours.in_nova is not None:
+            pairs.append(("steady_in_nova", "nova_beside_in_nova"))
+        for pair in pairs:
             timers = {"first": ours.first, "steady": ours.steady}
             if theirs is not None:
                 timers["nova"] = timers["nova_first"] = theirs.periodic
+                timers["nova_beside_in_nova"] = theirs.periodic
+                timers["steady_in_nova"] = ours.steady_in_nova
             for _ in range(runs):
                 for key in pair:
                     if key in timers:
@@ -300,6 +325,7 @@ def measure(
                 "first_calls": ours.first_calls,
                 "cpu": samples["steady"],
                 "wall": samples["steady_wall"],
+                "cpu_in_nova_tree": samples["steady_in_nova"],
                 "calls": ours.calls,
                 "scan_cpu": ours.guest_scan(),
             },
@@ -308,6 +334,7 @@ def measure(
                 "wall": samples["nova_wall"],
                 "cpu_beside_first": samples["nova_first"],
                 "wall_beside_first": samples["nova_first_wall"],
+                "cpu_beside_in_nova_tree": samples["nova_beside_in_nova"],
                 "calls": theirs.calls,
                 "spawn_scan_cpu": theirs.spawn_scan(),
                 "spawn_scan_calls": theirs.spawn_scan_calls,
@@ -337,6 +364,14 @@ def plot(results: list[dict[str, Any]], path: Path, daemon: bool) -> bool:
             ("ours", "scan_cpu"),
         ),
     ]
+    if all(r["ours"]["cpu_in_nova_tree"] for r in results):
+        series.append(
+            (
+                "vgpu_driver, steady refresh on Nova's ProviderTree",
+                "o:",
+                ("ours", "cpu_in_nova_tree"),
+            )
+        )
     if all(r["nova"] for r in results):
         series += [
             (
@@ -422,7 +457,9 @@ def main() -> None:
     print(
         "CPU ms of the caller, min/median/max of repeated runs (first "
         "refresh: each on a new service); calls: libvirt calls per "
-        "refresh; ratios: medians timed in turn with Nova's"
+        "refresh; ratios: medians timed in turn with Nova's; in Nova "
+        "tree: Nova/ours for a steady refresh on Nova's ProviderTree, as "
+        "inside Nova"
     )
     wall_head = f" | {'first/Nova wall':>15} | {'Nova/ours wall':>14}"
     print(
@@ -430,6 +467,7 @@ def main() -> None:
         f"{'guest scan':>10} | "
         f"{'ours steady cpu':>19} {'calls':>5} | "
         f"{'Nova periodic cpu':>21} {'calls':>6} | {'Nova/ours':>9} | "
+        f"{'in Nova tree':>12} | "
         f"{'first/Nova':>10} | {'Nova per spawn cpu/calls':>24}"
         + (wall_head if args.daemon else "")
     )
@@ -459,12 +497,21 @@ def main() -> None:
         print("plot: skipped (matplotlib is not installed)")
 
 
+def _in_nova_tree(r: dict[str, Any]) -> str:
+    """Nova/ours for a steady refresh on Nova's ProviderTree."""
+    ours = r["ours"]["cpu_in_nova_tree"]
+    if not ours:
+        return "-"
+    return f"{_ratio(r['nova']['cpu_beside_in_nova_tree'], ours):.1f}x"
+
+
 def _report(r: dict[str, Any], wall: bool) -> dict[str, Any]:
     """Print one host's line; return its figures."""
     o, n = r["ours"], r["nova"]
     nova_cols = (
         f"{spread(n['cpu']):>21} {n['calls']:>6.0f} | "
         f"{_ratio(n['cpu'], o['cpu']):>8.1f}x | "
+        f"{_in_nova_tree(r):>12} | "
         f"{_ratio(o['first_cpu'], n['cpu_beside_first']):>9.2f}x"
         f" | {n['spawn_scan_cpu']:>15.1f}/{n['spawn_scan_calls']:<8}"
         + (
