@@ -319,7 +319,7 @@ class VgpuDriver:
                 owner_trait=configured_traits.owner,
             )
             written = dict(self._written_traits)
-            uuids = [
+            placed = [
                 self._write(
                     provider_tree,
                     root.uuid,
@@ -336,8 +336,8 @@ class VgpuDriver:
                     provider_tree, nodename, moves, allocations
                 )
             self._targets = {
-                uuid: Target(plan.device, plan.type_id, plan.resource_class)
-                for uuid, plan in zip(uuids, plans, strict=True)
+                p.uuid: Target(plan.device, plan.type_id, plan.resource_class)
+                for p, plan in zip(placed, plans, strict=True)
             }
             self.binder.set_targets(self._targets)
             if inventory.guests_known:
@@ -357,7 +357,7 @@ class VgpuDriver:
                 self._save_traits(written)
             self.last_plans = plans
             self._written = self._fingerprint(
-                provider_tree, nodename, inventory, plans, uuids, claims
+                provider_tree, nodename, inventory, placed, claims
             )
             return plans
 
@@ -411,17 +411,13 @@ class VgpuDriver:
         tree: Any,
         nodename: str,
         inventory: HostInventory,
-        plans: list[ProviderPlan],
-        uuids: list[str],
+        placed: list[_Placed],
         claims: tuple[tuple[str, str, str], ...],
     ) -> tuple[Any, ...]:
         """What a pass depended on and what it left in the tree (each
         provider by uuid: Nova's tree finds a child of the root by its
         uuid at once, by its name only by walking the tree)."""
-        written = {
-            uuid: (plan.inventory(), set(tree.data(uuid).traits))
-            for uuid, plan in zip(uuids, plans, strict=True)
-        }
+        written = {p.uuid: (p.inventory, p.traits) for p in placed}
         return (
             nodename,
             inventory,
@@ -901,10 +897,10 @@ class VgpuDriver:
         inventory: HostInventory,
         configured: _ConfiguredTraits,
         data: Any | None,
-    ) -> str:
-        """Write one plan; returns its provider's uuid. ``data``: its
-        provider as read at the start of the pass, if it is one of ours
-        (found by name otherwise)."""
+    ) -> _Placed:
+        """Write one plan; returns what its provider holds now. ``data``:
+        its provider as read at the start of the pass, if it is one of
+        ours (found by name otherwise)."""
         current: set[str]
         if data is None and tree.exists(plan.name):
             data = tree.data(plan.name)
@@ -921,13 +917,15 @@ class VgpuDriver:
                 plan.total,
                 plan.type_id,
             )
-        # by uuid from here: Nova's tree finds a name by walking the tree
-        tree.update_inventory(uuid, plan.inventory())
         managed = self._managed_traits(plan, inventory, configured)
         kept = {
             t for t in current - managed if not trait.is_capability_trait(t)
         }
-        tree.update_traits(uuid, kept | plan.traits)
+        placed = _Placed(uuid, plan.inventory(), frozenset(kept | plan.traits))
+        # by uuid: Nova's tree finds a name by walking the tree. (The tree
+        # gets its own inventory: what a pass remembers is not shared.)
+        tree.update_inventory(uuid, plan.inventory())
+        tree.update_traits(uuid, placed.traits)
         # Until the caller confirms the tree reached Placement, we own both
         # what we wrote before and what we write now.
         previous = self._written_traits.get(plan.name, frozenset())
@@ -945,12 +943,20 @@ class VgpuDriver:
             elif plan.name in self._reasons:
                 LOG.info("Provider %s takes guests again", plan.name)
             self._reasons[plan.name] = plan.reason
-        return uuid
+        return placed
 
 
 def _providers_under(tree: Any, root_uuid: str) -> list[Any]:
     """Every provider of the root's tree, each read once, parents first."""
     return [tree.data(uuid) for uuid in tree.get_provider_uuids(root_uuid)]
+
+
+class _Placed(NamedTuple):
+    """A provider as a pass left it."""
+
+    uuid: str
+    inventory: dict[str, dict[str, int | float]]
+    traits: frozenset[str]  # the plan's and the operator's
 
 
 class _ConfiguredTraits(NamedTuple):
