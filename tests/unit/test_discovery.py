@@ -250,6 +250,15 @@ def test_the_sriov_scan_looks_only_at_the_devices_of_nvidia_s_driver(
     others = [f"0000:00:{i >> 3:02x}.{i & 7}" for i in range(200)]
     for name in others:
         (devices / name / "nvidia").mkdir(parents=True)  # as if NVIDIA
+    # an A100 on an older kernel: SR-IOV, but its VFs are mdev parents
+    # (no nvidia/ directory); looked at once, then no more
+    a100, a100_vfs = devices / "0000:81:00.0", ["0000:81:00.4", "0000:81:00.5"]
+    a100.mkdir()
+    (a100 / "sriov_numvfs").write_text("2\n")
+    for index, vf in enumerate(a100_vfs):
+        (devices / vf / "mdev_supported_types").mkdir(parents=True)
+        (a100 / f"virtfn{index}").symlink_to(devices / vf)
+    (tmp_path / "sys/bus/pci/drivers/nvidia" / a100.name).symlink_to(a100)
     touched: list[str] = []
     for name in ("listdir", "readlink", "open", "stat"):
         real = getattr(os, name)
@@ -275,7 +284,7 @@ def test_the_sriov_scan_looks_only_at_the_devices_of_nvidia_s_driver(
     (devices / vf / "nvidia/current_vgpu_type").write_text("1157")
     [again] = tree.sriov_functions()
     assert {v.address: v.current_type for v in again.vfs}[vf] == 1157
-    assert looked_at([*others, *m10_gpus]) == set()
+    assert looked_at([*others, *m10_gpus, *a100_vfs]) == set()
     assert not [p for p in touched if "virtfn" in p]
 
     # VFs disabled: the PF's count changes, its links are read again

@@ -80,8 +80,8 @@ class SysfsTree:
         self._resolved: dict[Path, Path] = {}
         # devices bound to NVIDIA's driver that are not SR-IOV PFs
         self._not_pf: set[str] = set()
-        # PF address -> its VFs' addresses (its virtfn links)
-        self._virtfns: dict[str, list[str]] = {}
+        # PF address -> (its VF count, the VFs NVIDIA's driver types)
+        self._virtfns: dict[str, tuple[int, list[str]]] = {}
         # PF address -> the PF as last read: read again when its VFs'
         # current types change (a VF's creatable types depend on them)
         self._pfs: dict[str, PhysicalFunction] = {}
@@ -191,8 +191,8 @@ class SysfsTree:
         listing: a server lists hundreds of PCI devices, and probing them
         cost about 5 µs each on a first scan, 0.3 µs on every later one. A
         PF is a device there with ``sriov_numvfs``; its VFs are its
-        ``virtfn<N>`` links. A host without NVIDIA's driver costs one
-        failed listing.
+        ``virtfn<N>`` links that have an ``nvidia`` directory. A host
+        without NVIDIA's driver costs one failed listing.
 
         At every scan each PF's ``sriov_numvfs`` and each VF's
         ``current_vgpu_type`` are read, one file each: a type set by
@@ -201,7 +201,8 @@ class SysfsTree:
         may have changed: a VF's creatable types and its PF's attributes
         when a VF of that PF changed type, a PF's ``virtfn`` links when
         its number of VFs changed. Whether a device bound to the driver
-        is a PF is probed once; :meth:`forget_probes` probes again."""
+        is a PF, and a VF has the directory, is probed once;
+        :meth:`forget_probes` probes again."""
         devices = f"{self.root}/bus/pci/devices"
         try:
             bound = os.listdir(f"{self.root}/bus/pci/drivers/{NVIDIA_DRIVER}")
@@ -235,19 +236,26 @@ class SysfsTree:
         return pfs
 
     def _vfs_of(self, devices: str, pf: str, count: int) -> list[str]:
-        """The addresses of a PF's ``count`` VFs (its ``virtfn`` links,
-        read again only when the count changed)."""
+        """The addresses of a PF's VFs that NVIDIA's driver gives a vGPU
+        type (an ``nvidia`` directory): read from its ``virtfn`` links
+        again only when its VF count changed. (The VFs of an A100 on an
+        older kernel are mdev parents instead, with no such directory.)"""
         known = self._virtfns.get(pf)
-        if known is not None and len(known) == count:
-            return known
+        if known is not None and known[0] == count:
+            return known[1]
         vfs = []
+        complete = True
         for index in range(count):
             try:
                 link = os.readlink(f"{devices}/{pf}/virtfn{index}")
             except OSError:
-                continue  # VFs being enabled or disabled: next scan
-            vfs.append(os.path.basename(link))
-        self._virtfns[pf] = vfs
+                complete = False  # VFs being enabled or disabled
+                continue
+            vf = os.path.basename(link)
+            if os.path.isdir(f"{devices}/{vf}/nvidia"):
+                vfs.append(vf)
+        if complete:  # else read again at the next scan
+            self._virtfns[pf] = (count, vfs)
         return vfs
 
     def _read_pf(
