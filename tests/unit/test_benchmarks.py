@@ -31,14 +31,14 @@ def rows(out: str, pattern: str) -> list[re.Match[str]]:
     return [m for line in out.splitlines() if (m := re.match(pattern, line))]
 
 
-def test_discovery_benchmark_steady_calls_are_parents_plus_one():
+def test_discovery_benchmark_steady_calls_are_one_per_parent():
     out = run("discovery", "--quick")
     mdev_rows = rows(
         out, r"\s*(\d+)\s+(\d+)\s+(\d+) \|\s+(\d+)\s+[\d.]+ \|\s+(\d+)\s"
     )
     assert [(m[1], m[2]) for m in mdev_rows] == [("1", "16"), ("16", "256")]
     for m in mdev_rows:
-        assert int(m[5]) == int(m[1]) + 1  # P + 1, whatever the mdevs
+        assert int(m[5]) == int(m[1])  # P, whatever the mdevs
     [sriov] = rows(out, r"\s*1\s+32 \|\s+[\d.]+ \|\s+[\d./]+\s+(\d+)$")
     # one file per VF and one per PF (its VF count) at a steady scan
     assert sriov[1] == "33"

@@ -17,7 +17,9 @@ from vgpu_driver.model import check
 from vgpu_driver.model.config import DeviceConfig, TypeConfig
 
 
-def test_steady_refresh_costs_parents_plus_two_whatever_the_mdevs(tmp_path):
+def test_steady_refresh_costs_one_call_per_parent_whatever_the_mdevs(
+    tmp_path,
+):
     description = hostdesc.parse(
         json.dumps(hostdesc.dense_raw(4, 200, 150)), "dense"
     )
@@ -27,9 +29,8 @@ def test_steady_refresh_costs_parents_plus_two_whatever_the_mdevs(tmp_path):
     host.calls.clear()
     again = host.discover()
     assert again == first
-    # the test driver refuses the INACTIVE flag once; then P + 1
-    assert host.call_count <= len(first.parents) + 2
-    assert host.calls["XMLDesc"] == len(first.parents)
+    # one XML per parent: the parents listed are kept
+    assert host.call_count == host.calls["XMLDesc"] == len(first.parents)
     assert host.calls["domain.XMLDesc"] == 0
 
 

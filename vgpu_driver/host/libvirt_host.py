@@ -10,13 +10,17 @@ Cost of :meth:`LibvirtHost.discover` (every call is counted in
   as objects, with no per-name lookup;
 * one ``listAllDevices(MDEV | INACTIVE)`` for the mdevs that are only
   defined (skipped for good where libvirt refuses the flag);
-* one ``XMLDesc`` per parent, whose ``availableInstances`` change;
+* one ``XMLDesc`` per parent, whose ``availableInstances`` change; the
+  parents' device objects are kept and listed again only when the
+  kernel's mdev parents (``/sys/class/mdev_bus``, read at every
+  refresh) or the connection changed, or a parent vanished;
 * an mdev's XML never changes for a given name, so it is read once, on
   first sight, and cached; whether it is persistent is asked only when
   it is removed (a defined-only mdev is persistent by definition).
 
-So a steady-state refresh costs P + 2 calls for P parents, whatever the
-number of mdevs and guests.
+So a steady-state refresh costs P calls for P parents, whatever the
+number of mdevs and guests (and libvirtd does not walk every node device
+of the host to list them).
 
 Guests: which guest uses which device is read from every domain's XML on
 the first :meth:`discover` only (or when ``rescan_guests`` is asked, as a
@@ -54,6 +58,7 @@ from vgpu_driver.exception import (
 )
 from vgpu_driver.host import domain_xml, nodedev_xml
 from vgpu_driver.host.sysfs import SysfsTree
+from vgpu_driver.model import naming
 from vgpu_driver.model.device import (
     Guest,
     HostInventory,
@@ -205,6 +210,9 @@ class LibvirtHost:
         self._implied: list[Parent] = []
         self._sysfs_only: list[Parent] = []
         self._sysfs_only_key: tuple[list[int], list[str]] | None = None
+        # the parents' device objects as last listed, with the connection
+        # they come from and the mdev_bus registrations they account for
+        self._held: tuple[Any, list[str], list[tuple[str, Any]]] | None = None
         self._inactive_supported = True
         self._unsupported: set[str] = set()
         self._version: int | None = None
@@ -295,18 +303,21 @@ class LibvirtHost:
                 if self.described_types is not None
                 else None
             )
+            bus = self.sysfs.mdev_bus_listing()
             if not relist:
-                parents = self._read_parents(self._list_parents(conn), wanted)
+                parents = self._read_parents(
+                    self._list_parents(conn, bus), wanted
+                )
                 # a parent whose XML changed (its availableInstances) may
                 # have new or fewer mdevs: list them again (only them)
                 relist = [id(p) for p in parents] != self._parent_ids
             if relist:
-                parents = self._relist(conn, parents, wanted)
+                parents = self._relist(conn, parents, wanted, bus)
                 self._listed_at = now
                 self.sysfs.forget_probes()
             assert parents is not None
             self._parent_ids = [id(p) for p in parents]
-            parents.extend(self._sysfs_only_parents(parents))
+            parents.extend(self._sysfs_only_parents(parents, bus or []))
             if self._dirty or relist:
                 self._mdev_list = self._mdevs_with_known_parents(parents)
                 self._implied = implied_parents(parents, self._mdev_list)
@@ -346,10 +357,15 @@ class LibvirtHost:
         conn: Any,
         parents_read: list[Parent] | None,
         wanted: frozenset[str] | None,
+        bus: list[str] | None,
     ) -> list[Parent]:
         """Every mdev listed again (its XML read only when new), and the
         parents unless ``parents_read`` already has them."""
         devices = self._list_devices(conn, mdevs_only=parents_read is not None)
+        if parents_read is None:
+            self._hold(
+                conn, bus, [d for d in devices if not d[0].startswith("mdev_")]
+            )
         inactive = self._inactive_mdev_names(conn)
         parents: list[Parent] = []
         listed: set[str] = set()
@@ -376,18 +392,52 @@ class LibvirtHost:
                 found.append(parent)
         return found
 
-    def _list_parents(self, conn: Any) -> list[tuple[str, Any]]:
-        """(name, device) of the parents only: one call (or, by names,
-        one listing and a lookup per parent)."""
+    def _list_parents(
+        self, conn: Any, bus: list[str] | None
+    ) -> list[tuple[str, Any]]:
+        """(name, device) of the parents only: those of the last listing
+        while they still account for the kernel's mdev parents (``bus``)
+        on the same connection; else one call (or, by names, one listing
+        and a lookup per parent)."""
+        held = self._held
+        if held is not None and held[0] is conn and held[1] == bus:
+            return held[2]
         api = self.api
         if api.list_parents is not None:
             listed = self._call(
                 "listAllDevices", conn.listAllDevices, api.list_parents
             )
-            return [(device.name(), device) for device in listed]
-        return self._lookup_names(
-            conn, self._call("listDevices", conn.listDevices, "mdev_types", 0)
+            devices = [(device.name(), device) for device in listed]
+        else:
+            devices = self._lookup_names(
+                conn,
+                self._call("listDevices", conn.listDevices, "mdev_types", 0),
+            )
+        self._hold(conn, bus, devices)
+        return devices
+
+    def _hold(
+        self,
+        conn: Any,
+        bus: list[str] | None,
+        devices: list[tuple[str, Any]],
+    ) -> None:
+        """Keep the parents listed for the next refreshes, if every PCI
+        device the kernel registers as an mdev parent is among them. A
+        device registered but not (yet) in libvirt's listing, and a host
+        without ``class/mdev_bus`` (no sysfs to tell), are listed again
+        at every refresh."""
+        self._held = None
+        if bus is None:
+            return
+        names = {name for name, _ in devices}
+        accounted = all(
+            naming.libvirt_pci_name(entry) in names
+            for entry in bus
+            if naming.normalize_pci_address(entry) is not None
         )
+        if accounted:
+            self._held = (conn, bus, devices)
 
     def _list_devices(
         self, conn: Any, *, mdevs_only: bool = False
@@ -514,6 +564,7 @@ class LibvirtHost:
         """A parent, its ``wanted`` types described (all when None)."""
         text = self._xml(device, name)
         if text is None:
+            self._held = None  # it vanished: list the parents again
             return None
         cached = self._parsed_parents.get(name)
         if cached is not None and cached[:2] == (text, wanted):
@@ -573,10 +624,12 @@ class LibvirtHost:
             parent, driver=parent.driver or driver, types=tuple(types)
         )
 
-    def _sysfs_only_parents(self, known: list[Parent]) -> list[Parent]:
-        """Parents the kernel registers but libvirt has no device for
-        (read again only when the parents or the registrations change)."""
-        entries = self.sysfs.mdev_bus_entries()
+    def _sysfs_only_parents(
+        self, known: list[Parent], entries: list[str]
+    ) -> list[Parent]:
+        """Parents the kernel registers (``entries``: in
+        ``class/mdev_bus``) but libvirt has no device for (read again
+        only when the parents or the registrations change)."""
         key = ([id(p) for p in known], entries)
         if key != self._sysfs_only_key:
             self._sysfs_only = self._read_sysfs_only_parents(known, entries)

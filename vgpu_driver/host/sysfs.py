@@ -125,10 +125,15 @@ class SysfsTree:
 
     def mdev_bus_entries(self) -> list[str]:
         """The names registered in ``class/mdev_bus`` (one listing)."""
+        return self.mdev_bus_listing() or []
+
+    def mdev_bus_listing(self) -> list[str] | None:
+        """The names registered in ``class/mdev_bus``, sorted; None when
+        there is no such directory (no mdev support, or no sysfs)."""
         try:
             return sorted(os.listdir(f"{self.root}/class/mdev_bus"))
         except OSError:
-            return []
+            return None
 
     def mdev_bus_parents(
         self, entries: list[str] | None = None
