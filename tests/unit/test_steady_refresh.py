@@ -58,15 +58,19 @@ class NameLookups:
         )
 
 
-@pytest.fixture
-def steady(make_conf, tmp_path):
-    """A driver on the m10 host served by libvirt's test driver, after
-    one full pass."""
+def m10_driver(make_conf, tmp_path):
+    """A driver on the m10 host served by libvirt's test driver."""
     description = helpers.load("m10")
     host = helpers.libvirt_host(description, tmp_path / "host")
     conf = make_conf(textwrap.dedent(description.config))
     conf.set_override("state_path", str(tmp_path / "state"), "devices")
-    driver = VgpuDriver(conf, host)
+    return VgpuDriver(conf, host), host
+
+
+@pytest.fixture
+def steady(make_conf, tmp_path):
+    """A driver on the m10 host, after one full pass."""
+    driver, host = m10_driver(make_conf, tmp_path)
     tree = CountingTree(new_tree())
     driver.update_provider_tree(tree, "node1")
     tree.writes = 0
@@ -192,11 +196,7 @@ def test_a_pass_finds_the_device_providers_by_uuid(make_conf, tmp_path):
     up no device provider by name (at 64 pGPUs those walks made a steady
     pass on Nova's tree about 0.5 ms slower), and a first pass only to
     find out whether the provider exists."""
-    description = helpers.load("m10")
-    host = helpers.libvirt_host(description, tmp_path / "host")
-    conf = make_conf(textwrap.dedent(description.config))
-    conf.set_override("state_path", str(tmp_path / "state"), "devices")
-    driver = VgpuDriver(conf, host)
+    driver, _ = m10_driver(make_conf, tmp_path)
     tree = NameLookups(new_tree())
     plans = driver.update_provider_tree(tree, "node1")
     devices = [n for n in tree.names if n != "node1"]
