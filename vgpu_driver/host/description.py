@@ -34,8 +34,8 @@ Format (every key not marked optional is required)::
                   "mdevs": ["<uuid>"], "pci": ["0000:41:00.4"]}],
       "sriov": [{"address": "0000:41:00.0", "vendor_id": "0x10de",
                  "product_id": "0x26b5",
-                 "driver": "nvidia",   # the default: VFs carry vGPUs
-                 "numa_node": 0, "vf_count": 32,   # only under it
+                 "driver": "nvidia",   # the default (vGPUs need it)
+                 "numa_node": 0, "vf_count": 32,
                  "types": [{"id": 1155, "name": "NVIDIA L40-1B",
                             "capacity": 32}],
                  "vf_types": {"0000:41:00.4": 1155}}]
@@ -607,10 +607,7 @@ def render_sysfs(description: HostDescription, root: Path) -> None:
             numa = -1 if parent.numa_node is None else parent.numa_node
             _write(base / "numa_node", str(numa))
         if parent.driver:
-            driver = root / "bus" / _bus_of(parent) / "drivers" / parent.driver
-            driver.mkdir(parents=True, exist_ok=True)
-            _link(base / "driver", driver)
-            _link(driver / base.name, base)
+            _bind(base, root / "bus" / _bus_of(parent), parent.driver)
         for spec in parent.types:
             tdir = base / "mdev_supported_types" / spec.id
             tdir.mkdir(parents=True, exist_ok=True)
@@ -654,10 +651,7 @@ def _render_pf(pf: PfSpec, root: Path) -> None:
     )
     _write(pf_dir / "sriov_numvfs", str(pf.vf_count))
     if pf.driver:
-        driver = root / "bus/pci/drivers" / pf.driver
-        driver.mkdir(parents=True, exist_ok=True)
-        _link(pf_dir / "driver", driver)
-        _link(driver / pf.address, pf_dir)
+        _bind(pf_dir, root / "bus/pci", pf.driver)
     for index, vf in enumerate(pf.vf_addresses):
         vf_dir = base / vf
         (vf_dir / "nvidia").mkdir(parents=True, exist_ok=True)
@@ -673,6 +667,14 @@ def write_vf_state(vf_dir: Path, pf: PfSpec, vf: str) -> None:
     text = "ID    : vGPU Name\n" + "".join(line + "\n" for line in lines)
     _write(vf_dir / "nvidia/creatable_vgpu_types", text if lines else "")
     _write(vf_dir / "nvidia/current_vgpu_type", str(pf.vf_types.get(vf, 0)))
+
+
+def _bind(device: Path, bus: Path, driver_name: str) -> None:
+    """A device bound to a driver: linked both ways, as the kernel does."""
+    driver = bus / "drivers" / driver_name
+    driver.mkdir(parents=True, exist_ok=True)
+    _link(device / "driver", driver)
+    _link(driver / device.name, device)
 
 
 def _write(path: Path, text: str) -> None:

@@ -123,10 +123,6 @@ class SysfsTree:
         self._virtfns.clear()
         self._pfs.clear()
 
-    def mdev_bus_entries(self) -> list[str]:
-        """The names registered in ``class/mdev_bus`` (one listing)."""
-        return self.mdev_bus_listing() or []
-
     def mdev_bus_listing(self) -> list[str] | None:
         """The names registered in ``class/mdev_bus``, sorted; None when
         there is no such directory (no mdev support, or no sysfs)."""
@@ -135,13 +131,10 @@ class SysfsTree:
         except OSError:
             return None
 
-    def mdev_bus_parents(
-        self, entries: list[str] | None = None
-    ) -> dict[Path, str]:
-        """Every registered mdev parent: real path -> sysfs name."""
+    def mdev_bus_parents(self, entries: list[str]) -> dict[Path, str]:
+        """The registered mdev parents ``entries`` names (from
+        :meth:`mdev_bus_listing`): real path -> sysfs name."""
         bus = self.root / "class/mdev_bus"
-        if entries is None:
-            entries = self.mdev_bus_entries()
         return {self.real_path(bus / e): e for e in entries}
 
     def read_parent(self, device: Path, name: str) -> Parent | None:
