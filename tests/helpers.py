@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import textwrap
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import libvirt
 
+from vgpu_driver.cmd.inventory import ROOT_NAMESPACE
+from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.host.simulated import SimulatedHost
+from vgpu_driver.model.provider_tree import ProviderTree
 
 DATA = Path(__file__).parent / "data"
 ALL_HOSTS = [*hostdesc.shipped_names(), str(DATA / "s390.json")]
@@ -159,3 +164,44 @@ class FileBackedHost(SimulatedHost):
 
     def set_vf_type(self, vf_address, type_id):
         return self._shared(super().set_vf_type, vf_address, type_id)
+
+
+def new_tree(nodename: str = "node1") -> ProviderTree:
+    """A provider tree holding the compute node's own provider."""
+    tree = ProviderTree()
+    tree.new_root(nodename, str(uuid.uuid5(ROOT_NAMESPACE, nodename)))
+    return tree
+
+
+class Node:
+    """A driver on a simulated host, with its provider tree."""
+
+    def __init__(
+        self, make_conf, state, name="m10", config=None, host=None, extra=""
+    ):
+        self.description = load(name)
+        self.host = host or SimulatedHost(self.description)
+        text = textwrap.dedent(config or self.description.config) + extra
+        self.conf = make_conf(text)
+        self.conf.set_override("state_path", str(state), "devices")
+        self.driver = VgpuDriver(self.conf, self.host)
+        self.tree = new_tree()
+        self.update()
+
+    def update(self):
+        return {
+            p.device: p
+            for p in self.driver.update_provider_tree(self.tree, "node1")
+        }
+
+    def rp(self, device):
+        return self.tree.data(f"node1_{device}").uuid
+
+    def alloc(self, *units, rc="VGPU"):
+        found = {}
+        for device, count in units:
+            found[self.rp(device)] = {"resources": {rc: count}}
+        return found
+
+    def mdevs(self):
+        return {m.uuid: m for m in self.host.discover().mdevs}

@@ -2,56 +2,19 @@
 
 from __future__ import annotations
 
-import textwrap
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tests import helpers
-from tests.unit.test_provider_tree import new_tree
-from vgpu_driver.driver import VgpuDriver
+from tests.helpers import Node
 from vgpu_driver.exception import (
     DeviceCapacityExhausted,
     DeviceOperationFailed,
     ProviderUnknown,
 )
-from vgpu_driver.host.simulated import SimulatedHost
 from vgpu_driver.model.device import Guest
-
-
-class Node:
-    """A driver on a simulated host, with its provider tree."""
-
-    def __init__(
-        self, make_conf, state, name="m10", config=None, host=None, extra=""
-    ):
-        self.description = helpers.load(name)
-        self.host = host or SimulatedHost(self.description)
-        text = textwrap.dedent(config or self.description.config) + extra
-        self.conf = make_conf(text)
-        self.conf.set_override("state_path", str(state), "devices")
-        self.driver = VgpuDriver(self.conf, self.host)
-        self.tree = new_tree()
-        self.update()
-
-    def update(self):
-        return {
-            p.device: p
-            for p in self.driver.update_provider_tree(self.tree, "node1")
-        }
-
-    def rp(self, device):
-        return self.tree.data(f"node1_{device}").uuid
-
-    def alloc(self, *units, rc="VGPU"):
-        found = {}
-        for device, count in units:
-            found[self.rp(device)] = {"resources": {rc: count}}
-        return found
-
-    def mdevs(self):
-        return {m.uuid: m for m in self.host.discover().mdevs}
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import re
 import libvirt
 
 from tests import helpers
-from tests.unit.test_binding import Node
+from tests.helpers import Node
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import LibvirtHost
 

@@ -7,6 +7,7 @@ import textwrap
 import pytest
 
 from tests import helpers
+from tests.helpers import new_tree
 from vgpu_driver.cmd.inventory import ROOT_NAMESPACE, tree_report
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.simulated import SimulatedHost
@@ -22,14 +23,6 @@ def driver_for(make_conf, tmp_path):
         return VgpuDriver(conf, host or SimulatedHost(description))
 
     return factory
-
-
-def new_tree(nodename="node1"):
-    import uuid
-
-    tree = ProviderTree()
-    tree.new_root(nodename, str(uuid.uuid5(ROOT_NAMESPACE, nodename)))
-    return tree
 
 
 def providers(driver, tree=None, nodename="node1", allocations=None):

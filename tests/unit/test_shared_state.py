@@ -14,8 +14,7 @@ import pytest
 from oslo_config import cfg
 
 from tests import helpers
-from tests.unit.test_binding import Node
-from tests.unit.test_provider_tree import new_tree
+from tests.helpers import Node, new_tree
 from vgpu_driver import conf as vconf
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.exception import ConfigInvalid, DeviceCapacityExhausted

@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from tests import helpers
-from tests.unit.test_provider_tree import new_tree
+from tests.helpers import new_tree
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.model.device import Guest
 

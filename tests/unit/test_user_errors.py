@@ -8,7 +8,7 @@ import json
 import pytest
 
 from tests import helpers
-from tests.unit.test_binding import Node
+from tests.helpers import Node
 from vgpu_driver.cmd import main as cli
 from vgpu_driver.conf import loader
 from vgpu_driver.exception import MigrationTypeMismatch
