@@ -137,7 +137,7 @@ class StateStore:
         StateRecordCorrupt if it exists but cannot be read."""
         path = self.path(key)
         try:
-            text = path.read_text()
+            data = path.read_bytes()
         except FileNotFoundError:
             return default
         except OSError as exc:
@@ -145,11 +145,13 @@ class StateStore:
                 action="read", path=str(path), reason=str(exc)
             ) from exc
         try:
-            value = json.loads(text)
+            # UnicodeDecodeError is a ValueError: a record with a byte
+            # that is not UTF-8 is as unreadable as one cut in half
+            value = json.loads(data.decode("utf-8"))
             if validate is not None:
                 validate(value)
-        except (ValueError, TypeError, KeyError) as exc:
-            reason = "it is empty" if not text.strip() else str(exc)
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+            reason = "it is empty" if not data.strip() else str(exc)
             raise StateRecordCorrupt(path=str(path), reason=reason) from exc
         return value
 

@@ -1,0 +1,132 @@
+"""Records on disk that cannot be read are moved aside and rebuilt, never
+taken as empty and never a traceback: a byte that is not UTF-8, a second
+damaged copy in the same second, claims whose ids disagree with their
+keys, an epoch a reader already knows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests import helpers
+from tests.helpers import Node
+from vgpu_driver.cmd import main
+from vgpu_driver.host.state import StateRecordCorrupt, StateStore
+
+PARENT = "pci_0000_86_00_0"  # m10: nvidia-36
+FREE_ON_86 = "386818c0-9f18-5b12-8c04-386dbef1b1ab"
+NOT_UTF8 = b'{"epoch": 1, "claims": {}, "note": "caf\xe9"}'
+
+
+@pytest.mark.parametrize("record", ["mdev-parents", "provider-traits"])
+def test_a_cache_record_with_a_non_utf8_byte_is_moved_aside(
+    make_conf, tmp_path, record
+):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / f"{record}.json").write_bytes(b'{"x": "\xff"}')
+    n = Node(make_conf, state)  # constructs and reports
+    assert n.tree.data(f"node1_{PARENT}").inventory
+    [moved] = state.glob(f"{record}.json.corrupt-*")
+    assert moved.read_bytes() == b'{"x": "\xff"}'
+
+
+def test_a_claims_record_with_a_non_utf8_byte_is_corrupt_and_kept(
+    make_conf, tmp_path
+):
+    state = tmp_path / "state"
+    n = Node(make_conf, state)
+    (state / "claims.json").write_bytes(NOT_UTF8)
+    with pytest.raises(StateRecordCorrupt, match=r"claims\.json"):
+        n.driver.allocate_mdevs("i1", n.alloc((PARENT, 1)))
+    assert (state / "claims.json").read_bytes() == NOT_UTF8
+    done = n.driver.init_host()
+    [moved] = done["records_moved_aside"]
+    assert Path(moved).read_bytes() == NOT_UTF8
+
+
+def test_restore_moves_a_non_utf8_record_aside_without_a_traceback(
+    tmp_path, capsys
+):
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "claims.json").write_bytes(NOT_UTF8)
+    (state / "vf-types.json").write_bytes(b"\xfe\xff")
+    conf = tmp_path / "nova.conf"
+    conf.write_text(
+        helpers.load("l40-sriov").config
+        + f"\n[devices]\nstate_path = {state}\n"
+        if "[devices]" not in helpers.load("l40-sriov").config
+        else helpers.load("l40-sriov").config.replace(
+            "[devices]", f"[devices]\nstate_path = {state}", 1
+        )
+    )
+    rc = main.main(
+        [
+            "--config-file",
+            str(conf),
+            "--host-description",
+            "l40-sriov",
+            "restore",
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "Traceback" not in out + err
+    assert len(list(state.glob("claims.json.corrupt-*"))) == 1
+    assert len(list(state.glob("vf-types.json.corrupt-*"))) == 1
+
+
+def test_a_second_damaged_copy_in_the_same_second_keeps_the_first(tmp_path):
+    store = StateStore(tmp_path)
+    (tmp_path / "claims.json").write_text("first")
+    first = store.quarantine("claims")
+    (tmp_path / "claims.json").write_text("second")
+    second = store.quarantine("claims")
+    assert first is not None and second is not None
+    assert first != second
+    assert first.read_text() == "first"
+    assert second.read_text() == "second"
+
+
+def test_claims_whose_ids_disagree_with_their_keys_are_corrupt(
+    make_conf, tmp_path
+):
+    state = tmp_path / "state"
+    n = Node(make_conf, state)
+    claim = {
+        "kind": "mdev",
+        "id": FREE_ON_86,
+        "parent": PARENT,
+        "type_id": "nvidia-36",
+        "created": False,
+        "instance": "i1",
+        "purpose": "spawn",
+    }
+    (state / "claims.json").write_text(
+        json.dumps({"epoch": 5, "claims": {"another-device": claim}})
+    )
+    with pytest.raises(StateRecordCorrupt, match="inconsistent"):
+        n.driver.binder.claims()
+
+
+def test_a_reader_never_sees_an_epoch_it_knew_after_a_record_moved_aside(
+    make_conf, tmp_path
+):
+    """A binder read epoch 1 (what a counter would write first). The
+    record is moved aside and another binder writes: the first must know
+    the host changed, whatever epoch the new record starts from."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "claims.json").write_text('{"epoch": 1, "claims": {}}')
+    reader = Node(make_conf, state)
+    assert not reader.driver.binder.view_is_stale()
+    (state / "claims.json").write_text("damaged")
+    assert StateStore(state).quarantine("claims") is not None
+    writer = Node(make_conf, state)
+    writer.driver.allocate_mdevs("i1", writer.alloc((PARENT, 1)))
+    epoch = json.loads((state / "claims.json").read_text())["epoch"]
+    assert epoch != 1
+    assert reader.driver.binder.view_is_stale()
