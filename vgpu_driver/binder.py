@@ -212,10 +212,13 @@ class DeviceBinder:
         with self._lock:
             self._targets = dict(targets)
 
-    def _rebuild_view(self, why: str) -> None:
-        """Read the host again, guests too (inside :meth:`_records`)."""
+    def _rebuild_view(self, why: str) -> tuple[Guest, ...]:
+        """Read the host again, guests too (inside :meth:`_records`).
+        Returns the guests read."""
         LOG.info("Reading the host and every guest: %s", why)
-        self._take_view(self.host.discover(rescan_guests=True))
+        inventory = self.host.discover(rescan_guests=True)
+        self._take_view(inventory)
+        return inventory.guests
 
     def _take_view(self, inventory: HostInventory) -> None:
         self._has_view = True
@@ -736,10 +739,28 @@ class DeviceBinder:
 
     # -- repairs (vgpu-driver audit --fix) -------------------------------
 
-    def drop_claims(self, device_ids: Iterable[str]) -> list[str]:
-        """Drop these claims (of instances that are gone)."""
-        with self._records(view=False):
-            dropped = [d for d in device_ids if self._claims.pop(d, None)]
+    def drop_claims(
+        self, expected: Mapping[str, Mapping[str, Any]]
+    ) -> list[str]:
+        """Drop claims of instances that are gone: compare-and-act under
+        the records' lock. ``expected``: device id -> the claim as it was
+        read when its instance was found gone. A claim is dropped only if
+        it is still that very claim (the same instance, purpose and
+        device) and that instance has no guest now; one released and
+        made again for another instance since is left alone."""
+        with self._records(view=False):  # the view is rebuilt just below
+            guests = {
+                g.uuid
+                for g in self._rebuild_view("checking claims under the lock")
+            }
+            dropped = [
+                device_id
+                for device_id, claim in sorted(expected.items())
+                if self._claims.get(device_id) == dict(claim)
+                and claim["instance"] not in guests
+            ]
+            for device_id in dropped:
+                del self._claims[device_id]
             if dropped:
                 self._save()
         return dropped

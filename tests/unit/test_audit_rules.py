@@ -19,7 +19,13 @@ INVENTORY = HostInventory(
     ),
     pfs=(
         PhysicalFunction(
-            "pf", "0000:41:00.0", vfs=(VirtualFunction("0000:41:00.4", 7),)
+            "pf",
+            "0000:41:00.0",
+            # .4 is the guest's; .5 is typed and free (a bind's to reuse)
+            vfs=(
+                VirtualFunction("0000:41:00.4", 7),
+                VirtualFunction("0000:41:00.5", 7),
+            ),
         ),
     ),
     guests=(Guest("g1", "vm1", ("m-used",), ("0000:41:00.4",)),),
@@ -76,3 +82,18 @@ def test_without_placement_only_host_checks_run():
         claims={"m-free": {"instance": "gone", "purpose": "spawn"}},
     )
     assert found == {("orphaned_free_mdev", "m-old")}
+
+
+def test_a_free_typed_vf_is_no_finding():
+    """A typed VF no guest uses is a bind's to reuse: its type is not
+    recorded (it is cleared at release), and nothing is to fix."""
+    assert ("vf_type_unrecorded", "0000:41:00.5") not in run(vf_types={})
+    assert ("vf_type_unrecorded", "0000:41:00.4") in run(vf_types={})
+
+
+def test_a_claimed_mdev_of_a_type_its_parent_no_longer_serves_is_kept():
+    """A bind in flight (or a hard reboot's hold) claimed it: removing it
+    would take a device from under its instance."""
+    claim = {"instance": "g2", "purpose": "spawn"}
+    found = run(claims={"m-old": claim}, allocations=None)
+    assert ("orphaned_free_mdev", "m-old") not in found

@@ -12,6 +12,7 @@ Exit code 1 when a finding remains (not fixed), 0 otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from vgpu_driver import exception
@@ -59,16 +60,23 @@ def _parent_of(driver: VgpuDriver, inventory: HostInventory) -> dict[str, str]:
     return found
 
 
-def _fix(
-    driver: VgpuDriver, inventory: HostInventory, findings: list[Finding]
+def fix(
+    driver: VgpuDriver,
+    inventory: HostInventory,
+    findings: list[Finding],
+    claims: Mapping[str, Mapping[str, Any]],
 ) -> list[str]:
+    """Repair the fixable findings, each only if what the audit read
+    still holds (re-checked under the records' lock): ``claims`` are the
+    claims the findings were made from."""
     by_kind: dict[str, list[str]] = {}
     for finding in findings:
         if finding.fixable:
             by_kind.setdefault(finding.kind, []).append(finding.subject)
     done = []
+    gone = by_kind.get("claim_of_gone_instance", [])
     for device_id in driver.binder.drop_claims(
-        by_kind.get("claim_of_gone_instance", [])
+        {d: claims[d] for d in gone if d in claims}
     ):
         done.append(f"dropped the claim on {device_id}")
     current = {
@@ -89,6 +97,10 @@ def run(context: Context) -> int:
     conf = context.conf
     driver = VgpuDriver(conf, context.host)
     inventory = driver.discover(rescan_guests=True)
+    # the claims are read before Placement: a claim made after this
+    # reading is not judged, and an instance whose claim is read here
+    # already had its allocation (Placement allocates before a bind)
+    claims = driver.binder.claims()
     note = None
     device_of: dict[str, str] = {}
     allocations: dict[str, dict[str, int]] | None = None
@@ -98,14 +110,16 @@ def run(context: Context) -> int:
         note = f"Placement not checked: {exc}"
     findings = audit(
         inventory,
-        claims=driver.binder.claims(),
+        claims=claims,
         vf_types=driver.binder.vf_types,
         configured=driver.configured_types(inventory),
         device_of=device_of,
         parent_of=_parent_of(driver, inventory),
         allocations=allocations,
     )
-    fixed = _fix(driver, inventory, findings) if conf.command.fix else []
+    fixed = (
+        fix(driver, inventory, findings, claims) if conf.command.fix else []
+    )
     remaining = (
         [f for f in findings if not f.fixable]
         if conf.command.fix

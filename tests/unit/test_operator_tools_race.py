@@ -1,0 +1,117 @@
+"""The operator's own tools run beside the compute service: what
+``audit --fix`` repairs it repairs only if what it read still holds
+(compare-and-act under the records' lock).
+
+Each test reads as the audit reads, lets the service change the host in
+between, then fixes: the order a loop of ``audit --fix`` beside binds
+and releases hits sooner or later."""
+
+from __future__ import annotations
+
+import textwrap
+
+from tests.helpers import Node
+from vgpu_driver.cmd.audit import fix
+from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.model.audit import audit
+from vgpu_driver.model.device import Guest
+
+PARENT = "pci_0000_86_00_0"  # m10: nvidia-36
+FREE_ON_86 = "386818c0-9f18-5b12-8c04-386dbef1b1ab"
+# the auditor's configuration gives 86 another type: FREE_ON_86 is then
+# an orphan to it (a second configuration, or one just changed)
+OTHER_TYPE = """
+[devices]
+enabled_mdev_types = nvidia-35
+[mdev_nvidia-35]
+device_addresses = 0000:84:00.0,0000:85:00.0,0000:86:00.0
+"""
+
+
+def _read(driver: VgpuDriver, allocations=None):
+    """What ``vgpu-driver audit`` reads, in its order."""
+    inventory = driver.discover(rescan_guests=True)
+    claims = driver.binder.claims()
+    findings = audit(
+        inventory,
+        claims=claims,
+        vf_types=driver.binder.vf_types,
+        configured=driver.configured_types(inventory),
+        device_of={},
+        parent_of={},
+        allocations={} if allocations is None else allocations,
+    )
+    return inventory, claims, findings
+
+
+def _auditor(n: Node, make_conf, config: str | None = None) -> VgpuDriver:
+    conf = make_conf(textwrap.dedent(config or n.description.config))
+    conf.set_override("state_path", n.conf.devices.state_path, "devices")
+    return VgpuDriver(conf, n.host)
+
+
+def test_a_claim_given_to_another_instance_since_the_audit_is_kept(
+    make_conf, tmp_path
+):
+    n = Node(make_conf, tmp_path / "state")
+    [d] = n.driver.allocate_mdevs("gone", n.alloc((PARENT, 1)))
+    assert d.id == FREE_ON_86  # the free mdev is reused
+    auditor = _auditor(n, make_conf)
+    inventory, claims, findings = _read(auditor)
+    assert ("claim_of_gone_instance", FREE_ON_86) in {
+        (f.kind, f.subject) for f in findings
+    }
+    # the service: the stale instance is deleted, a new one gets its mdev
+    n.driver.release_mdevs("gone")
+    [again] = n.driver.allocate_mdevs("new", n.alloc((PARENT, 1)))
+    assert again.id == FREE_ON_86
+    assert fix(auditor, inventory, findings, claims) == []
+    assert n.driver.binder.claims()[FREE_ON_86]["instance"] == "new"
+
+
+def test_a_claim_whose_instance_has_a_guest_since_the_audit_is_kept(
+    make_conf, tmp_path
+):
+    n = Node(make_conf, tmp_path / "state")
+    n.driver.allocate_mdevs("late", n.alloc((PARENT, 1)))
+    auditor = _auditor(n, make_conf)
+    inventory, claims, findings = _read(auditor)
+    # the instance's guest appears (defined without that device yet)
+    n.host.note_guest(Guest("late", "instance-late", ()))
+    assert fix(auditor, inventory, findings, claims) == []
+    assert FREE_ON_86 in n.driver.binder.claims()
+
+
+def test_a_stale_claim_still_as_read_is_dropped(make_conf, tmp_path):
+    n = Node(make_conf, tmp_path / "state")
+    n.driver.allocate_mdevs("gone", n.alloc((PARENT, 1)))
+    auditor = _auditor(n, make_conf)
+    inventory, claims, findings = _read(auditor)
+    assert fix(auditor, inventory, findings, claims) == [
+        f"dropped the claim on {FREE_ON_86}"
+    ]
+    assert n.driver.binder.claims() == {}
+
+
+def test_an_orphan_claimed_by_the_service_since_the_audit_stays(
+    make_conf, tmp_path
+):
+    n = Node(make_conf, tmp_path / "state")
+    auditor = _auditor(n, make_conf, OTHER_TYPE)
+    inventory, claims, findings = _read(auditor)
+    assert ("orphaned_free_mdev", FREE_ON_86) in {
+        (f.kind, f.subject) for f in findings
+    }
+    [d] = n.driver.allocate_mdevs("i1", n.alloc((PARENT, 1)))
+    assert d.id == FREE_ON_86
+    assert fix(auditor, inventory, findings, claims) == []
+    assert FREE_ON_86 in n.mdevs()
+
+
+def test_an_orphan_a_guest_took_since_the_audit_stays(make_conf, tmp_path):
+    n = Node(make_conf, tmp_path / "state")
+    auditor = _auditor(n, make_conf, OTHER_TYPE)
+    inventory, claims, findings = _read(auditor)
+    n.host.note_guest(Guest("by-hand", "instance-by-hand", (FREE_ON_86,)))
+    assert fix(auditor, inventory, findings, claims) == []
+    assert FREE_ON_86 in n.mdevs()
