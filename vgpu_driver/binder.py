@@ -30,12 +30,14 @@ import dataclasses
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from oslo_log import log as logging
 
 from vgpu_driver.exception import (
+    ClaimConflict,
     DeviceCapacityExhausted,
     DeviceOperationFailed,
     ProviderUnknown,
@@ -477,7 +479,15 @@ class DeviceBinder:
         instance: str,
         wanted: list[tuple[str, str, int]],
         purpose: str = SPAWN,
+        *,
+        any_parent: bool = False,
     ) -> list[BoundDevice]:
+        """Claim, then make, the devices ``wanted`` asks for. The same
+        bind again returns what it claimed; a bind of an instance that
+        holds claims for other devices than ``wanted`` is refused
+        (ClaimConflict). ``any_parent``: the parents of ``wanted`` were
+        picked by room (units allocated on the compute node's own
+        provider), so only the types are compared."""
         with self._records(fresh_view=True):
             mine = [
                 BoundDevice(**{k: c[k] for k in _DEVICE_FIELDS})
@@ -485,6 +495,7 @@ class DeviceBinder:
                 if c["instance"] == instance and c["purpose"] == purpose
             ]
             if mine:
+                _check_same_bind(instance, mine, wanted, any_parent)
                 return mine  # the same bind again: idempotent
             chosen = self._choose_existing(wanted)
             for device in chosen:
@@ -985,6 +996,36 @@ class DeviceBinder:
 
 
 _DEVICE_FIELDS = ("kind", "id", "parent", "type_id", "created")
+
+
+def _check_same_bind(
+    instance: str,
+    held: list[BoundDevice],
+    wanted: list[tuple[str, str, int]],
+    any_parent: bool,
+) -> None:
+    """Raise ClaimConflict unless ``held`` is what ``wanted`` asks for."""
+
+    def key(parent: str, type_id: str) -> tuple[str, str]:
+        return ("", type_id) if any_parent else (parent, type_id)
+
+    has = Counter(key(d.parent, d.type_id) for d in held)
+    asks: Counter[tuple[str, str]] = Counter()
+    for parent, type_id, units in wanted:
+        asks[key(parent, type_id)] += units
+    if has != asks:
+        raise ClaimConflict(
+            instance=instance,
+            held=_describe_units(has),
+            wanted=_describe_units(asks) or "no device",
+        )
+
+
+def _describe_units(units: Counter[tuple[str, str]]) -> str:
+    return ", ".join(
+        f"{n} x {type_id}" + (f" on {parent}" if parent else "")
+        for (parent, type_id), n in sorted(units.items())
+    )
 
 
 def _is_exhaustion(exc: VgpuDriverError) -> bool:

@@ -483,16 +483,17 @@ class VgpuDriver:
         the guest's domain. Raises ProviderUnknown or
         DeviceCapacityExhausted (the instance must be rescheduled), having
         undone anything it made."""
-        wanted = self._wanted(allocations)
-        return self.binder.bind(instance_uuid, wanted)
+        wanted, any_parent = self._wanted(allocations)
+        return self.binder.bind(instance_uuid, wanted, any_parent=any_parent)
 
     def _wanted(
         self, allocations: Mapping[str, Any]
-    ) -> list[tuple[str, str, int]]:
-        """(device, type, units) for the allocations. Units on a compute
-        node's own provider (the layout before a reshape, e.g. an
-        instance spawned while an upgrade is half done) go to parents
-        whose configured type is of that class, free mdevs first."""
+    ) -> tuple[list[tuple[str, str, int]], bool]:
+        """(device, type, units) for the allocations, and whether some
+        parents were picked by room. Units on a compute node's own
+        provider (the layout before a reshape, e.g. an instance spawned
+        while an upgrade is half done) go to parents whose configured
+        type is of that class, free mdevs first."""
         classes = self.managed_classes()
         ours = {
             rp: a for rp, a in allocations.items() if rp not in self._roots
@@ -515,7 +516,7 @@ class VgpuDriver:
                     and cfg.resource_class == rc
                 }
                 wanted.extend(self.binder.spread(rc, amount, candidates))
-        return wanted
+        return wanted, bool(on_root)
 
     def guest_defined(self, instance_uuid: str) -> list[str]:
         """The caller defined (or redefined) the instance's guest: re-read
@@ -682,7 +683,7 @@ class VgpuDriver:
         mdevs (``{source uuid: type id}``) and return ``{source uuid:
         destination uuid}`` for the guest's XML. The claim is on disk: it
         survives a restart of the service until success or rollback."""
-        wanted = self._wanted(allocations)
+        wanted, any_parent = self._wanted(allocations)
         offered = {type_id for _, type_id, _ in wanted}
         for source, type_id in sorted(source_mdevs.items()):
             if type_id not in offered:
@@ -692,7 +693,9 @@ class VgpuDriver:
                     type_id=type_id,
                     offered=", ".join(sorted(offered)) or "no device",
                 )
-        bound = self.binder.bind(instance_uuid, wanted, MIGRATION)
+        bound = self.binder.bind(
+            instance_uuid, wanted, MIGRATION, any_parent=any_parent
+        )
         pool = {d.type_id: [] for d in bound}  # type: dict[str, list[str]]
         for device in bound:
             pool[device.type_id].append(device.id)

@@ -75,6 +75,16 @@ class DeviceCapacityExhausted(VgpuDriverError):
     code = "vgpu_driver.bind.exhausted"
 
 
+class ClaimConflict(VgpuDriverError):
+    msg_fmt = (
+        "Instance %(instance)s already holds %(held)s from an earlier bind, "
+        "but its allocations now ask for %(wanted)s. Release its devices "
+        "first (the earlier spawn, resize or migration must end or be "
+        "rolled back); nothing was changed."
+    )
+    code = "vgpu_driver.bind.claim_conflict"
+
+
 class PlacementError(VgpuDriverError):
     msg_fmt = "Placement request %(method)s %(url)s failed: %(reason)s"
     code = "vgpu_driver.placement.error"

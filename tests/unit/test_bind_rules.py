@@ -1,0 +1,84 @@
+"""Rules a bind and a release keep, each with a test that fails when the
+rule is taken out: nothing given twice, nothing kept that is free."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import Node
+from vgpu_driver.exception import ClaimConflict, ProviderUnknown
+from vgpu_driver.model.device import Guest
+
+P84, P85, P86 = "pci_0000_84_00_0", "pci_0000_85_00_0", "pci_0000_86_00_0"
+FREE_ON_86 = "386818c0-9f18-5b12-8c04-386dbef1b1ab"
+
+
+@pytest.fixture
+def n(make_conf, tmp_path):
+    return Node(make_conf, tmp_path / "state")
+
+
+def test_the_same_bind_again_returns_what_it_claimed(n):
+    first = n.driver.allocate_mdevs("i1", n.alloc((P85, 1)))
+    assert n.driver.allocate_mdevs("i1", n.alloc((P85, 1))) == first
+
+
+def test_a_bind_with_another_allocation_than_its_claims_is_refused(n):
+    [held] = n.driver.allocate_mdevs("i1", n.alloc((P85, 1)))
+    with pytest.raises(ClaimConflict) as caught:
+        n.driver.allocate_mdevs("i1", n.alloc((P86, 1)))
+    message = str(caught.value)
+    assert "i1" in message and P85 in message and P86 in message
+    # nothing changed: the old claim stays, nothing was made on 86
+    assert n.driver.binder.claims()[held.id]["parent"] == P85
+    with pytest.raises(ClaimConflict):
+        n.driver.allocate_mdevs("i1", n.alloc((P85, 2)))
+
+
+def test_a_bind_checks_the_allocation_s_class_against_the_provider_s(
+    make_conf, tmp_path
+):
+    """VGPU asked of a CUSTOM_MLX5 provider: the allocation does not
+    match what the provider stands for."""
+    m = Node(make_conf, tmp_path / "mlx5", "mlx5")
+    rp = m.rp("pci_0000_3b_00_0")
+    with pytest.raises(ProviderUnknown):
+        m.driver.allocate_mdevs("i2", {rp: {"resources": {"VGPU": 1}}})
+    assert m.driver.binder.claims() == {}
+    [device] = m.driver.allocate_mdevs(
+        "i2", {rp: {"resources": {"CUSTOM_MLX5": 1}}}
+    )
+    assert device.parent == "pci_0000_3b_00_0"
+
+
+def test_free_mdevs_never_lists_claimed_ones(n, make_conf, tmp_path):
+    """Claimed here, or by another process of the host (whose claims
+    this driver's view of the host does not show yet)."""
+    other = Node(make_conf, tmp_path / "state", host=n.host)
+    assert FREE_ON_86 in n.driver.free_mdevs(P86)
+    [device] = other.driver.allocate_mdevs("i1", other.alloc((P86, 1)))
+    assert device.id == FREE_ON_86
+    assert FREE_ON_86 not in n.driver.free_mdevs()
+    assert FREE_ON_86 not in n.driver.free_mdevs(P86, ["nvidia-36"])
+    assert FREE_ON_86 not in other.driver.free_mdevs()
+
+
+def test_release_hands_back_the_devices_the_guest_uses(n):
+    [device] = n.driver.allocate_mdevs("i1", n.alloc((P86, 1)))
+    n.host.note_guest(Guest("i1", "instance-1", (device.id,)))
+    n.driver.guest_defined("i1")
+    assert device.id not in n.driver.binder.claims()  # the domain holds it
+    assert device.id not in n.driver.free_mdevs()
+    assert device.id in n.driver.release_mdevs("i1")
+    n.host.forget_guest("i1")
+    assert device.id in n.driver.free_mdevs(P86)
+
+
+def test_a_claim_on_a_device_the_guest_uses_is_counted_once(n):
+    """A hard reboot claims the devices its guest has: what the plan
+    counts as held is the same before and after."""
+    inventory = n.driver.discover(rescan_guests=True)
+    before = n.driver.held_devices(inventory)
+    assert before[P86]["nvidia-36"] == 1
+    assert n.driver.hold_devices("b44f0287-605d-58a1-9156-fbe199207c05")
+    assert n.driver.held_devices(inventory) == before
