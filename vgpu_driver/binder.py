@@ -47,6 +47,7 @@ from vgpu_driver.host.base import Host
 from vgpu_driver.host.state import (
     StateRecordCorrupt,
     StateStore,
+    StateStoreError,
     expect,
     validate_str_map,
 )
@@ -63,6 +64,9 @@ LOG = logging.getLogger(__name__)
 CLAIMS_RECORD = "claims"
 VF_TYPES_RECORD = "vf-types"
 SPAWN, MIGRATION = "spawn", "migration"
+# a device being handed back to the host (its VF type cleared, the mdev
+# removed): nobody takes it until that is done
+RELEASE = "release"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,17 +144,25 @@ class DeviceBinder:
                     self._apply_guest_changes()
                 yield
 
-    def _save(self) -> None:
-        """Write both records (inside :meth:`_records`)."""
-        if self.state is None:
-            return
-        # a fresh random number, not a counter: after a record was moved
-        # aside and restarted, a reader must never see its old value again
-        self._epoch = secrets.randbits(62) + 1
-        self.state.save(
-            CLAIMS_RECORD, {"epoch": self._epoch, "claims": self._claims}
-        )
-        self.state.save(VF_TYPES_RECORD, self._vf_types)
+    def _save(
+        self,
+        claims: dict[str, dict[str, Any]] | None = None,
+        vf_types: dict[str, int] | None = None,
+    ) -> None:
+        """Write both records (inside :meth:`_records`): ours as they are,
+        or ``claims`` and ``vf_types``, which become ours once written (a
+        write that fails leaves what we hold as it was on disk)."""
+        claims = self._claims if claims is None else claims
+        vf_types = self._vf_types if vf_types is None else vf_types
+        if self.state is not None:
+            # a fresh random number, not a counter: after a record was
+            # moved aside, a reader must never see its old value again
+            epoch = secrets.randbits(62) + 1
+            self.state.save(CLAIMS_RECORD, {"epoch": epoch, "claims": claims})
+            self._epoch = epoch
+            self._claims = claims
+            self.state.save(VF_TYPES_RECORD, vf_types)
+        self._claims, self._vf_types = claims, vf_types
 
     def view_is_stale(self) -> bool:
         """Has another process changed the records since we last read
@@ -268,7 +280,12 @@ class DeviceBinder:
                     self._vf_types[vf.address] = vf.current_type
                     changed = True
         if changed:
-            self._save()
+            # ending claims the domains now hold and recording VF types in
+            # use can wait for a later reading: never stop one for it
+            try:
+                self._save()
+            except StateStoreError as exc:
+                LOG.warning("Could not update the claims now: %s", exc)
         self._pfs = {
             pf.name: PfView(
                 pf.name,
@@ -666,33 +683,103 @@ class DeviceBinder:
     ) -> list[str]:
         """Drop an instance's claims and hand its devices back: mdevs stay
         for reuse (or are removed with ``remove_unused``), VF types are
-        cleared. Returns the device ids released."""
+        cleared. Returns the device ids released.
+
+        Decided and recorded first: the claims go, and a device that must
+        change on the host (a VF's type cleared, an mdev removed) gets a
+        release claim in their place, so no bind takes it while it
+        changes. Only then is the host changed, outside the lock, and the
+        release claims dropped. A write that fails (a full disk) leaves
+        the host untouched and the claims as they were; a release cut
+        short is finished by the next release of the instance or at the
+        next start (:meth:`recover`)."""
         with self._records(fresh_view=True):
             ids = {
                 k for k, c in self._claims.items() if c["instance"] == instance
             }
             ids |= {k for k, g in self._used.items() if g == instance}
             ids |= set(guest_devices)
-            released = []
+            claims = dict(self._claims)
+            vf_types = dict(self._vf_types)
+            released: list[BoundDevice] = []
+            changing: list[BoundDevice] = []
             for device_id in sorted(ids):
-                claim = self._claims.pop(device_id, None)
-                self._used.pop(device_id, None)
-                device = self._device(device_id, claim)
+                device = self._device(device_id, claims.pop(device_id, None))
                 if device is None:
                     continue
-                try:
-                    self._hand_back(device)
-                except VgpuDriverError as exc:
-                    LOG.error("Releasing %s: %s", device_id, exc)
-                    self.unschedulable[device.parent] = time.monotonic()
-                released.append(device_id)
-            self._save()
+                released.append(device)
+                if device.kind == "vf":
+                    vf_types.pop(device.id, None)
+                if self._changes_host(device):
+                    changing.append(device)
+                    claims[device.id] = _claim_of(device, instance, RELEASE)
+            self._save(claims, vf_types)
+            for device in released:
+                self._used.pop(device.id, None)
+                if device not in changing:
+                    self._return_to_view(device, made=False)
         self.host.forget_guest(instance)
+        self._finish_release(instance, changing)
         if released:
             LOG.info(
-                "Released %s of instance %s", ", ".join(released), instance
+                "Released %s of instance %s",
+                ", ".join(d.id for d in released),
+                instance,
             )
-        return released
+        return [d.id for d in released]
+
+    def _changes_host(self, device: BoundDevice) -> bool:
+        """Does handing ``device`` back change the host?"""
+        if device.kind == "vf":
+            pf = self._pfs.get(device.parent)
+            return pf is None or pf.vfs.get(device.id) != 0
+        return self.remove_unused and device.id in self._mdevs
+
+    def _finish_release(
+        self, instance: str, devices: Iterable[BoundDevice]
+    ) -> None:
+        """Outside the lock: change the host for each device under a
+        release claim of ``instance``, then drop that claim (if it is
+        still that claim)."""
+        for device in devices:
+            try:
+                if self._changes_host(device):
+                    self._unmake(device)
+                done = True
+            except VgpuDriverError as exc:
+                LOG.error("Releasing %s: %s", device.id, exc)
+                with self._lock:
+                    self.unschedulable[device.parent] = time.monotonic()
+                done = False
+            with self._records(view=False):
+                if self._claims.get(device.id) == _claim_of(
+                    device, instance, RELEASE
+                ):
+                    claims = dict(self._claims)
+                    del claims[device.id]
+                    self._save(claims)
+                self._after_release(device, done)
+
+    def _after_release(self, device: BoundDevice, done: bool) -> None:
+        """The view once the host is handed ``device`` back (``done``) or
+        refused it (it stays as it is: a typed VF, a free mdev)."""
+        if device.kind == "vf":
+            pf = self._pfs.get(device.parent)
+            if pf is not None and done:
+                pf.vfs[device.id] = 0
+                pf.creatable.setdefault(device.id, set()).add(
+                    sriov_type_number(device.type_id)
+                )
+            return
+        view = self._parents.get(device.parent)
+        if view is None:
+            return
+        if device.id in self._mdevs:  # kept (or its removal failed)
+            view.free.setdefault(device.type_id, []).append(device.id)
+        elif done:
+            view.available[device.type_id] = (
+                view.available.get(device.type_id, 0) + 1
+            )
 
     def _device(
         self, device_id: str, claim: dict[str, Any] | None
@@ -837,12 +924,14 @@ class DeviceBinder:
         lists the instances it has) drops the bind claims of unknown
         instances (live-migration claims stay)."""
         done: dict[str, list[str]] = {
+            "released": [],
             "recreated": [],
             "started": [],
             "vf_types": [],
             "dropped_claims": [],
             "failed": [],
         }
+        done["released"] = self._finish_interrupted_releases()
         present = {m.uuid: m for m in inventory.mdevs}
         parents = {p.name: p for p in inventory.parents}
         for guest in inventory.guests:
@@ -889,6 +978,23 @@ class DeviceBinder:
                 if done["dropped_claims"]:
                     self._save()
         return done
+
+    def _finish_interrupted_releases(self) -> list[str]:
+        """Releases cut short (the process died between recording them
+        and changing the host): done now."""
+        with self._records():
+            leftover = [
+                (
+                    c["instance"],
+                    BoundDevice(**{k: c[k] for k in _DEVICE_FIELDS}),
+                )
+                for c in self._claims.values()
+                if c["purpose"] == RELEASE
+            ]
+        for instance, device in leftover:
+            LOG.info("Finishing the release of %s (%s)", device.id, instance)
+            self._finish_release(instance, [device])
+        return [device.id for _, device in leftover]
 
     def _claimed_where(self, uuid: str) -> tuple[str, str] | None:
         claim = self.claims().get(uuid)
@@ -971,6 +1077,14 @@ class DeviceBinder:
                 for uuid in list(uuids)
                 if uuid not in self._claims
             ]
+            if stale:
+                # others must re-read the host: told before it changes,
+                # and nothing is removed if they cannot be told
+                try:
+                    self._save()
+                except StateStoreError as exc:
+                    LOG.warning("Not removing stale free mdevs now: %s", exc)
+                    return []
             for parent, type_id, uuid in stale:
                 mdev = self._mdevs.get(uuid)
                 if mdev is None:
@@ -990,12 +1104,16 @@ class DeviceBinder:
                     parent,
                     configured[parent],
                 )
-            if removed:
-                self._save()  # others must re-read the host
         return removed
 
 
 _DEVICE_FIELDS = ("kind", "id", "parent", "type_id", "created")
+
+
+def _claim_of(
+    device: BoundDevice, instance: str, purpose: str
+) -> dict[str, Any]:
+    return {**device.record(), "instance": instance, "purpose": purpose}
 
 
 def _check_same_bind(
@@ -1075,7 +1193,7 @@ def _validate_claims(record: Any) -> None:
                 f"claim {device_id!r} has no valid {field!r}",
             )
         expect(
-            claim["purpose"] in (SPAWN, MIGRATION)
+            claim["purpose"] in (SPAWN, MIGRATION, RELEASE)
             and claim["kind"] in ("mdev", "vf")
             and claim["id"] == device_id,
             f"claim {device_id!r} is inconsistent",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import uuid as uuidlib
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import os_resource_classes as orc
@@ -29,6 +29,7 @@ from vgpu_driver.exception import (
 from vgpu_driver.host.base import Host
 from vgpu_driver.host.state import (
     StateStore,
+    StateStoreError,
     Validator,
     validate_str_map,
 )
@@ -99,6 +100,8 @@ class VgpuDriver:
             self._load(TRAITS_RECORD, _validate_traits)
         )
         self._planned_traits: dict[str, frozenset[str]] = {}
+        # the traits record on disk while a save of it failed (else None)
+        self._traits_on_disk: dict[str, frozenset[str]] | None = None
         self._reasons: dict[str, str | None] = {}
         self._warned_addresses = False
         self.binder = DeviceBinder(
@@ -160,6 +163,19 @@ class VgpuDriver:
 
         return dict(self.state.update(key, merge, {}, validate))
 
+    def _keep(self, what: str, save: Callable[[], None]) -> bool:
+        """Save a record that only helps (what was seen, what we own):
+        one that cannot be written now (a full ``state_path``) is logged
+        and written by a later pass; reporting goes on."""
+        try:
+            save()
+        except StateStoreError as exc:
+            LOG.warning(
+                "Could not record %s; trying again later: %s", what, exc
+            )
+            return False
+        return True
+
     def _save_seen(self, new: dict[str, tuple[str, str]]) -> None:
         old = self._seen_mdevs
         merged = self._merge(
@@ -169,6 +185,15 @@ class VgpuDriver:
             set(old) - set(new),
         )
         self._seen_mdevs = _as_seen(merged) if self.state else new
+
+    def _save_traits_or_retry(self, before: dict[str, frozenset[str]]) -> None:
+        """Record the traits we own now, ``before`` being what is on
+        disk; if it cannot be written, the next pass tries again."""
+        if before == self._written_traits:
+            self._traits_on_disk = None
+            return
+        saved = self._keep("the traits set", lambda: self._save_traits(before))
+        self._traits_on_disk = None if saved else before
 
     def _save_traits(self, before: Mapping[str, frozenset[str]]) -> None:
         after = self._written_traits
@@ -213,8 +238,10 @@ class VgpuDriver:
                 for uuid, where in self._seen_mdevs.items()
                 if uuid in users and uuid not in seen
             }
-            if {**kept, **seen} != self._seen_mdevs:
-                self._save_seen({**kept, **seen})
+            if {**kept, **seen} != self._seen_mdevs and not self._keep(
+                "the mdevs seen", lambda: self._save_seen({**kept, **seen})
+            ):
+                self._last_inventory = None  # the next discovery retries
             self.binder.refresh(inventory, self._targets)
         return inventory
 
@@ -318,7 +345,13 @@ class VgpuDriver:
                 unschedulable=self.unschedulable,
                 owner_trait=configured_traits.owner,
             )
-            written = dict(self._written_traits)
+            # what is on disk: what we held before this pass, or before
+            # a pass whose save failed (a full state_path)
+            written = (
+                dict(self._written_traits)
+                if self._traits_on_disk is None
+                else self._traits_on_disk
+            )
             placed = [
                 self._write(
                     provider_tree,
@@ -353,8 +386,7 @@ class VgpuDriver:
                 provider_tree.remove(name)
                 self._written_traits.pop(name, None)
                 self._reasons.pop(name, None)
-            if written != self._written_traits:
-                self._save_traits(written)
+            self._save_traits_or_retry(written)
             self.last_plans = plans
             self._written = self._fingerprint(
                 provider_tree, nodename, inventory, placed, claims
@@ -438,7 +470,11 @@ class VgpuDriver:
         tree still holds what it wrote: the pass would change nothing
         (its cost is then independent of the number of mdevs and
         guests)."""
-        if self._written is None or self.unschedulable:
+        if (
+            self._written is None
+            or self.unschedulable
+            or self._traits_on_disk is not None
+        ):
             return False
         last_node, last_inventory, config, last_claims, written, uuids = (
             self._written
@@ -842,8 +878,9 @@ class VgpuDriver:
             before = dict(self._written_traits)
             self._written_traits.update(self._planned_traits)
             self._planned_traits = {}
-            if before != self._written_traits:
-                self._save_traits(before)
+            if self._traits_on_disk is not None:
+                before = self._traits_on_disk
+            self._save_traits_or_retry(before)
 
     def managed_classes(self) -> set[str]:
         """Resource classes of the devices this library manages."""

@@ -1,0 +1,122 @@
+"""Decide and record first, act on the host after: a write that fails (a
+full ``state_path``) leaves the host as it was, an operation cut short is
+finished later, and reporting never stops for a record it cannot write.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.helpers import Node
+from vgpu_driver.host.state import StateStoreError
+
+PF = "pci_0000_41_00_0"  # l40-sriov
+
+
+def _vf_type(n: Node, address: str) -> int:
+    return {
+        vf.address: vf.current_type
+        for pf in n.host.discover().pfs
+        for vf in pf.vfs
+    }[address]
+
+
+@pytest.fixture
+def full_disk(monkeypatch):
+    """``full_disk(node)``: from now on every save to its state_path
+    fails as a full disk does; ``full_disk(node, False)`` frees it."""
+
+    def fill(n: Node, full: bool = True) -> None:
+        store = n.driver.state
+        if not full:
+            monkeypatch.delattr(store, "save")
+            return
+
+        def save(key, value):
+            raise StateStoreError(
+                action="write",
+                path=str(store.path(key)),
+                reason="[Errno 28] No space left on device",
+            )
+
+        monkeypatch.setattr(store, "save", save)
+
+    return fill
+
+
+def test_a_release_on_a_full_disk_leaves_the_vf_and_its_claim(
+    make_conf, tmp_path, full_disk
+):
+    n = Node(make_conf, tmp_path / "state", "l40-sriov")
+    [vf] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
+    [fresh] = n.driver.allocate_mdevs("i2", n.alloc((PF, 1)))
+    assert fresh.created
+    typed = _vf_type(n, fresh.id)
+    full_disk(n)
+    with pytest.raises(StateStoreError, match="No space"):
+        n.driver.release_mdevs("i2")
+    # nothing half done: the VF keeps its type, its claim and its record
+    assert _vf_type(n, fresh.id) == typed
+    assert n.driver.binder.claims()[fresh.id]["instance"] == "i2"
+    assert n.driver.binder.vf_types[fresh.id] == typed
+    full_disk(n, False)
+    assert n.driver.release_mdevs("i2") == [fresh.id]
+    assert _vf_type(n, fresh.id) == 0
+    assert fresh.id not in n.driver.binder.claims()
+    assert fresh.id not in n.driver.binder.vf_types
+    assert vf.id in n.driver.binder.claims()  # the other bind's
+
+
+def test_a_release_cut_short_is_finished_at_the_next_start(
+    make_conf, tmp_path, monkeypatch
+):
+    """The process dies after recording the release and before the host
+    changed: the VF stays out of every bind until the next start (or the
+    next release of the instance) finishes it."""
+    state = tmp_path / "state"
+    n = Node(make_conf, state, "l40-sriov")
+    n.driver.allocate_mdevs("i0", n.alloc((PF, 1)))  # the typed free VF
+    [fresh] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
+    assert fresh.created
+    binder_type = type(n.driver.binder)
+    monkeypatch.setattr(binder_type, "_finish_release", lambda *a: None)
+    n.driver.release_mdevs("i1")
+    monkeypatch.undo()
+    record = json.loads((state / "claims.json").read_text())["claims"]
+    assert record[fresh.id]["purpose"] == "release"
+    assert _vf_type(n, fresh.id) != 0  # the host was not touched
+    # another process binds meanwhile: never that VF
+    other = Node(make_conf, state, "l40-sriov", host=n.host)
+    taken = {
+        d.id
+        for i in range(3)
+        for d in other.driver.allocate_mdevs(f"o{i}", other.alloc((PF, 1)))
+    }
+    assert fresh.id not in taken
+    restarted = Node(make_conf, state, "l40-sriov", host=n.host)
+    done = restarted.driver.init_host()
+    assert done["released"] == [fresh.id]
+    assert _vf_type(n, fresh.id) == 0
+    assert fresh.id not in restarted.driver.binder.claims()
+
+
+def test_reporting_goes_on_while_state_path_is_full(
+    make_conf, tmp_path, full_disk
+):
+    n = Node(make_conf, tmp_path / "state")
+    before = n.update()
+    full_disk(n)
+    # a change that wants records written: a new free mdev, new traits
+    n.driver.create_free_mdev("pci_0000_85_00_0")
+    n.conf.set_override("owner_trait", "CUSTOM_FULL_DISK", "devices")
+    after = n.update()
+    assert set(after) == set(before)
+    assert "CUSTOM_FULL_DISK" in n.tree.data("node1_pci_0000_85_00_0").traits
+    full_disk(n, False)
+    n.update()
+    traits = json.loads(
+        (tmp_path / "state" / "provider-traits.json").read_text()
+    )
+    assert "CUSTOM_FULL_DISK" in traits["node1_pci_0000_85_00_0"]
