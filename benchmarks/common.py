@@ -127,7 +127,9 @@ def libvirt_daemon(directory: Path) -> Iterator[Callable[[str], str]]:
     readable_by_daemon(directory)
     home = directory / "libvirtd"
     runtime = home / "run"
-    runtime.mkdir(parents=True)
+    # started again in the same directory, as libvirtd restarts: same
+    # socket, same URI
+    runtime.mkdir(parents=True, exist_ok=True)
     runtime.chmod(0o700)
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -143,7 +145,7 @@ def libvirt_daemon(directory: Path) -> Iterator[Callable[[str], str]]:
         user, group = nobody.pw_uid, nobody.pw_gid
         for path in (home, runtime):
             os.chown(path, user, group)
-    log = open(home / "libvirtd.log", "wb")  # noqa: SIM115 (kept open)
+    log = open(home / "libvirtd.log", "ab")  # noqa: SIM115 (kept open)
     daemon = subprocess.Popen(
         [binary],
         env=env,
@@ -153,6 +155,7 @@ def libvirt_daemon(directory: Path) -> Iterator[Callable[[str], str]]:
         group=group,
     )
     socket = runtime / "libvirt" / "libvirt-sock"
+    socket.unlink(missing_ok=True)  # a stopped daemon's
     try:
         deadline = time.monotonic() + 30
         while not socket.exists():

@@ -40,6 +40,7 @@ from vgpu_driver.exception import (
     ClaimConflict,
     DeviceCapacityExhausted,
     DeviceOperationFailed,
+    HostUnreachable,
     ProviderUnknown,
     VgpuDriverError,
 )
@@ -633,7 +634,11 @@ class DeviceBinder:
                     del self._claims[device.id]
                     self._return_to_view(device, made=device in done)
             failing = {d.parent for d in chosen if d.created and d not in done}
-            if not _is_exhaustion(exc):
+            # a full parent or a libvirtd restarting says nothing of the
+            # device itself
+            if not _is_exhaustion(exc) and not isinstance(
+                exc, HostUnreachable
+            ):
                 for parent in failing:
                     if parent not in self.unschedulable:
                         LOG.error(

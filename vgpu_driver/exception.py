@@ -44,6 +44,14 @@ class HostUnreachable(VgpuDriverError):
     code = "vgpu_driver.host.unreachable"
 
 
+class HostOperationFailed(VgpuDriverError):
+    msg_fmt = (
+        "libvirt at %(uri)s could not %(action)s: %(reason)s. See "
+        "libvirtd's log; the next operation tries again."
+    )
+    code = "vgpu_driver.host.operation_failed"
+
+
 class DeviceXMLInvalid(VgpuDriverError):
     msg_fmt = "Cannot parse the XML of %(what)s: %(reason)s"
     code = "vgpu_driver.host.xml_invalid"

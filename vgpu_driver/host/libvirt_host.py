@@ -38,9 +38,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import importlib
 import itertools
-import sys
 import threading
 import time
 from collections import Counter
@@ -57,6 +55,7 @@ from vgpu_driver.exception import (
     HostUnreachable,
 )
 from vgpu_driver.host import domain_xml, nodedev_xml
+from vgpu_driver.host.libvirt_api import LibvirtApi, host_edge, libvirt_python
 from vgpu_driver.host.sysfs import SysfsTree
 from vgpu_driver.model import naming
 from vgpu_driver.model.device import (
@@ -71,85 +70,12 @@ from vgpu_driver.model.device import (
 LOG = logging.getLogger(__name__)
 T = TypeVar("T")
 
+# the longest wait between two attempts to connect again
+MAX_RETRY_DELAY = 60.0
 # libvirt >= 7.3 creates and defines mdevs itself.
 MIN_LIBVIRT_MDEV_API = 7_003_000
 # Creates an mdev the caller's way: (parent name, type id, uuid).
 Creator = Callable[[str, str, str], object]
-
-
-class LibvirtApi:
-    """The libvirt binding in use: libvirt-python, or the module a caller
-    already uses (a compute service's own, or its test double). Only the
-    constants and the error class are taken from it."""
-
-    def __init__(self, module: ModuleType) -> None:
-        self.module = module
-        self.error: type[Exception] = module.libvirtError
-        mdev = module.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV
-        mdev_types = getattr(
-            module, "VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV_TYPES", None
-        )
-        # None: a binding without that flag, so devices are listed by name
-        self.list_parents: int | None = mdev_types
-        self.list_mdevs: int = mdev
-        self.list_parents_and_mdevs = (
-            None if mdev_types is None else mdev_types | mdev
-        )
-        self.list_inactive_mdevs = mdev | getattr(
-            module, "VIR_CONNECT_LIST_NODE_DEVICES_INACTIVE", 1 << 30
-        )
-        # every domain (what 0 means to libvirt; some doubles need both)
-        self.list_all_domains = getattr(
-            module, "VIR_CONNECT_LIST_DOMAINS_ACTIVE", 0
-        ) | getattr(module, "VIR_CONNECT_LIST_DOMAINS_INACTIVE", 0)
-        self.no_node_device = module.VIR_ERR_NO_NODE_DEVICE
-        self.no_domain = module.VIR_ERR_NO_DOMAIN
-        self.unsupported = (
-            module.VIR_ERR_NO_SUPPORT,
-            module.VIR_ERR_INVALID_ARG,
-        )
-        # Drivers that cannot create mdevs (the test driver) fail inside.
-        self.create_unsupported = (
-            *self.unsupported,
-            module.VIR_ERR_INTERNAL_ERROR,
-        )
-        self.remove_via_sysfs = (*self.unsupported, self.no_node_device)
-        self.event_lifecycle = module.VIR_DOMAIN_EVENT_ID_LIFECYCLE
-        self.event_defined = module.VIR_DOMAIN_EVENT_DEFINED
-        self.event_undefined = module.VIR_DOMAIN_EVENT_UNDEFINED
-
-    def code(self, exc: Exception) -> int | None:
-        return exc.get_error_code()  # type: ignore[attr-defined, no-any-return]
-
-    def message(self, exc: Exception) -> str:
-        return str(exc.get_error_message())  # type: ignore[attr-defined]
-
-    @classmethod
-    def of(cls, connection: Any) -> LibvirtApi:
-        """The binding a caller's connection comes from (already
-        imported by the caller: nothing is imported here)."""
-        module = sys.modules.get(type(connection).__module__)
-        if module is not None and hasattr(module, "libvirtError"):
-            return cls(module)
-        return libvirt_python()
-
-
-_DEFAULT: LibvirtApi | None = None
-
-
-def _quiet_errors(_ctx: object, _err: object) -> None:
-    """libvirt prints every error to stderr by default; we log instead."""
-
-
-def libvirt_python() -> LibvirtApi:
-    """libvirt-python, imported on first use (only when this library
-    opens its own connection or the caller's binding is unknown)."""
-    global _DEFAULT
-    if _DEFAULT is None:
-        module = importlib.import_module("libvirt")
-        module.registerErrorHandler(_quiet_errors, None)
-        _DEFAULT = LibvirtApi(module)
-    return _DEFAULT
 
 
 class LibvirtHost:
@@ -224,12 +150,56 @@ class LibvirtHost:
         )
         self._event_seq = itertools.count()
         self._read_at: dict[str, int] = {}
+        # after a lost connection: every guest is read again
+        self._rescan_guests = False
+        # reconnection of a connection of our own, with backoff
+        self._open_failures = 0
+        self._retry_at = 0.0
+        self._open_error = ""
 
     # -- plumbing ------------------------------------------------------
 
     def _call(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         self.calls[name] += 1
-        return fn(*args)
+        api = self._api
+        try:
+            return fn(*args)
+        except Exception as exc:
+            if (
+                api is None
+                or not isinstance(exc, api.error)
+                or not api.connection_lost(exc)
+            ):
+                raise
+            lost = exc
+        # out of the except block: the warning is not logged with
+        # libvirt's exception attached
+        raise self._lost(api.message(lost)) from lost
+
+    def _lost(self, reason: str) -> HostUnreachable:
+        """The connection to libvirtd is gone (it restarted or stopped):
+        the next operation connects again (the caller's ``connect``
+        reconnects on its own), lists every device again and reads every
+        guest again, since lifecycle events may have been missed."""
+        LOG.warning(
+            "Lost the connection to libvirt at %s (%s); the next operation "
+            "connects again and reads the host and every guest anew",
+            self.uri or "the caller's connection",
+            reason,
+        )
+        if self._owns_connection and self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                LOG.debug("Closing the broken connection failed too")
+            self._conn = None
+        self._held = None
+        self._listed_at = float("-inf")
+        self._rescan_guests = True
+        self._version = None
+        return HostUnreachable(
+            uri=self.uri or "the caller's connection", reason=reason
+        )
 
     @property
     def call_count(self) -> int:
@@ -240,13 +210,29 @@ class LibvirtHost:
             return self._connect()
         if self._conn is None:
             api = self.api
-            opener = self._opener or api.module.open
-            try:
-                self._conn = self._call("open", opener, self.uri)
-            except api.error as exc:
+            now = time.monotonic()
+            if now < self._retry_at:
                 raise HostUnreachable(
-                    uri=self.uri, reason=api.message(exc)
+                    uri=self.uri,
+                    reason=f"{self._open_error}; next attempt in "
+                    f"{self._retry_at - now:.0f}s",
+                )
+            opener = self._opener or api.module.open
+            self.calls["open"] += 1
+            try:
+                self._conn = opener(self.uri)
+            except api.error as exc:
+                # back off, as Nova's Host does: 1, 2, 4 ... 60 s
+                self._open_failures += 1
+                delay = min(2.0 ** (self._open_failures - 1), MAX_RETRY_DELAY)
+                self._retry_at = now + delay
+                self._open_error = api.message(exc)
+                raise HostUnreachable(
+                    uri=self.uri, reason=self._open_error
                 ) from exc
+            if self._open_failures:
+                LOG.info("Connected to libvirt at %s again", self.uri)
+            self._open_failures, self._retry_at = 0, 0.0
         return self._conn
 
     @property
@@ -264,6 +250,7 @@ class LibvirtHost:
             self._conn.close()
             self._conn = None
 
+    @host_edge
     def library_version(self) -> int:
         if self._version is None:
             conn = self.connection()
@@ -272,6 +259,7 @@ class LibvirtHost:
             )
         return self._version
 
+    @host_edge
     def mdev_exists(self, mdev: Mdev) -> bool:
         """One lookup: is this mdev (still) known to libvirt?"""
         api = self.api
@@ -285,6 +273,7 @@ class LibvirtHost:
 
     # -- discovery -----------------------------------------------------
 
+    @host_edge
     def discover(
         self, *, rescan_guests: bool = False, guests: bool = True
     ) -> HostInventory:
@@ -325,7 +314,10 @@ class LibvirtHost:
             # guests never read and not wanted: left to the first caller
             # that needs them
             known = guests or self._guests is not None
-            if known and (self._guests is None or rescan_guests):
+            if known and (
+                self._guests is None or rescan_guests or self._rescan_guests
+            ):
+                self._rescan_guests = False
                 self._take_domain_events()
                 self._read_at.clear()
                 self._scan_guests(conn)  # what the events said, and more
@@ -710,6 +702,7 @@ class LibvirtHost:
                 self._guests.pop(uuid, None)
                 self._dirty = True
 
+    @host_edge
     def refresh_guest(self, uuid: str) -> Guest | None:
         """Re-read one domain (two calls), or forget it if it is gone."""
         # domain events about it queued before now are answered by this
@@ -743,6 +736,7 @@ class LibvirtHost:
         """Domain events wait to be applied."""
         return bool(self._domain_events)
 
+    @host_edge
     def take_guest_changes(self) -> list[tuple[str, Guest | None]]:
         """Apply the waiting domain events: each domain defined is re-read,
         each one undefined forgotten, unless it was re-read since the event
@@ -776,6 +770,7 @@ class LibvirtHost:
                 return latest
             latest[uuid] = (seq, defined)
 
+    @host_edge
     def watch_domain_events(self) -> int:
         """Keep guests current from libvirt's lifecycle events, on a
         connection this adapter may register callbacks on (a caller with
@@ -801,6 +796,7 @@ class LibvirtHost:
 
     # -- changes -------------------------------------------------------
 
+    @host_edge
     def create_mdev(self, parent: Parent, type_id: str, uuid: str) -> Mdev:
         """Create (and with libvirt >= 7.3 define and autostart) an mdev."""
         with self._lock:
@@ -902,6 +898,7 @@ class LibvirtHost:
             "nodeDeviceLookupByName", conn.nodeDeviceLookupByName, mdev.name
         )
 
+    @host_edge
     def start_mdev(self, mdev: Mdev) -> None:
         with self._lock:
             api = self.api
@@ -916,6 +913,7 @@ class LibvirtHost:
             self._mdevs[mdev.name] = _replace_active(mdev, True)
             self._dirty = True
 
+    @host_edge
     def remove_mdev(self, mdev: Mdev) -> None:
         with self._lock:
             api = self.api

@@ -1,0 +1,80 @@
+"""No ``libvirtError`` leaves the libvirt adapter: what libvirt refuses is
+HostOperationFailed naming the operation, a lost connection is
+HostUnreachable, and the first reading after it reads every guest."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import libvirt
+import pytest
+
+from tests import helpers
+from vgpu_driver.exception import HostOperationFailed, HostUnreachable
+from vgpu_driver.host import description as hostdesc
+from vgpu_driver.host.libvirt_host import LibvirtHost
+
+
+def _error(code: int, domain: int, message: str) -> libvirt.libvirtError:
+    exc = libvirt.libvirtError(message)
+    exc.err = (code, domain, message, 2, None, None, None, 0, 0)
+    return exc
+
+
+class FlakyConnection:
+    """A real test-driver connection whose node-device listing fails
+    once with ``fail``."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self.fail: libvirt.libvirtError | None = None
+
+    def listAllDevices(self, flags: int) -> Any:
+        if self.fail is not None:
+            exc, self.fail = self.fail, None
+            raise exc
+        return self._conn.listAllDevices(flags)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+@pytest.fixture
+def flaky(tmp_path):
+    uri, sysfs = hostdesc.materialize(helpers.load("m10"), tmp_path)
+    conn = FlakyConnection(libvirt.open(uri))
+    host = LibvirtHost(
+        uri, sysfs, connect=lambda: conn, api=libvirt, relist_interval=0
+    )
+    return host, conn
+
+
+def test_a_refusal_of_libvirt_is_our_error_naming_the_operation(flaky):
+    host, conn = flaky
+    conn.fail = _error(
+        libvirt.VIR_ERR_OPERATION_FAILED,
+        libvirt.VIR_FROM_NODEDEV,
+        "cannot enumerate devices",
+    )
+    with pytest.raises(HostOperationFailed, match="discover") as caught:
+        host.discover()
+    assert "cannot enumerate devices" in str(caught.value)
+    assert host.discover().parents  # the next operation works
+
+
+def test_a_lost_connection_reads_every_guest_at_the_next_discovery(flaky):
+    host, conn = flaky
+    host.discover()
+    host.calls.clear()
+    host.discover()
+    assert host.calls["listAllDomains"] == 0  # steady: guests known
+    conn.fail = _error(
+        libvirt.VIR_ERR_SYSTEM_ERROR,
+        libvirt.VIR_FROM_RPC,
+        "Cannot write data: Broken pipe",
+    )
+    with pytest.raises(HostUnreachable, match="Broken pipe"):
+        host.discover()
+    host.calls.clear()
+    assert host.discover().guests
+    assert host.calls["listAllDomains"] == 1  # events may have been lost
