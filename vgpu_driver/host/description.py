@@ -51,6 +51,7 @@ import copy
 import dataclasses
 import json
 import os
+import re
 import uuid as uuidlib
 from importlib import resources
 from pathlib import Path
@@ -230,10 +231,15 @@ def load(name_or_path: str) -> HostDescription:
     if os.sep in name_or_path or name_or_path.endswith(".json"):
         path = Path(name_or_path)
         try:
-            text = path.read_text()
+            text = path.read_bytes().decode("utf-8")
         except OSError as exc:
             raise HostDescriptionInvalid(
                 source=name_or_path, reason=exc.strerror or str(exc)
+            ) from exc
+        except UnicodeDecodeError as exc:
+            raise HostDescriptionInvalid(
+                source=name_or_path,
+                reason=f"it is not UTF-8 text (byte {exc.start})",
             ) from exc
         return parse(text, str(path))
     if name_or_path not in shipped_names():
@@ -384,6 +390,8 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
 # itself allows more, so the bound is generous.
 MAX_VFS = 256
 MAX_CAPACITY = 65535  # vfio_ap reports this many
+MAX_NUMA_NODE = 1023  # the kernel's largest NODES_SHIFT gives 1024 nodes
+_PCI_ID = re.compile(r"0x[0-9a-fA-F]{4}")
 
 
 def _check_names(raw: dict[str, Any], bad: Any) -> None:
@@ -409,11 +417,34 @@ def _check_names(raw: dict[str, Any], bad: Any) -> None:
         except ValueError:
             raise bad(f"{where} {value!r} is not a UUID") from None
 
+    def text(where: str, value: Any) -> None:
+        if value is not None and not isinstance(value, str):
+            raise bad(f"{where} {value!r} must be a string")
+
+    def pci_id(where: str, value: Any) -> None:
+        if not isinstance(value, str) or not _PCI_ID.fullmatch(value):
+            raise bad(
+                f"{where} {value!r} must be a PCI id such as '0x10de' "
+                "(lspci -n shows it)"
+            )
+
+    def numa(where: str, value: Any) -> None:
+        if value is not None:
+            count(where, value, -1, MAX_NUMA_NODE)
+
     for i, p in enumerate(raw.get("parents", [])):
         if p.get("kind", "pci") != "pci":
             plain(f"parents[{i}].name", p["name"])
+        else:
+            pci_id(f"parents[{i}].vendor_id", p.get("vendor_id"))
+            pci_id(f"parents[{i}].product_id", p.get("product_id"))
+        for field in ("vendor", "product", "driver"):
+            text(f"parents[{i}].{field}", p.get(field))
+        numa(f"parents[{i}].numa_node", p.get("numa_node"))
         for j, t in enumerate(p["types"]):
             plain(f"parents[{i}].types[{j}].id", t["id"])
+            for field in ("name", "description", "device_api"):
+                text(f"parents[{i}].types[{j}].{field}", t.get(field))
             count(
                 f"parents[{i}].types[{j}].capacity",
                 t["capacity"],
@@ -422,17 +453,31 @@ def _check_names(raw: dict[str, Any], bad: Any) -> None:
             )
     for i, m in enumerate(raw.get("mdevs", [])):
         uuid(f"mdevs[{i}].uuid", m["uuid"])
+    given: dict[str, str] = {}  # device -> the guest that has it
     for i, g in enumerate(raw.get("guests", [])):
         uuid(f"guests[{i}].uuid", g["uuid"])
         for j, u in enumerate(g.get("mdevs", [])):
             uuid(f"guests[{i}].mdevs[{j}]", u)
+        for field in ("mdevs", "pci"):
+            for j, device in enumerate(g.get(field, [])):
+                key = str(device).lower()
+                if key in given:
+                    raise bad(
+                        f"guests[{i}].{field}[{j}] {device!r} is already "
+                        f"the hostdev of {given[key]}: a device has one "
+                        "guest, once"
+                    )
+                given[key] = f"guests[{i}]"
     for i, sriov in enumerate(raw.get("sriov", [])):
         count(f"sriov[{i}].vf_count", sriov["vf_count"], 1, MAX_VFS)
         if naming.normalize_pci_address(str(sriov["address"])) is None:
             raise bad(
                 f"sriov[{i}].address {sriov['address']!r} is not a PCI address"
             )
+        text(f"sriov[{i}].driver", sriov.get("driver"))
+        numa(f"sriov[{i}].numa_node", sriov.get("numa_node"))
         for j, t in enumerate(sriov["types"]):
+            text(f"sriov[{i}].types[{j}].name", t.get("name"))
             count(
                 f"sriov[{i}].types[{j}].capacity",
                 t["capacity"],
