@@ -120,3 +120,23 @@ def test_reporting_goes_on_while_state_path_is_full(
         (tmp_path / "state" / "provider-traits.json").read_text()
     )
     assert "CUSTOM_FULL_DISK" in traits["node1_pci_0000_85_00_0"]
+
+
+def test_restore_never_overwrites_a_vf_that_now_carries_another_type(
+    make_conf, tmp_path
+):
+    """Someone (an operator, another manager) typed the VF since the
+    library recorded it: restore leaves it, and restores the others."""
+    n = Node(make_conf, tmp_path / "state", "l40-sriov")
+    n.driver.allocate_mdevs("i0", n.alloc((PF, 1)))
+    [mine] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
+    [other] = n.driver.allocate_mdevs("i2", n.alloc((PF, 1)))
+    assert n.driver.binder.vf_types[mine.id] == 1157
+    # the record says L40-8Q, the card carries L40-4Q set by someone else
+    assert n.driver.binder.record_vf_types({mine.id: 1158})
+    n.host.set_vf_type(other.id, 0)  # this one only forgot (a reboot)
+    failed: list[str] = []
+    restored = n.driver.restore_vf_types(failed)
+    assert _vf_type(n, mine.id) == 1157
+    assert restored == [other.id] and _vf_type(n, other.id) == 1157
+    assert failed == []  # left alone, not tried and refused
