@@ -803,28 +803,15 @@ class DeviceBinder:
         return None
 
     def _hand_back(self, device: BoundDevice) -> None:
+        """Give a device no claim holds back, changing the host in place
+        (inside :meth:`_records`; a guest let go of it)."""
+        if device.kind == "mdev" and device.id not in self._mdevs:
+            return  # gone already
         if device.kind == "vf":
-            self.host.set_vf_type(device.id, 0)
             self._vf_types.pop(device.id, None)
-            pf = self._pfs.get(device.parent)
-            if pf is not None:
-                pf.vfs[device.id] = 0
-                pf.creatable.setdefault(device.id, set()).add(
-                    sriov_type_number(device.type_id)
-                )
-            return
-        mdev = self._mdevs.get(device.id)
-        view = self._parents.get(device.parent)
-        if mdev is None or view is None:
-            return
-        if self.remove_unused:
-            self.host.remove_mdev(mdev)
-            self._mdevs.pop(device.id, None)
-            view.available[device.type_id] = (
-                view.available.get(device.type_id, 0) + 1
-            )
-        else:
-            view.free.setdefault(device.type_id, []).append(device.id)
+        if self._changes_host(device):
+            self._unmake(device)
+        self._after_release(device, done=True)
 
     def retry_failed(self, interval: float) -> list[str]:
         """Offer failed parents again once ``interval`` seconds passed."""
