@@ -26,9 +26,9 @@ from pathlib import Path
 
 from benchmarks.common import conf_for, dense, machine
 from vgpu_driver.driver import VgpuDriver
-from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.provider_tree import ProviderTree
+from vgpu_driver.sim import description as hostdesc
 
 PARENTS = 16
 FREE = 64  # free mdevs to reuse, 4 per pGPU

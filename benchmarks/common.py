@@ -19,7 +19,7 @@ from pathlib import Path
 from oslo_config import cfg
 
 from vgpu_driver import conf as vconf
-from vgpu_driver.host import description as hostdesc
+from vgpu_driver.sim import description as hostdesc
 
 
 def dense(

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 from benchmarks.common import machine, spread, sriov
-from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host import sysfs as sysfs_module
 from vgpu_driver.host.libvirt_host import LibvirtHost
+from vgpu_driver.sim import description as hostdesc
 
 SHAPES = [(1, 16, 16), (16, 256, 256), (16, 2048, 2048), (64, 2048, 2048)]
 QUICK = [(1, 16, 16), (16, 256, 256)]

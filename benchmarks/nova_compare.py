@@ -56,9 +56,9 @@ from benchmarks.common import (
     spread,
 )
 from vgpu_driver.driver import VgpuDriver
-from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.provider_tree import ProviderTree
+from vgpu_driver.sim import description as hostdesc
 
 # pGPUs, mdevs, guests, types each pGPU lists (a GRID card: about 18)
 SHAPES = [

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from benchmarks.common import conf_for, dense, machine, spread
 from vgpu_driver.driver import VgpuDriver, sync_placement
-from vgpu_driver.host import description as hostdesc
-from vgpu_driver.host.simulated import SimulatedHost
 from vgpu_driver.placement.client import client_from_conf
 from vgpu_driver.placement.server import EmbeddedPlacement
 from vgpu_driver.placement.sync import PlacementSync, SyncReport
+from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim.simulated import SimulatedHost
 
 
 def make_node(

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from benchmarks.common import conf_for, dense, machine, spread
 from vgpu_driver.driver import VgpuDriver
-from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.provider_tree import ProviderTree
+from vgpu_driver.sim import description as hostdesc
 
 
 def measure(parents: int, mdevs: int, guests: int) -> dict[str, float]:

@@ -14,10 +14,10 @@ import libvirt
 
 from vgpu_driver.cmd.inventory import ROOT_NAMESPACE
 from vgpu_driver.driver import VgpuDriver
-from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
-from vgpu_driver.host.simulated import SimulatedHost
 from vgpu_driver.model.provider_tree import ProviderTree
+from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim.simulated import SimulatedHost
 
 DATA = Path(__file__).parent / "data"
 ALL_HOSTS = [*hostdesc.shipped_names(), str(DATA / "s390.json")]

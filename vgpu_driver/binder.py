@@ -45,13 +45,6 @@ from vgpu_driver.exception import (
     VgpuDriverError,
 )
 from vgpu_driver.host.base import Host
-from vgpu_driver.host.state import (
-    StateRecordCorrupt,
-    StateStore,
-    StateStoreError,
-    expect,
-    validate_str_map,
-)
 from vgpu_driver.model.binding import (
     BoundDevice,
     ParentView,
@@ -60,6 +53,13 @@ from vgpu_driver.model.binding import (
     sriov_type_number,
 )
 from vgpu_driver.model.device import Guest, HostInventory, Mdev, Parent
+from vgpu_driver.records.store import (
+    StateRecordCorrupt,
+    StateStore,
+    StateStoreError,
+    expect,
+    validate_str_map,
+)
 
 LOG = logging.getLogger(__name__)
 CLAIMS_RECORD = "claims"

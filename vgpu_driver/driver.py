@@ -27,18 +27,18 @@ from vgpu_driver.exception import (
     ReshapeNeeded,
 )
 from vgpu_driver.host.base import Host
-from vgpu_driver.host.state import (
-    StateStore,
-    StateStoreError,
-    Validator,
-    validate_str_map,
-)
 from vgpu_driver.model import naming, trait
 from vgpu_driver.model.binding import BoundDevice
 from vgpu_driver.model.check import host_problems
 from vgpu_driver.model.config import DeviceConfig
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.inventory import ProviderPlan, plan_providers
+from vgpu_driver.records.store import (
+    StateStore,
+    StateStoreError,
+    Validator,
+    validate_str_map,
+)
 
 LOG = logging.getLogger(__name__)
 

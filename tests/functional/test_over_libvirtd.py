@@ -21,9 +21,9 @@ import pytest
 
 from benchmarks.common import libvirt_daemon
 from tests import helpers
-from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.device import Mdev
+from vgpu_driver.sim import description as hostdesc
 
 LIBVIRTD = shutil.which("libvirtd") or "/usr/sbin/libvirtd"
 

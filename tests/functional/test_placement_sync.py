@@ -13,9 +13,9 @@ from tests.functional.conftest import placement_conf
 from tests.functional.fault_proxy import FaultProxy
 from vgpu_driver.driver import VgpuDriver, sync_placement
 from vgpu_driver.exception import PlacementUnavailable
-from vgpu_driver.host.simulated import SimulatedHost
 from vgpu_driver.placement.client import client_from_conf
 from vgpu_driver.placement.sync import PlacementSync
+from vgpu_driver.sim.simulated import SimulatedHost
 
 pytestmark = pytest.mark.functional
 

@@ -20,8 +20,8 @@ from oslo_config import fixture as config_fixture  # noqa: E402
 
 from tests import helpers  # noqa: E402
 from vgpu_driver import conf as vconf  # noqa: E402
-from vgpu_driver.host import description as hostdesc  # noqa: E402
 from vgpu_driver.nova.adapter import NovaAdapter  # noqa: E402
+from vgpu_driver.sim import description as hostdesc  # noqa: E402
 
 CONF = nova_conf.CONF
 NODE = "compute7"

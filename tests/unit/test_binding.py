@@ -32,7 +32,7 @@ def dense_node(make_conf, directory, parents, mdevs, guests):
     """A driver on a dense host served by libvirt's test driver."""
     import json
 
-    from vgpu_driver.host import description as hostdesc
+    from vgpu_driver.sim import description as hostdesc
 
     raw = hostdesc.dense_raw(parents, mdevs, guests)
     description = hostdesc.parse(json.dumps(raw), "dense")

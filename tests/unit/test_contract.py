@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests import helpers
 from vgpu_driver.exception import DeviceOperationFailed
-from vgpu_driver.host.simulated import SimulatedHost
+from vgpu_driver.sim.simulated import SimulatedHost
 
 
 @pytest.mark.parametrize("name", helpers.ALL_HOSTS)

@@ -11,10 +11,10 @@ import pytest
 from tests import helpers
 from vgpu_driver.cmd import main as cli
 from vgpu_driver.exception import DeviceOperationFailed, HostUnreachable
-from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model import check
 from vgpu_driver.model.config import DeviceConfig, TypeConfig
+from vgpu_driver.sim import description as hostdesc
 
 
 def test_steady_refresh_costs_one_call_per_parent_whatever_the_mdevs(

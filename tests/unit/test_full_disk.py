@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.helpers import Node
-from vgpu_driver.host.state import StateStoreError
+from vgpu_driver.records.store import StateStoreError
 
 PF = "pci_0000_41_00_0"  # l40-sriov
 

@@ -11,8 +11,8 @@ import pytest
 
 from tests import helpers
 from vgpu_driver.exception import HostOperationFailed, HostUnreachable
-from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
+from vgpu_driver.sim import description as hostdesc
 
 
 def _error(code: int, domain: int, message: str) -> libvirt.libvirtError:

@@ -327,7 +327,7 @@ def _test_driver_xml(tmp_path):
     import libvirt
 
     from tests import helpers
-    from vgpu_driver.host import description as hostdesc
+    from vgpu_driver.sim import description as hostdesc
 
     parents, mdevs, domains = [], [], []
     for i, name in enumerate(helpers.ALL_HOSTS):

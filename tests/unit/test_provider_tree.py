@@ -10,8 +10,8 @@ from tests import helpers
 from tests.helpers import new_tree
 from vgpu_driver.cmd.inventory import ROOT_NAMESPACE, tree_report
 from vgpu_driver.driver import VgpuDriver
-from vgpu_driver.host.simulated import SimulatedHost
 from vgpu_driver.model.provider_tree import ProviderTree
+from vgpu_driver.sim.simulated import SimulatedHost
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from tests import helpers
 from tests.helpers import Node
 from vgpu_driver.cmd import main
-from vgpu_driver.host.state import StateRecordCorrupt, StateStore
+from vgpu_driver.records.store import StateRecordCorrupt, StateStore
 
 PARENT = "pci_0000_86_00_0"  # m10: nvidia-36
 FREE_ON_86 = "386818c0-9f18-5b12-8c04-386dbef1b1ab"

@@ -18,8 +18,8 @@ from tests.helpers import Node, new_tree
 from vgpu_driver import conf as vconf
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.exception import ConfigInvalid, DeviceCapacityExhausted
-from vgpu_driver.host.state import StateRecordCorrupt, StateStore
 from vgpu_driver.model.device import Guest
+from vgpu_driver.records.store import StateRecordCorrupt, StateStore
 
 PARENT = "pci_0000_86_00_0"  # m10: nvidia-36, capacity 16, 2 mdevs, 1 used
 ROOM_ON_PARENT = 15  # 1 free mdev + 14 to create

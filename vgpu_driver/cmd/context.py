@@ -18,9 +18,9 @@ from pathlib import Path
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from vgpu_driver.host import description as hostdesc
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.nova import nova_state_path
+from vgpu_driver.sim import description as hostdesc
 
 LOG = logging.getLogger(__name__)
 

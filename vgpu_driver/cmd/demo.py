@@ -22,10 +22,10 @@ from vgpu_driver.cmd.sync import describe
 from vgpu_driver.conf import loader
 from vgpu_driver.driver import VgpuDriver, sync_placement
 from vgpu_driver.host.base import Host
-from vgpu_driver.host.simulated import SimulatedHost
 from vgpu_driver.placement.client import PlacementClient, client_from_conf
 from vgpu_driver.placement.server import EmbeddedPlacement
 from vgpu_driver.placement.sync import PlacementSync
+from vgpu_driver.sim.simulated import SimulatedHost
 
 REQUESTS = [
     ("one vGPU", "resources=VGPU:1"),

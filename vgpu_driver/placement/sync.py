@@ -39,7 +39,6 @@ from vgpu_driver.exception import (
     PlacementUnavailable,
     VgpuDriverError,
 )
-from vgpu_driver.host.state import StateStore, expect
 from vgpu_driver.model.provider_tree import INVENTORY_FIELDS, ProviderTree
 from vgpu_driver.placement.client import (
     CONCURRENT_UPDATE,
@@ -47,6 +46,7 @@ from vgpu_driver.placement.client import (
     PlacementClient,
     PlacementNameUnknown,
 )
+from vgpu_driver.records.store import StateStore, expect
 
 LOG = logging.getLogger(__name__)
 PLACEMENT_RECORD = "placement"

@@ -21,12 +21,6 @@ from collections import Counter
 from collections.abc import Callable, Collection
 
 from vgpu_driver.exception import DeviceOperationFailed
-from vgpu_driver.host.description import (
-    GuestSpec,
-    HostDescription,
-    MdevSpec,
-    PfSpec,
-)
 from vgpu_driver.host.sysfs import NVIDIA_DRIVER
 from vgpu_driver.model.device import (
     Guest,
@@ -38,6 +32,12 @@ from vgpu_driver.model.device import (
     SriovType,
     VirtualFunction,
     sort_inventory,
+)
+from vgpu_driver.sim.description import (
+    GuestSpec,
+    HostDescription,
+    MdevSpec,
+    PfSpec,
 )
 
 

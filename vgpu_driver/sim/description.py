@@ -8,7 +8,7 @@ use, and NVIDIA SR-IOV cards. It is turned into
   ``test:///ABSOLUTE/PATH.xml``,
 * a fake sysfs tree (:func:`render_sysfs`), for what libvirt does not
   report (SR-IOV VFs, type descriptions, drivers, virtual parents), and
-* an in-process simulated host (:mod:`vgpu_driver.host.simulated`).
+* an in-process simulated host (:mod:`vgpu_driver.sim.simulated`).
 
 Format (every key not marked optional is required)::
 
@@ -59,12 +59,12 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from vgpu_driver.exception import HostDescriptionInvalid
-from vgpu_driver.host import kernel
 from vgpu_driver.host.sysfs import NVIDIA_DRIVER
 from vgpu_driver.model import naming
+from vgpu_driver.sim import kernel
 
 PARENT_KINDS = ("pci", "css", "ap_matrix", "virtual")
-SHIPPED_PACKAGE = "vgpu_driver.host"
+SHIPPED_PACKAGE = "vgpu_driver.sim"
 DEFAULT_HOST = "demo"
 
 

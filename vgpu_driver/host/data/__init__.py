@@ -1,1 +1,0 @@
-"""Shipped host descriptions (JSON), served by the simulated host."""

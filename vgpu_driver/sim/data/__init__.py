@@ -1,0 +1,1 @@
+"""Shipped host descriptions (JSON), served by the simulated hosts."""
