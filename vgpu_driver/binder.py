@@ -45,14 +45,15 @@ from vgpu_driver.exception import (
     VgpuDriverError,
 )
 from vgpu_driver.host.base import Host
+from vgpu_driver.model import naming
 from vgpu_driver.model.binding import (
     BoundDevice,
     ParentView,
     PfView,
     choose,
-    sriov_type_number,
 )
 from vgpu_driver.model.device import Guest, HostInventory, Mdev, Parent
+from vgpu_driver.model.naming import sriov_type_number
 from vgpu_driver.records.store import (
     StateRecordCorrupt,
     StateStore,
@@ -798,7 +799,7 @@ class DeviceBinder:
             if device_id in pf.vfs:
                 number = pf.vfs[device_id]
                 return BoundDevice(
-                    "vf", device_id, pf.name, f"nvidia-{number}"
+                    "vf", device_id, pf.name, naming.sriov_type_id(number)
                 )
         return None
 

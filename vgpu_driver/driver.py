@@ -26,6 +26,7 @@ from vgpu_driver.exception import (
     ReshapeFailed,
     ReshapeNeeded,
 )
+from vgpu_driver.host import domain_xml
 from vgpu_driver.host.base import Host
 from vgpu_driver.model import naming, trait
 from vgpu_driver.model.binding import BoundDevice
@@ -275,7 +276,7 @@ class VgpuDriver:
         for address in pci_users:
             if address in vf_owner and vf_owner[address][1]:
                 pf_name, type_number = vf_owner[address]
-                held[pf_name][f"nvidia-{type_number}"] += 1
+                held[pf_name][naming.sriov_type_id(type_number)] += 1
         return dict(held)
 
     # -- the provider tree ---------------------------------------------
@@ -421,7 +422,9 @@ class VgpuDriver:
                 return True
         for pf in inventory.pfs:
             current = [
-                f"nvidia-{v.current_type}" for v in pf.vfs if v.current_type
+                naming.sriov_type_id(v.current_type)
+                for v in pf.vfs
+                if v.current_type
             ]
             supported = [t.type_id for t in pf.known_types()]
             type_cfg = self.config.type_for_parent(
@@ -641,7 +644,7 @@ class VgpuDriver:
     @staticmethod
     def guest_hostdev_xml(devices: list[BoundDevice]) -> list[str]:
         """The ``<hostdev>`` elements to put in the guest's XML."""
-        return [device.hostdev_xml() for device in devices]
+        return [domain_xml.hostdev_xml(device) for device in devices]
 
     def release_mdevs(self, instance_uuid: str) -> list[str]:
         """On delete: drop the instance's claims; its mdevs stay for reuse

@@ -21,6 +21,7 @@ from vgpu_driver.cmd.sync import as_json as sync_json
 from vgpu_driver.cmd.sync import describe
 from vgpu_driver.conf import loader
 from vgpu_driver.driver import VgpuDriver, sync_placement
+from vgpu_driver.host import domain_xml
 from vgpu_driver.host.base import Host
 from vgpu_driver.placement.client import PlacementClient, client_from_conf
 from vgpu_driver.placement.server import EmbeddedPlacement
@@ -205,7 +206,7 @@ def _bind(
     for device in devices:
         how = "created" if device.created else "reused"
         steps.say(f"\n{device.kind} {device.id} on {device.parent} ({how}):")
-        steps.say(device.hostdev_xml())
+        steps.say(domain_xml.hostdev_xml(device))
     steps.banner(f"Deleting instance {instance}")
     released = driver.release_mdevs(instance)
     client.request("DELETE", f"/allocations/{instance}", ok=(204,))
@@ -219,7 +220,8 @@ def _bind(
             names.get(rp, rp): a["resources"] for rp, a in allocations.items()
         },
         "devices": [
-            {**d.record(), "hostdev_xml": d.hostdev_xml()} for d in devices
+            {**d.record(), "hostdev_xml": domain_xml.hostdev_xml(d)}
+            for d in devices
         ],
         "released": released,
         "claims_left": left,

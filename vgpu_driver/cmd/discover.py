@@ -9,7 +9,7 @@ from typing import Any
 from vgpu_driver.cmd import output
 from vgpu_driver.cmd.context import Context
 from vgpu_driver.conf import loader
-from vgpu_driver.model import check, trait
+from vgpu_driver.model import check, naming, trait
 from vgpu_driver.model.device import HostInventory, MdevType
 
 
@@ -139,8 +139,11 @@ def run(context: Context) -> int:
                     pf["address"],
                     pf["numa_node"],
                     len(pf["vfs"]),
-                    [f"nvidia-{t} x{n}" for t, n in sorted(in_use.items())],
-                    [f"nvidia-{t}" for t in creatable],
+                    [
+                        f"{naming.sriov_type_id(t)} x{n}"
+                        for t, n in sorted(in_use.items())
+                    ],
+                    [naming.sriov_type_id(t) for t in creatable],
                 ]
             )
         output.table(

@@ -1,4 +1,5 @@
-"""Parser of the host devices in a libvirt domain's XML (pure)."""
+"""The host devices in a libvirt domain's XML (pure): parsed from a
+domain, and rendered for a bound device."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 from vgpu_driver.exception import DeviceXMLInvalid
 from vgpu_driver.host.nodedev_xml import between, parse_xml
 from vgpu_driver.model import naming
+from vgpu_driver.model.binding import BoundDevice
 from vgpu_driver.model.device import Guest
 
 _ATTRIBUTE = re.compile(r"([\w:-]+)='([^'<&]*)'")
@@ -127,3 +129,10 @@ def hostdev_xml_for_pci(address: str) -> str:
         "  </source>\n"
         "</hostdev>"
     )
+
+
+def hostdev_xml(device: BoundDevice) -> str:
+    """The ``<hostdev>`` element that gives ``device`` to a guest."""
+    if device.kind == "vf":
+        return hostdev_xml_for_pci(device.id)
+    return hostdev_xml_for_mdev(device.id)

@@ -13,10 +13,7 @@ import uuid as uuidlib
 from collections.abc import Iterable, Mapping
 
 from vgpu_driver.exception import DeviceCapacityExhausted
-from vgpu_driver.host.domain_xml import (
-    hostdev_xml_for_mdev,
-    hostdev_xml_for_pci,
-)
+from vgpu_driver.model import naming
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,11 +25,6 @@ class BoundDevice:
     parent: str  # parent or physical function (libvirt name)
     type_id: str
     created: bool = False  # made for this bind (undone on failure)
-
-    def hostdev_xml(self) -> str:
-        if self.kind == "vf":
-            return hostdev_xml_for_pci(self.id)
-        return hostdev_xml_for_mdev(self.id)
 
     def record(self) -> dict[str, object]:
         return dataclasses.asdict(self)
@@ -53,10 +45,6 @@ class PfView:
     name: str
     vfs: dict[str, int]  # VF address -> current type number (0: none)
     creatable: dict[str, set[int]]  # VF address -> type numbers it takes
-
-
-def sriov_type_number(type_id: str) -> int:
-    return int(type_id.removeprefix("nvidia-"))
 
 
 def choose(
@@ -95,7 +83,7 @@ def _pick(
 ) -> BoundDevice | None:
     if device in pfs:
         pf = pfs[device]
-        number = sriov_type_number(type_id)
+        number = naming.sriov_type_number(type_id)
         ready = [a for a, t in sorted(pf.vfs.items()) if t == number]
         for address in ready:
             if address not in taken:

@@ -75,7 +75,7 @@ class SriovType:
     @property
     def type_id(self) -> str:
         """The name this library configures it by: ``nvidia-<id>``."""
-        return f"nvidia-{self.id}"
+        return naming.sriov_type_id(self.id)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -88,7 +88,9 @@ def _from_parent(parent: Parent, existing: Counter[str]) -> _Device:
 
 def _from_pf(pf: PhysicalFunction) -> _Device:
     existing = Counter(
-        f"nvidia-{vf.current_type}" for vf in pf.vfs if vf.current_type
+        naming.sriov_type_id(vf.current_type)
+        for vf in pf.vfs
+        if vf.current_type
     )
     available: Counter[str] = Counter()
     for vf in pf.vfs:

@@ -46,6 +46,20 @@ def normalize_pci_address(value: str) -> str | None:
     return value.strip().lower()
 
 
+SRIOV_TYPE_PREFIX = "nvidia-"
+
+
+def sriov_type_id(number: int) -> str:
+    """How this library names the vGPU type a VF takes by number in
+    ``current_vgpu_type`` / ``creatable_vgpu_types``: ``nvidia-<n>``."""
+    return f"{SRIOV_TYPE_PREFIX}{number}"
+
+
+def sriov_type_number(type_id: str) -> int:
+    """The number of an SR-IOV vGPU type id (``nvidia-1155`` -> 1155)."""
+    return int(type_id.removeprefix(SRIOV_TYPE_PREFIX))
+
+
 LIBVIRT_PCI_NAME_RE = re.compile(
     r"^pci_(?P<domain>[0-9a-fA-F]{4})_(?P<bus>[0-9a-fA-F]{2})_"
     r"(?P<slot>[0-9a-fA-F]{2})_(?P<function>[0-7])$"
