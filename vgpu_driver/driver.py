@@ -18,7 +18,6 @@ import os_resource_classes as orc
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from vgpu_driver.binder import MIGRATION, DeviceBinder, Target
 from vgpu_driver.conf import loader
 from vgpu_driver.exception import (
     DeviceCapacityExhausted,
@@ -29,8 +28,9 @@ from vgpu_driver.exception import (
 from vgpu_driver.host import domain_xml
 from vgpu_driver.host.base import Host
 from vgpu_driver.model import naming, trait
-from vgpu_driver.model.binding import BoundDevice
+from vgpu_driver.model.binding import BoundDevice, Target
 from vgpu_driver.model.check import host_problems
+from vgpu_driver.model.claims import MIGRATION
 from vgpu_driver.model.config import DeviceConfig
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.inventory import ProviderPlan, plan_providers
@@ -40,6 +40,7 @@ from vgpu_driver.records.store import (
     Validator,
     validate_str_map,
 )
+from vgpu_driver.service.binder import DeviceBinder
 
 LOG = logging.getLogger(__name__)
 

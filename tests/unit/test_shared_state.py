@@ -141,7 +141,10 @@ def test_a_guest_defined_by_another_process_is_seen_before_choosing(
     assert a.driver.guest_defined("i1") == [device.id]
     assert a.driver.binder.claims() == {}
     # B's binder still has the mdev as free in its view
-    assert device.id in b.driver.binder._parents[PARENT].free["nvidia-36"]
+    assert (
+        device.id
+        in b.driver.binder.ledger.view.parents[PARENT].free["nvidia-36"]
+    )
     [other] = b.driver.allocate_mdevs("i2", b.alloc((PARENT, 1)))
     assert other.id != device.id
 
@@ -279,7 +282,7 @@ def test_a_pass_plans_with_one_reading_of_the_claims(
     """The claims are on disk, read under the records' lock: a pass reads
     them once to plan, and remembers what it planned with (not a later
     reading); a pass that finds nothing changed reads them once too."""
-    from vgpu_driver.binder import DeviceBinder
+    from vgpu_driver.service.binder import DeviceBinder
 
     n = Node(make_conf, tmp_path / "state")
     n.driver.allocate_mdevs("i1", n.alloc((PARENT, 1)))

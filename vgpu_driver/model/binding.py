@@ -11,8 +11,9 @@ from __future__ import annotations
 import dataclasses
 import uuid as uuidlib
 from collections.abc import Iterable, Mapping
+from typing import Any
 
-from vgpu_driver.exception import DeviceCapacityExhausted
+from vgpu_driver.exception import DeviceCapacityExhausted, ProviderUnknown
 from vgpu_driver.model import naming
 
 
@@ -28,6 +29,15 @@ class BoundDevice:
 
     def record(self) -> dict[str, object]:
         return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """What a device provider stands for."""
+
+    device: str
+    type_id: str
+    resource_class: str
 
 
 @dataclasses.dataclass
@@ -106,3 +116,51 @@ def _pick(
     if parent.available.get(type_id, 0) - pending > 0:
         return BoundDevice("mdev", str(uuidlib.uuid4()), device, type_id, True)
     return None
+
+
+def spread(
+    resource_class: str,
+    units: int,
+    candidates: Mapping[str, str],
+    room: Mapping[str, list[int]],
+) -> list[tuple[str, str, int]]:
+    """(parent, type, 1) for ``units`` not tied to a device.
+    ``candidates``: parent -> its configured type; ``room``: parent ->
+    [free mdevs, room for new ones]. Parents with a free mdev first, then
+    the one with the most room."""
+    left = {parent: list(counts) for parent, counts in room.items()}
+    wanted = []
+    for _ in range(units):
+        usable = [p for p in sorted(left) if sum(left[p])]
+        if not usable:
+            raise DeviceCapacityExhausted(
+                count=units,
+                type_id=resource_class,
+                parent=", ".join(sorted(candidates)) or "no parent",
+            )
+        best = max(usable, key=lambda p: (left[p][0] > 0, sum(left[p])))
+        left[best][0 if left[best][0] else 1] -= 1
+        wanted.append((best, candidates[best], 1))
+    return wanted
+
+
+def wanted_from_allocations(
+    allocations: Mapping[str, Any],
+    classes: Iterable[str],
+    targets: Mapping[str, Target],
+) -> list[tuple[str, str, int]]:
+    """(device, type, units) for allocations (``{rp_uuid: {"resources":
+    {rc: n}}}``) of the resource classes this library manages; other
+    classes are ignored. Raises ProviderUnknown for a provider that is
+    not one of ``targets``."""
+    managed = set(classes)
+    wanted = []
+    for rp_uuid, alloc in allocations.items():
+        for rc, amount in alloc.get("resources", {}).items():
+            if rc not in managed:
+                continue
+            target = targets.get(rp_uuid)
+            if target is None or target.resource_class != rc:
+                raise ProviderUnknown(rp_uuid=rp_uuid)
+            wanted.append((target.device, target.type_id, int(amount)))
+    return wanted

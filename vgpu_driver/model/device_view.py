@@ -1,0 +1,234 @@
+"""The binder's picture of the host's devices (pure).
+
+Built from a reading of the host (:meth:`DeviceView.of`) and kept
+current between readings by the binder's own creates, removes and the
+guests it is told of. Its methods change the picture only; they never
+touch the host. Which devices are *busy* also depends on the claims,
+which the view does not hold: they are passed in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+
+from vgpu_driver.model import naming
+from vgpu_driver.model.binding import BoundDevice, ParentView, PfView
+from vgpu_driver.model.claims import Claim, Claims, device_of
+from vgpu_driver.model.device import HostInventory, Mdev, Parent
+
+
+@dataclasses.dataclass
+class DeviceView:
+    parents: dict[str, ParentView]
+    parent_objects: dict[str, Parent]
+    pfs: dict[str, PfView]
+    mdevs: dict[str, Mdev]  # uuid -> mdev, made since the reading included
+    used: dict[str, str]  # device id -> guest uuid
+
+    @classmethod
+    def empty(cls) -> DeviceView:
+        return cls({}, {}, {}, {}, {})
+
+    @classmethod
+    def of(cls, inventory: HostInventory) -> DeviceView:
+        used = {**inventory.mdev_users(), **inventory.pci_users()}
+        free: dict[str, dict[str, list[str]]] = {
+            p.name: {} for p in inventory.parents
+        }
+        for mdev in inventory.mdevs:
+            if mdev.uuid not in used and mdev.parent in free:
+                free[mdev.parent].setdefault(mdev.type_id, []).append(
+                    mdev.uuid
+                )
+        return cls(
+            parents={
+                parent.name: ParentView(
+                    parent.name,
+                    {t.id: t.available for t in parent.types},
+                    free[parent.name],
+                )
+                for parent in inventory.parents
+            },
+            parent_objects={p.name: p for p in inventory.parents},
+            pfs={
+                pf.name: PfView(
+                    pf.name,
+                    {vf.address: vf.current_type for vf in pf.vfs},
+                    {
+                        vf.address: {t.id for t in vf.creatable}
+                        for vf in pf.vfs
+                    },
+                )
+                for pf in inventory.pfs
+            },
+            mdevs={m.uuid: m for m in inventory.mdevs},
+            used=used,
+        )
+
+    def busy(self, claims: Claims) -> set[str]:
+        """Device ids a guest uses or someone claimed."""
+        return set(self.used) | set(claims)
+
+    def device(
+        self, device_id: str, claim: Claim | None
+    ) -> BoundDevice | None:
+        """The device ``device_id`` as its claim or the view knows it."""
+        if claim is not None:
+            return device_of(claim)
+        mdev = self.mdevs.get(device_id)
+        if mdev is not None:
+            return BoundDevice("mdev", mdev.uuid, mdev.parent, mdev.type_id)
+        for pf in self.pfs.values():
+            if device_id in pf.vfs:
+                type_id = naming.sriov_type_id(pf.vfs[device_id])
+                return BoundDevice("vf", device_id, pf.name, type_id)
+        return None
+
+    def changes_host(self, device: BoundDevice, remove_unused: bool) -> bool:
+        """Does handing ``device`` back change the host (a VF's type is
+        cleared; an mdev is removed when unused ones are not kept)?"""
+        if device.kind == "vf":
+            pf = self.pfs.get(device.parent)
+            return pf is None or pf.vfs.get(device.id) != 0
+        return remove_unused and device.id in self.mdevs
+
+    def free_mdevs(
+        self, parent: str | None, types: Iterable[str] | None, busy: set[str]
+    ) -> set[str]:
+        wanted = None if types is None else set(types)
+        return {
+            uuid
+            for view in self.parents.values()
+            if parent is None or view.name == parent
+            for type_id, uuids in view.free.items()
+            if wanted is None or type_id in wanted
+            for uuid in uuids
+            if uuid not in busy
+        }
+
+    def room(
+        self, candidates: Mapping[str, str], busy: set[str]
+    ) -> dict[str, list[int]]:
+        """parent -> [free mdevs, room for new ones] of its type in
+        ``candidates`` (parent -> type id)."""
+        room: dict[str, list[int]] = {}
+        for parent, type_id in candidates.items():
+            view = self.parents.get(parent)
+            if view is None:
+                continue
+            free = [u for u in view.free.get(type_id, []) if u not in busy]
+            room[parent] = [len(free), view.available.get(type_id, 0)]
+        return room
+
+    def take_off_free_list(self, device_id: str) -> None:
+        """An mdev is no longer free (a guest has it, or it is gone)."""
+        mdev = self.mdevs.get(device_id)
+        view = self.parents.get(mdev.parent) if mdev else None
+        if mdev is not None and view is not None:
+            free = view.free.get(mdev.type_id, [])
+            if device_id in free:
+                free.remove(device_id)
+
+    def forget_mdev(self, uuid: str) -> None:
+        """An mdev removed from the host, or found gone."""
+        self.take_off_free_list(uuid)
+        self.mdevs.pop(uuid, None)
+
+    def claimed(self, device: BoundDevice) -> None:
+        """``device`` is claimed: off the free list, or one less unit of
+        room for a device to be made."""
+        if device.kind == "vf":
+            number = naming.sriov_type_number(device.type_id)
+            self.pfs[device.parent].vfs[device.id] = number
+            return
+        view = self.parents[device.parent]
+        if device.created:
+            view.available[device.type_id] -= 1
+        else:
+            view.free[device.type_id].remove(device.id)
+
+    def returned(self, device: BoundDevice, made: bool) -> None:
+        """Give a device back after its claim is dropped; ``made``: it
+        was created and has since been removed."""
+        if device.kind == "vf":
+            pf = self.pfs.get(device.parent)
+            if pf is not None and device.created:
+                pf.vfs[device.id] = 0
+            return
+        view = self.parents.get(device.parent)
+        if view is None:
+            return
+        if device.created and (made or device.id not in self.mdevs):
+            view.available[device.type_id] = (
+                view.available.get(device.type_id, 0) + 1
+            )
+        elif device.id in self.mdevs:
+            view.free.setdefault(device.type_id, []).append(device.id)
+
+    def released(self, device: BoundDevice, done: bool) -> None:
+        """The host was handed ``device`` back (``done``) or refused it
+        (it stays as it is: a typed VF, a free mdev)."""
+        if device.kind == "vf":
+            pf = self.pfs.get(device.parent)
+            if pf is not None and done:
+                pf.vfs[device.id] = 0
+                pf.creatable.setdefault(device.id, set()).add(
+                    naming.sriov_type_number(device.type_id)
+                )
+            return
+        view = self.parents.get(device.parent)
+        if view is None:
+            return
+        if device.id in self.mdevs:  # kept (or its removal failed)
+            view.free.setdefault(device.type_id, []).append(device.id)
+        elif done:
+            view.available[device.type_id] = (
+                view.available.get(device.type_id, 0) + 1
+            )
+
+    def stale_free_mdevs(
+        self, configured: Mapping[str, str], claims: Claims
+    ) -> list[tuple[str, str, str]]:
+        """(parent, type, uuid) of free, unclaimed mdevs of another type
+        than their parent's configured one (``configured``: parent ->
+        type id)."""
+        return [
+            (parent, type_id, uuid)
+            for parent, view in self.parents.items()
+            if parent in configured
+            for type_id, uuids in view.free.items()
+            if type_id != configured[parent]
+            for uuid in list(uuids)
+            if uuid not in claims
+        ]
+
+    def instance_devices(
+        self, claims: Claims
+    ) -> dict[str, dict[str, list[str]]]:
+        """instance -> {"in_use": device ids its guest has, "claimed":
+        device ids claimed for it}."""
+        found: dict[str, dict[str, list[str]]] = {}
+        for device_id, guest in sorted(self.used.items()):
+            entry = found.setdefault(guest, {"in_use": [], "claimed": []})
+            entry["in_use"].append(device_id)
+        for device_id, claim in sorted(claims.items()):
+            entry = found.setdefault(
+                claim["instance"], {"in_use": [], "claimed": []}
+            )
+            entry["claimed"].append(device_id)
+        return found
+
+
+def vf_types_in_use(
+    inventory: HostInventory, used: Mapping[str, str], known: Mapping[str, int]
+) -> dict[str, int]:
+    """VF address -> type of every typed VF a guest uses that ``known``
+    does not list (it keeps its type across reboots, even one this
+    library did not set)."""
+    return {
+        vf.address: vf.current_type
+        for pf in inventory.pfs
+        for vf in pf.vfs
+        if vf.current_type and vf.address in used and vf.address not in known
+    }

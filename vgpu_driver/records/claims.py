@@ -1,0 +1,146 @@
+"""The claims record and the VF types record, read and written together
+under the store's lock.
+
+:class:`ClaimsRecord` owns the claims (device id -> claim, see
+:mod:`vgpu_driver.model.claims`) and the vGPU types this library set on
+VFs (restored after a reboot), as last read from disk, and the epoch of
+the claims record. Every write gives the claims record a new random
+epoch: a reader that finds an epoch it did not write knows another
+process changed the host meanwhile (:attr:`ClaimsRecord.stale`). It
+never touches the host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Iterator
+from typing import Any
+
+from vgpu_driver.model.claims import CLAIM_FIELDS, PURPOSES, Claims
+from vgpu_driver.records.store import (
+    StateRecordCorrupt,
+    StateStore,
+    expect,
+    validate_str_map,
+)
+
+CLAIMS_RECORD = "claims"
+VF_TYPES_RECORD = "vf-types"
+
+
+class ClaimsRecord:
+    def __init__(self, state: StateStore | None) -> None:
+        """``state`` None: nothing is kept on disk (the records live as
+        long as this object)."""
+        self.state = state
+        # as last read under the lock, or as last written: never trusted
+        # across operations (each re-reads them)
+        self.claims: Claims = {}
+        self.vf_types: dict[str, int] = {}
+        self._epoch: int | None = None  # the claims epoch we last saw
+        # another process wrote since we last saw (reset by the reader
+        # once it has read the host again)
+        self.stale = False
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the store's cross-process lock with both records freshly
+        read from disk."""
+        if self.state is None:
+            yield
+            return
+        with self.state.locked():
+            epoch, self.claims = _claims_of(
+                self.state.load(CLAIMS_RECORD, {}, _validate_claims)
+            )
+            self.vf_types = dict(
+                self.state.load(VF_TYPES_RECORD, {}, _validate_vf_types)
+            )
+            if self._epoch is not None and epoch != self._epoch:
+                self.stale = True
+            self._epoch = epoch
+            yield
+
+    def save(
+        self,
+        claims: Claims | None = None,
+        vf_types: dict[str, int] | None = None,
+    ) -> None:
+        """Write both records (inside :meth:`locked`): ours as they are,
+        or ``claims`` and ``vf_types``, which become ours once written (a
+        write that fails leaves what we hold as it was on disk)."""
+        claims = self.claims if claims is None else claims
+        vf_types = self.vf_types if vf_types is None else vf_types
+        if self.state is not None:
+            # a fresh random number, not a counter: after a record was
+            # moved aside, a reader must never see its old value again
+            epoch = secrets.randbits(62) + 1
+            self.state.save(CLAIMS_RECORD, {"epoch": epoch, "claims": claims})
+            self._epoch = epoch
+            self.claims = claims
+            self.state.save(VF_TYPES_RECORD, vf_types)
+        self.claims, self.vf_types = claims, vf_types
+
+    def repair(self) -> list[str]:
+        """Move unreadable records aside (they are kept) so they can be
+        rebuilt from the host. Returns their new paths."""
+        moved: list[str] = []
+        if self.state is None:
+            return moved
+        with self.state.locked():
+            for key, validate in (
+                (CLAIMS_RECORD, _validate_claims),
+                (VF_TYPES_RECORD, _validate_vf_types),
+            ):
+                try:
+                    self.state.load(key, {}, validate)
+                except StateRecordCorrupt:
+                    where = self.state.quarantine(key)
+                    if where is not None:
+                        moved.append(str(where))
+            if moved:
+                self.stale = True
+        return moved
+
+
+def _claims_of(record: Any) -> tuple[int, Claims]:
+    """(epoch, claims) of a claims record, also of the first format (a
+    bare mapping of claims, epoch 0)."""
+    if "claims" in record and "epoch" in record:
+        return int(record["epoch"]), dict(record["claims"])
+    return 0, dict(record)
+
+
+def _validate_claims(record: Any) -> None:
+    expect(isinstance(record, dict), "not a JSON object")
+    if "claims" in record and "epoch" in record:
+        expect(
+            isinstance(record["epoch"], int)
+            and isinstance(record["claims"], dict),
+            "epoch must be a number and claims an object",
+        )
+        claims = record["claims"]
+    else:
+        claims = record
+    for device_id, claim in claims.items():
+        expect(
+            isinstance(claim, dict), f"claim {device_id!r} is not an object"
+        )
+        for field, kind in CLAIM_FIELDS.items():
+            expect(
+                isinstance(claim.get(field), kind),
+                f"claim {device_id!r} has no valid {field!r}",
+            )
+        expect(
+            claim["purpose"] in PURPOSES
+            and claim["kind"] in ("mdev", "vf")
+            and claim["id"] == device_id,
+            f"claim {device_id!r} is inconsistent",
+        )
+
+
+_validate_vf_types = validate_str_map(
+    lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
+    "a vGPU type number",
+)

@@ -1,0 +1,374 @@
+"""Binding Placement allocations to devices, through an instance's life.
+
+A bind records, before anything is created, which devices it gives to
+which instance (claims, see :mod:`vgpu_driver.model.claims`). A claimed
+device is never given to anyone else, between the bind and the guest
+being defined, across a restart of the service, and for the length of a
+live migration, until it is released or (for a spawn) seen in the
+guest's domain.
+
+A bind: the wanted devices from the allocations (pure) -> under the
+records' lock (:meth:`Ledger.locked`): the view read again if another
+process changed the host, the devices chosen (pure), claimed and saved
+-> outside the lock: created, typed or started on the host -> on
+failure: undone on the host, then the claims dropped under the lock. A
+parent whose device fails (not one that is merely full) is marked in
+:class:`~vgpu_driver.service.failing.FailedParents`, so its provider is
+reserved, until an operation on it works again.
+
+:class:`DeviceBinder` is the binder's public face; its state lives in
+its :class:`~vgpu_driver.service.ledger.Ledger` and its
+:class:`FailedParents`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from oslo_log import log as logging
+
+from vgpu_driver.exception import (
+    DeviceCapacityExhausted,
+    DeviceOperationFailed,
+    HostUnreachable,
+    VgpuDriverError,
+)
+from vgpu_driver.host.base import Host
+from vgpu_driver.model import binding, naming
+from vgpu_driver.model.binding import BoundDevice, Target
+from vgpu_driver.model.claims import (
+    SPAWN,
+    Claims,
+    check_same_bind,
+    claim_of,
+    held_by,
+)
+from vgpu_driver.model.device import Guest, HostInventory
+from vgpu_driver.records.store import StateStore
+from vgpu_driver.service import recovery, release, repairs
+from vgpu_driver.service.failing import FailedParents
+from vgpu_driver.service.ledger import Ledger
+
+LOG = logging.getLogger(__name__)
+
+
+class DeviceBinder:
+    def __init__(
+        self,
+        host: Host,
+        state: StateStore | None,
+        *,
+        remove_unused: bool = False,
+    ) -> None:
+        self.host = host
+        self.ledger = Ledger(host, state, remove_unused=remove_unused)
+        # parents whose device fails: their providers are reserved
+        self.unschedulable = FailedParents()
+
+    # -- the records and the view --------------------------------------
+
+    def view_is_stale(self) -> bool:
+        return self.ledger.is_stale()
+
+    def repair_records(self) -> list[str]:
+        """At service start: move unreadable records aside (they are
+        kept) so they can be rebuilt from the host. Returns their new
+        paths."""
+        return self.ledger.repair()
+
+    def claims(self) -> Claims:
+        with self.ledger.locked():
+            return {k: dict(v) for k, v in self.ledger.claims.items()}
+
+    @property
+    def vf_types(self) -> dict[str, int]:
+        with self.ledger.locked():
+            return dict(self.ledger.vf_types)
+
+    def claimed_devices(self) -> list[tuple[str, str, str]]:
+        """(device id, parent, type id) of every claim, as on disk now."""
+        with self.ledger.locked(view=False):
+            return [
+                (device_id, c["parent"], c["type_id"])
+                for device_id, c in sorted(self.ledger.claims.items())
+            ]
+
+    def refresh(
+        self, inventory: HostInventory, targets: Mapping[str, Target]
+    ) -> None:
+        """Take a new reading of the host and of the providers."""
+        self.ledger.refresh(inventory, targets)
+
+    def set_targets(self, targets: Mapping[str, Target]) -> None:
+        """What each provider stands for (after the tree is updated)."""
+        with self.ledger.lock:
+            self.ledger.targets = dict(targets)
+
+    def instance_devices(self) -> dict[str, dict[str, list[str]]]:
+        """instance -> {"in_use": device ids its guest has, "claimed":
+        device ids claimed for it (spawns and incoming migrations)}."""
+        with self.ledger.locked():
+            return self.ledger.view.instance_devices(self.ledger.claims)
+
+    def vf_addresses(self) -> set[str]:
+        """PCI addresses of the VFs of NVIDIA SR-IOV vGPU cards."""
+        with self.ledger.locked():
+            return {v for pf in self.ledger.view.pfs.values() for v in pf.vfs}
+
+    def mdev_types(self, uuids: Iterable[str]) -> dict[str, str]:
+        """mdev uuid -> type, from the current view (mdevs made since
+        the last discovery included)."""
+        with self.ledger.locked():
+            mdevs = self.ledger.view.mdevs
+            return {u: mdevs[u].type_id for u in uuids if u in mdevs}
+
+    def free_mdevs(
+        self, parent: str | None = None, types: Iterable[str] | None = None
+    ) -> set[str]:
+        with self.ledger.locked():
+            view = self.ledger.view
+            return view.free_mdevs(
+                parent, types, view.busy(self.ledger.claims)
+            )
+
+    # -- guests --------------------------------------------------------
+
+    def guest_defined(self, guest: Guest) -> list[str]:
+        """The caller defined ``guest``: its spawn claims on devices the
+        domain now has end (the domain itself keeps them from now on).
+        Returns the device ids whose claims ended."""
+        with self.ledger.locked(fresh_view=True):
+            ended = self.ledger.note_guest(guest)
+            if ended:
+                self.ledger.save()
+        return ended
+
+    def guest_undefined(self, instance: str) -> list[str]:
+        """The instance's guest is gone: the devices it had are free again,
+        except those still claimed for it (e.g. held across a hard
+        reboot). Returns the device ids freed."""
+        with self.ledger.locked():
+            freed = self.ledger.let_go(instance, keep=set())
+        self.host.forget_guest(instance)
+        return freed
+
+    def hold(self, instance: str) -> list[str]:
+        return repairs.hold(self.ledger, instance)
+
+    # -- binding -------------------------------------------------------
+
+    def wanted(
+        self, allocations: Mapping[str, Any], classes: Iterable[str]
+    ) -> list[tuple[str, str, int]]:
+        """(device, type, units) for the allocations this library
+        manages; other resource classes are ignored."""
+        return binding.wanted_from_allocations(
+            allocations, classes, self.ledger.targets
+        )
+
+    def spread(
+        self, resource_class: str, units: int, candidates: Mapping[str, str]
+    ) -> list[tuple[str, str, int]]:
+        """(device, type, 1) for ``units`` not tied to a device:
+        ``candidates`` maps parent -> its configured type. Parents with a
+        free mdev first, then the one with the most room."""
+        with self.ledger.locked():
+            view = self.ledger.view
+            room = view.room(candidates, view.busy(self.ledger.claims))
+        return binding.spread(resource_class, units, candidates, room)
+
+    def bind(
+        self,
+        instance: str,
+        wanted: list[tuple[str, str, int]],
+        purpose: str = SPAWN,
+        *,
+        any_parent: bool = False,
+    ) -> list[BoundDevice]:
+        """Claim, then make, the devices ``wanted`` asks for. The same
+        bind again returns what it claimed; a bind of an instance that
+        holds claims for other devices than ``wanted`` is refused
+        (ClaimConflict). ``any_parent``: the parents of ``wanted`` were
+        picked by room (units allocated on the compute node's own
+        provider), so only the types are compared."""
+        ledger = self.ledger
+        with ledger.locked(fresh_view=True):
+            mine = held_by(ledger.claims, instance, purpose)
+            if mine:
+                check_same_bind(instance, mine, wanted, any_parent)
+                return mine  # the same bind again: idempotent
+            chosen = self._choose_existing(wanted)
+            for device in chosen:
+                ledger.claims[device.id] = claim_of(device, instance, purpose)
+                if device.kind == "vf":  # restored after a reboot
+                    number = naming.sriov_type_number(device.type_id)
+                    ledger.vf_types[device.id] = number
+                ledger.view.claimed(device)
+            ledger.save()
+        done: list[BoundDevice] = []
+        try:
+            self._make(chosen, done)
+        except VgpuDriverError as exc:
+            self._undo(instance, chosen, done, exc)
+            if _is_exhaustion(exc) and not isinstance(
+                exc, DeviceCapacityExhausted
+            ):
+                first = next(d for d in chosen if d not in done and d.created)
+                raise DeviceCapacityExhausted(
+                    count=1, type_id=first.type_id, parent=first.parent
+                ) from exc
+            raise
+        self.unschedulable.worked(d.parent for d in done)
+        LOG.info(
+            "Bound %s to instance %s: %s",
+            ", ".join(f"{d.kind} {d.id}" for d in chosen) or "nothing",
+            instance,
+            "; ".join(
+                f"{d.id} on {d.parent} ({'new' if d.created else 'reused'})"
+                for d in chosen
+            ),
+        )
+        return chosen
+
+    def _choose_existing(
+        self, wanted: list[tuple[str, str, int]]
+    ) -> list[BoundDevice]:
+        """Choose; a free mdev that vanished behind our back (one lookup
+        each) is dropped from the view and the choice made again."""
+        view = self.ledger.view
+        for _attempt in range(8):
+            busy = view.busy(self.ledger.claims)
+            chosen = binding.choose(wanted, view.parents, view.pfs, busy)
+            gone = [
+                d
+                for d in chosen
+                if d.kind == "mdev"
+                and not d.created
+                and not self.host.mdev_exists(view.mdevs[d.id])
+            ]
+            if not gone:
+                return chosen
+            for device in gone:
+                LOG.warning("mdev %s vanished; not reusing it", device.id)
+                view.parents[device.parent].free[device.type_id].remove(
+                    device.id
+                )
+                view.mdevs.pop(device.id, None)
+        raise DeviceCapacityExhausted(
+            count=sum(n for _, _, n in wanted),
+            type_id=",".join({t for _, t, _ in wanted}),
+            parent=",".join({d for d, _, _ in wanted}),
+        )
+
+    def _make(
+        self, chosen: list[BoundDevice], done: list[BoundDevice]
+    ) -> None:
+        """Create what the bind needs, appending each device made to
+        ``done`` as soon as it exists (so a failure can undo exactly it)."""
+        view = self.ledger.view
+        for device in chosen:
+            if device.kind == "vf" and device.created:
+                number = naming.sriov_type_number(device.type_id)
+                self.host.set_vf_type(device.id, number)
+                done.append(device)
+            elif device.kind == "mdev" and device.created:
+                parent = view.parent_objects[device.parent]
+                mdev = self.host.create_mdev(parent, device.type_id, device.id)
+                self.ledger.made_mdev(mdev)
+                done.append(device)
+            elif device.kind == "mdev":
+                mdev = view.mdevs[device.id]
+                if not mdev.active:
+                    self.host.start_mdev(mdev)
+
+    def _undo(
+        self,
+        instance: str,
+        chosen: list[BoundDevice],
+        done: list[BoundDevice],
+        exc: VgpuDriverError,
+    ) -> None:
+        ledger = self.ledger
+        for device in done:
+            try:
+                ledger.unmake(device)
+            except VgpuDriverError as cleanup:
+                LOG.error("Could not undo %s: %s", device.id, cleanup)
+        with ledger.locked():
+            for device in done:
+                if device.kind == "vf":
+                    ledger.vf_types.pop(device.id, None)
+            for device in chosen:
+                claim = ledger.claims.get(device.id)
+                if claim and claim["instance"] == instance:
+                    del ledger.claims[device.id]
+                    ledger.view.returned(device, made=device in done)
+            failing = {d.parent for d in chosen if d.created and d not in done}
+            # a full parent or a libvirtd restarting says nothing of the
+            # device itself
+            if not _is_exhaustion(exc) and not isinstance(
+                exc, HostUnreachable
+            ):
+                for parent in failing:
+                    self.unschedulable.mark(parent, exc)
+            ledger.save()
+        LOG.warning(
+            "Bind for instance %s failed and was undone: %s", instance, exc
+        )
+
+    # -- release, repairs, migration, start ------------------------------
+
+    def release(
+        self, instance: str, guest_devices: Iterable[str] = ()
+    ) -> list[str]:
+        """Drop an instance's claims and hand its devices back (see
+        :mod:`vgpu_driver.service.release`). Returns the ids released."""
+        return release.release(
+            self.ledger, self.unschedulable, instance, guest_devices
+        )
+
+    def retry_failed(self, interval: float) -> list[str]:
+        """Offer failed parents again once ``interval`` seconds passed."""
+        return self.unschedulable.retry_due(interval)
+
+    def drop_claims(
+        self, expected: Mapping[str, Mapping[str, Any]]
+    ) -> list[str]:
+        return repairs.drop_claims(self.ledger, expected)
+
+    def record_vf_types(self, types: Mapping[str, int]) -> list[str]:
+        return repairs.record_vf_types(self.ledger, types)
+
+    def remove_free_mdevs(self, uuids: Iterable[str]) -> list[str]:
+        return repairs.remove_free_mdevs(self.ledger, uuids)
+
+    def remove_stale_free_mdevs(
+        self, configured: Mapping[str, str]
+    ) -> list[str]:
+        return repairs.remove_stale_free_mdevs(self.ledger, configured)
+
+    def end_migration(self, instance: str) -> None:
+        repairs.end_migration(self.ledger, instance)
+
+    def recover(
+        self,
+        inventory: HostInventory,
+        seen: Mapping[str, tuple[str, str]],
+        instances: Iterable[str] | None = None,
+    ) -> dict[str, list[str]]:
+        return recovery.recover(
+            self.ledger, self.unschedulable, inventory, seen, instances
+        )
+
+    def restore_vf_types(
+        self, inventory: HostInventory, failed: list[str] | None = None
+    ) -> list[str]:
+        return recovery.restore_vf_types(self.ledger, inventory, failed)
+
+
+def _is_exhaustion(exc: VgpuDriverError) -> bool:
+    return isinstance(exc, DeviceCapacityExhausted) or (
+        isinstance(exc, DeviceOperationFailed)
+        and "available" in str(exc).lower()
+    )

@@ -1,0 +1,222 @@
+"""The binder's state: the claims record and the view of the host, under
+one lock.
+
+:class:`Ledger` owns, for one binder:
+
+* ``record`` (:class:`~vgpu_driver.records.claims.ClaimsRecord`): the
+  claims and VF types, re-read from disk under the records' lock by
+  every operation (:meth:`Ledger.locked`);
+* ``view`` (:class:`~vgpu_driver.model.device_view.DeviceView`): which
+  devices exist, which are free, who uses what, built from a reading of
+  the host and kept current by the binder's own changes and by the
+  guests it is told of;
+* ``targets``: what each device provider stands for.
+
+Several processes may bind on one host, so choosing and claiming happen
+under the records' lock after re-reading the claims. A binder that finds
+an epoch it did not write knows another process changed the host, so it
+reads the host again, guests included, before it chooses anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator, Mapping
+
+from oslo_log import log as logging
+
+from vgpu_driver.exception import VgpuDriverError
+from vgpu_driver.host.base import Host
+from vgpu_driver.model.binding import BoundDevice, Target
+from vgpu_driver.model.claims import SPAWN, Claims, ended_by_guests
+from vgpu_driver.model.device import Guest, HostInventory, Mdev
+from vgpu_driver.model.device_view import DeviceView, vf_types_in_use
+from vgpu_driver.records.claims import ClaimsRecord
+from vgpu_driver.records.store import StateStore, StateStoreError
+
+LOG = logging.getLogger(__name__)
+
+
+class Ledger:
+    def __init__(
+        self, host: Host, state: StateStore | None, *, remove_unused: bool
+    ) -> None:
+        self.host = host
+        self.record = ClaimsRecord(state)
+        self.view = DeviceView.empty()
+        self.remove_unused = remove_unused
+        self.targets: dict[str, Target] = {}
+        self.lock = threading.RLock()
+        self._has_view = False  # a reading with guests was taken
+
+    @property
+    def claims(self) -> Claims:
+        """The claims as read under the current :meth:`locked`."""
+        return self.record.claims
+
+    @property
+    def vf_types(self) -> dict[str, int]:
+        return self.record.vf_types
+
+    @contextlib.contextmanager
+    def locked(
+        self, *, fresh_view: bool = False, view: bool = True
+    ) -> Iterator[None]:
+        """Hold the thread lock and the records' cross-process lock, with
+        the claims and VF types freshly read from disk. ``fresh_view``:
+        also re-read the host if another process changed the records (do
+        it before choosing or removing devices). ``view``: the operation
+        reads the view, which is built now (guests included) if no
+        reading with guests was taken yet, and brought up to date with
+        the guests domain events reported since."""
+        with self.lock, self.record.locked():
+            if fresh_view and self.record.stale:
+                self.rebuild_view("another process changed the claims")
+            elif view and not self._has_view:
+                self.rebuild_view("the first operation needs it")
+            elif view and self.host.guests_changed():
+                self.apply_guest_changes()
+            yield
+
+    def save(
+        self,
+        claims: Claims | None = None,
+        vf_types: dict[str, int] | None = None,
+    ) -> None:
+        """Write the records (inside :meth:`locked`)."""
+        self.record.save(claims, vf_types)
+
+    def is_stale(self) -> bool:
+        """Has another process changed the records since we last read
+        them (so our reading of the host may be out of date)?"""
+        if self.record.state is None:
+            return False
+        with self.locked(view=False):
+            return self.record.stale
+
+    def repair(self) -> list[str]:
+        with self.lock:
+            return self.record.repair()
+
+    # -- the view of the host ------------------------------------------
+
+    def refresh(
+        self, inventory: HostInventory, targets: Mapping[str, Target]
+    ) -> None:
+        """Take a new reading of the host and of the providers."""
+        with self.locked(view=False):
+            self.targets = dict(targets)
+            self.take_view(inventory)
+
+    def rebuild_view(self, why: str) -> tuple[Guest, ...]:
+        """Read the host again, guests too (inside :meth:`locked`).
+        Returns the guests read."""
+        LOG.info("Reading the host and every guest: %s", why)
+        inventory = self.host.discover(rescan_guests=True)
+        self.take_view(inventory)
+        return inventory.guests
+
+    def take_view(self, inventory: HostInventory) -> None:
+        self._has_view = True
+        self.record.stale = False
+        self.view = DeviceView.of(inventory)
+        # a spawn claim ends when the guest's domain has the device
+        ended = ended_by_guests(self.claims, self.view.used)
+        for device_id in ended:
+            del self.claims[device_id]
+        # every VF a guest uses keeps its type across reboots
+        in_use = vf_types_in_use(inventory, self.view.used, self.vf_types)
+        self.vf_types.update(in_use)
+        if ended or in_use:
+            # ending claims the domains now hold and recording VF types in
+            # use can wait for a later reading: never stop one for it
+            try:
+                self.save()
+            except StateStoreError as exc:
+                LOG.warning("Could not update the claims now: %s", exc)
+
+    def made_mdev(self, mdev: Mdev) -> None:
+        with self.lock:
+            self.view.mdevs[mdev.uuid] = mdev
+
+    # -- guests --------------------------------------------------------
+
+    def note_guest(self, guest: Guest) -> list[str]:
+        """The guest as defined now: its devices are in use, what it no
+        longer has is handed back, its spawn claims on what it has end
+        (returned; inside :meth:`locked`, the caller saves)."""
+        has = {*guest.mdevs, *guest.pci_devices}
+        self.let_go(guest.uuid, keep=has)
+        for device_id in has:
+            self.view.used[device_id] = guest.uuid
+            self.view.take_off_free_list(device_id)
+        ended = [
+            device_id
+            for device_id, claim in self.claims.items()
+            if claim["purpose"] == SPAWN
+            and claim["instance"] == guest.uuid
+            and self.view.used.get(device_id) == guest.uuid
+        ]
+        for device_id in ended:
+            del self.claims[device_id]
+        return ended
+
+    def apply_guest_changes(self) -> None:
+        """Guests someone else defined or undefined (domain events): only
+        those domains are read, and the view follows (inside
+        :meth:`locked`)."""
+        ended = []
+        for uuid, guest in self.host.take_guest_changes():
+            if guest is None:
+                self.let_go(uuid, keep=set())
+            else:
+                ended += self.note_guest(guest)
+        if ended:
+            self.save()
+
+    def let_go(self, instance: str, keep: set[str]) -> list[str]:
+        """Hand back what the instance's guest had and no longer has
+        (inside :meth:`locked`). Returns the device ids freed."""
+        freed = []
+        for device_id, guest in list(self.view.used.items()):
+            if guest != instance or device_id in keep:
+                continue
+            del self.view.used[device_id]
+            if device_id in self.claims:
+                continue
+            device = self.view.device(device_id, None)
+            if device is not None:
+                try:
+                    self.hand_back(device)
+                except VgpuDriverError as exc:
+                    LOG.error("Freeing %s: %s", device_id, exc)
+                freed.append(device_id)
+        return freed
+
+    # -- handing devices back to the host ------------------------------
+
+    def changes_host(self, device: BoundDevice) -> bool:
+        return self.view.changes_host(device, self.remove_unused)
+
+    def hand_back(self, device: BoundDevice) -> None:
+        """Give a device no claim holds back, changing the host in place
+        (inside :meth:`locked`; a guest let go of it)."""
+        if device.kind == "mdev" and device.id not in self.view.mdevs:
+            return  # gone already
+        if device.kind == "vf":
+            self.vf_types.pop(device.id, None)
+        if self.changes_host(device):
+            self.unmake(device)
+        self.view.released(device, done=True)
+
+    def unmake(self, device: BoundDevice) -> None:
+        """Clear a VF's type, or remove an mdev (from the view too)."""
+        if device.kind == "vf":
+            self.host.set_vf_type(device.id, 0)
+            return
+        mdev = self.view.mdevs.get(device.id)
+        if mdev is not None:
+            self.host.remove_mdev(mdev)
+            with self.lock:
+                self.view.mdevs.pop(device.id, None)

@@ -1,0 +1,149 @@
+"""What a compute service does at start, and ``vgpu-driver restore``.
+
+Recreates mdevs guests need but that are gone (same uuid, same parent),
+starts the ones only defined, re-applies the VF types this library set
+(the card forgets them at reboot or driver reload), finishes releases
+cut short, and drops the bind claims of instances the service does not
+have.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from oslo_log import log as logging
+
+from vgpu_driver.exception import VgpuDriverError
+from vgpu_driver.model.claims import SPAWN
+from vgpu_driver.model.device import HostInventory
+from vgpu_driver.service import release
+from vgpu_driver.service.failing import FailedParents
+from vgpu_driver.service.ledger import Ledger
+
+LOG = logging.getLogger(__name__)
+
+
+def recover(
+    ledger: Ledger,
+    failed: FailedParents,
+    inventory: HostInventory,
+    seen: Mapping[str, tuple[str, str]],
+    instances: Iterable[str] | None = None,
+) -> dict[str, list[str]]:
+    """``seen``: mdev uuid -> (parent, type) of every mdev seen. When
+    the caller lists ``instances`` it has, the bind claims of unknown
+    ones are dropped (live-migration claims stay: an incoming
+    migration's instance is still the source host's)."""
+    done: dict[str, list[str]] = {
+        "released": release.finish_interrupted(ledger, failed),
+        "recreated": [],
+        "started": [],
+        "vf_types": [],
+        "dropped_claims": [],
+        "failed": [],
+    }
+    with ledger.locked():
+        claimed = {
+            device_id: (c["parent"], c["type_id"])
+            for device_id, c in ledger.claims.items()
+        }
+    present = {m.uuid: m for m in inventory.mdevs}
+    parents = {p.name: p for p in inventory.parents}
+    host = ledger.host
+    for guest in inventory.guests:
+        for uuid in guest.mdevs:
+            mdev = present.get(uuid)
+            if mdev is not None and not mdev.active:
+                _try(done, "started", uuid, host.start_mdev, mdev)
+                continue
+            if mdev is not None:
+                continue
+            where = seen.get(uuid) or claimed.get(uuid)
+            if where is None or where[0] not in parents:
+                LOG.error(
+                    "Guest %s needs mdev %s, which is gone, and its parent "
+                    "is unknown or absent; it cannot start",
+                    guest.name,
+                    uuid,
+                )
+                done["failed"].append(uuid)
+                continue
+            parent, type_id = where
+            _try(
+                done,
+                "recreated",
+                uuid,
+                host.create_mdev,
+                parents[parent],
+                type_id,
+                uuid,
+            )
+    done["vf_types"] = restore_vf_types(ledger, inventory, done["failed"])
+    if instances is not None:
+        known = set(instances)
+        with ledger.locked():
+            for device_id, claim in list(ledger.claims.items()):
+                if (
+                    claim["purpose"] == SPAWN
+                    and claim["instance"] not in known
+                ):
+                    del ledger.claims[device_id]
+                    done["dropped_claims"].append(device_id)
+            if done["dropped_claims"]:
+                ledger.save()
+    return done
+
+
+def _try(
+    done: dict[str, list[str]],
+    key: str,
+    name: str,
+    fn: Callable[..., Any],
+    *args: Any,
+) -> None:
+    try:
+        fn(*args)
+        done[key].append(name)
+        LOG.info("Recovery: %s %s", key, name)
+    except VgpuDriverError as exc:
+        LOG.error("Recovery of %s failed: %s", name, exc)
+        done["failed"].append(name)
+
+
+def restore_vf_types(
+    ledger: Ledger, inventory: HostInventory, failed: list[str] | None = None
+) -> list[str]:
+    """Re-apply the VF types this library set. A VF that refuses its type
+    is logged and added to ``failed``; the others are still restored."""
+    current = {
+        vf.address: vf.current_type for pf in inventory.pfs for vf in pf.vfs
+    }
+    with ledger.locked():
+        recorded = dict(ledger.vf_types)
+    restored = []
+    for address, number in sorted(recorded.items()):
+        if address not in current:
+            LOG.warning("VF %s is not on the host; its type waits", address)
+            continue
+        if current[address] == number:
+            continue
+        if current[address]:
+            LOG.error(
+                "VF %s has type %d, not the recorded %d; leaving it",
+                address,
+                current[address],
+                number,
+            )
+            continue
+        try:
+            ledger.host.set_vf_type(address, number)
+        except VgpuDriverError as exc:
+            LOG.error("Could not restore the type of VF %s: %s", address, exc)
+            if failed is not None:
+                failed.append(f"{address}: {exc}")
+            continue
+        restored.append(address)
+    if restored:
+        LOG.info("Restored vGPU types of VFs %s", ", ".join(restored))
+    return restored

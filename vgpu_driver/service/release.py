@@ -1,0 +1,113 @@
+"""Handing an instance's devices back: decided and recorded first.
+
+Under the records' lock the instance's claims go, and a device whose host
+state must change (a VF's type cleared, an mdev removed) gets a
+``release`` claim in their place, so no bind takes it while it changes.
+Only then is the host changed, outside the lock, and each release claim
+dropped if it is still that claim (compare-and-act). A write that fails
+(a full disk) leaves the host untouched and the claims as they were; a
+release cut short (the process died) is finished at the next start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from oslo_log import log as logging
+
+from vgpu_driver.exception import VgpuDriverError
+from vgpu_driver.model.binding import BoundDevice
+from vgpu_driver.model.claims import RELEASE, claim_of, device_of
+from vgpu_driver.service.failing import FailedParents
+from vgpu_driver.service.ledger import Ledger
+
+LOG = logging.getLogger(__name__)
+
+
+def release(
+    ledger: Ledger,
+    failed: FailedParents,
+    instance: str,
+    guest_devices: Iterable[str] = (),
+) -> list[str]:
+    """Drop an instance's claims and hand its devices back: mdevs stay
+    for reuse (or are removed with ``remove_unused``), VF types are
+    cleared. Returns the device ids released."""
+    with ledger.locked(fresh_view=True):
+        view = ledger.view
+        ids = {
+            k for k, c in ledger.claims.items() if c["instance"] == instance
+        }
+        ids |= {k for k, g in view.used.items() if g == instance}
+        ids |= set(guest_devices)
+        claims = dict(ledger.claims)
+        vf_types = dict(ledger.vf_types)
+        released: list[BoundDevice] = []
+        changing: list[BoundDevice] = []
+        for device_id in sorted(ids):
+            device = view.device(device_id, claims.pop(device_id, None))
+            if device is None:
+                continue
+            released.append(device)
+            if device.kind == "vf":
+                vf_types.pop(device.id, None)
+            if ledger.changes_host(device):
+                changing.append(device)
+                claims[device.id] = claim_of(device, instance, RELEASE)
+        ledger.save(claims, vf_types)
+        for device in released:
+            view.used.pop(device.id, None)
+            if device not in changing:
+                view.returned(device, made=False)
+    ledger.host.forget_guest(instance)
+    finish(ledger, failed, instance, changing)
+    if released:
+        LOG.info(
+            "Released %s of instance %s",
+            ", ".join(d.id for d in released),
+            instance,
+        )
+    return [d.id for d in released]
+
+
+def finish(
+    ledger: Ledger,
+    failed: FailedParents,
+    instance: str,
+    devices: Iterable[BoundDevice],
+) -> None:
+    """Outside the lock: change the host for each device under a release
+    claim of ``instance``, then drop that claim (if it is still that
+    claim)."""
+    for device in devices:
+        try:
+            if ledger.changes_host(device):
+                ledger.unmake(device)
+            done = True
+        except VgpuDriverError as exc:
+            LOG.error("Releasing %s: %s", device.id, exc)
+            failed.mark(device.parent)
+            done = False
+        with ledger.locked(view=False):
+            if ledger.claims.get(device.id) == claim_of(
+                device, instance, RELEASE
+            ):
+                claims = dict(ledger.claims)
+                del claims[device.id]
+                ledger.save(claims)
+            ledger.view.released(device, done)
+
+
+def finish_interrupted(ledger: Ledger, failed: FailedParents) -> list[str]:
+    """Releases cut short (the process died between recording them and
+    changing the host): done now. Returns their device ids."""
+    with ledger.locked():
+        leftover = [
+            (c["instance"], device_of(c))
+            for c in ledger.claims.values()
+            if c["purpose"] == RELEASE
+        ]
+    for instance, device in leftover:
+        LOG.info("Finishing the release of %s (%s)", device.id, instance)
+        finish(ledger, failed, instance, [device])
+    return [device.id for _, device in leftover]

@@ -1,0 +1,147 @@
+"""Changes to claims and free devices outside a bind: the operator's
+repairs (``vgpu-driver audit --fix``), a type switch removing free mdevs
+of the old type, a hard reboot holding a guest's devices, the end of a
+live migration. Each is compare-and-act under the records' lock: it acts
+only on what is still as it was read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from oslo_log import log as logging
+
+from vgpu_driver.exception import VgpuDriverError
+from vgpu_driver.model.claims import MIGRATION, SPAWN, claim_of
+from vgpu_driver.records.store import StateStoreError
+from vgpu_driver.service.ledger import Ledger
+
+LOG = logging.getLogger(__name__)
+
+
+def drop_claims(
+    ledger: Ledger, expected: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
+    """Drop claims of instances that are gone. ``expected``: device id ->
+    the claim as it was read when its instance was found gone. A claim is
+    dropped only if it is still that very claim (the same instance,
+    purpose and device) and that instance has no guest now; one released
+    and made again for another instance since is left alone."""
+    with ledger.locked(view=False):  # the view is rebuilt just below
+        guests = {
+            g.uuid
+            for g in ledger.rebuild_view("checking claims under the lock")
+        }
+        dropped = [
+            device_id
+            for device_id, claim in sorted(expected.items())
+            if ledger.claims.get(device_id) == dict(claim)
+            and claim["instance"] not in guests
+        ]
+        for device_id in dropped:
+            del ledger.claims[device_id]
+        if dropped:
+            ledger.save()
+    return dropped
+
+
+def remove_free_mdevs(ledger: Ledger, uuids: Iterable[str]) -> list[str]:
+    """Remove mdevs that are still free and unclaimed when checked under
+    the records' lock (with a fresh view of the guests)."""
+    removed = []
+    with ledger.locked(view=False):  # the view is rebuilt just below
+        ledger.rebuild_view("checking free mdevs under the lock")
+        view = ledger.view
+        for uuid in uuids:
+            mdev = view.mdevs.get(uuid)
+            if mdev is None or uuid in view.used or uuid in ledger.claims:
+                continue
+            try:
+                ledger.host.remove_mdev(mdev)
+            except VgpuDriverError as exc:
+                LOG.error("Could not remove mdev %s: %s", uuid, exc)
+                continue
+            view.forget_mdev(uuid)
+            removed.append(uuid)
+        if removed:
+            ledger.save()
+    return removed
+
+
+def remove_stale_free_mdevs(
+    ledger: Ledger, configured: Mapping[str, str]
+) -> list[str]:
+    """Free mdevs of another type than the parent's configured one block
+    the switch (one type per pGPU): remove them. Done under the records'
+    lock, so no other process can claim one meanwhile."""
+    removed: list[str] = []
+    with ledger.locked(fresh_view=True):
+        view = ledger.view
+        stale = view.stale_free_mdevs(configured, ledger.claims)
+        if stale:
+            # others must re-read the host: told before it changes, and
+            # nothing is removed if they cannot be told
+            try:
+                ledger.save()
+            except StateStoreError as exc:
+                LOG.warning("Not removing stale free mdevs now: %s", exc)
+                return []
+        for parent, type_id, uuid in stale:
+            mdev = view.mdevs.get(uuid)
+            if mdev is None:
+                continue
+            try:
+                ledger.host.remove_mdev(mdev)
+            except VgpuDriverError as exc:
+                LOG.error("Could not remove stale mdev %s: %s", uuid, exc)
+                continue
+            view.parents[parent].free[type_id].remove(uuid)
+            view.mdevs.pop(uuid, None)
+            removed.append(uuid)
+            LOG.info(
+                "Removed free %s mdev %s: %s now serves %s",
+                type_id,
+                uuid,
+                parent,
+                configured[parent],
+            )
+    return removed
+
+
+def record_vf_types(ledger: Ledger, types: Mapping[str, int]) -> list[str]:
+    """Record the vGPU types of VFs guests use, to restore them."""
+    with ledger.locked():
+        changed = [a for a, t in types.items() if ledger.vf_types.get(a) != t]
+        ledger.vf_types.update({a: types[a] for a in changed})
+        if changed:
+            ledger.save()
+    return changed
+
+
+def hold(ledger: Ledger, instance: str) -> list[str]:
+    """Claim the devices the instance's guest has, so nothing else takes
+    them while the caller undefines and defines it again (a hard
+    reboot). The claims end when the guest is defined with them."""
+    with ledger.locked():
+        held = []
+        for device_id, guest in sorted(ledger.view.used.items()):
+            if guest != instance or device_id in ledger.claims:
+                continue
+            device = ledger.view.device(device_id, None)
+            if device is not None:
+                ledger.claims[device_id] = claim_of(device, instance, SPAWN)
+                held.append(device_id)
+        if held:
+            ledger.save()
+    return held
+
+
+def end_migration(ledger: Ledger, instance: str) -> None:
+    """A live migration succeeded: its claims become spawn claims, ended
+    as soon as the guest's domain is seen with them."""
+    with ledger.locked():
+        for claim in ledger.claims.values():
+            if claim["instance"] == instance and claim["purpose"] == MIGRATION:
+                claim["purpose"] = SPAWN
+        ledger.save()
