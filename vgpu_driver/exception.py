@@ -67,6 +67,29 @@ class DeviceOperationFailed(VgpuDriverError):
     code = "vgpu_driver.host.operation_failed"
 
 
+class DeviceNoRoom(DeviceOperationFailed):
+    """The kernel (or libvirt for it) refused to make a device because
+    the parent has no room left for its type (the mdev core answers
+    EDQUOT): the parent is full, not failing. Raised by the host
+    adapters, which alone know how the host says it."""
+
+    code = "vgpu_driver.host.no_room"
+
+
+# how the host says a parent is full: errno of a sysfs write or of a
+# caller's create, the same told by libvirt or mdevctl as text
+NO_ROOM_ERRNOS = frozenset({122, 28})  # EDQUOT, ENOSPC (Linux)
+NO_ROOM_WORDS = ("disk quota exceeded", "no available instances", "edquot")
+
+
+def says_no_room(exc: BaseException) -> bool:
+    """Does the host's error ``exc`` say the parent is full?"""
+    if isinstance(exc, OSError) and exc.errno in NO_ROOM_ERRNOS:
+        return True
+    text = str(exc).lower()
+    return any(word in text for word in NO_ROOM_WORDS)
+
+
 class ProviderUnknown(VgpuDriverError):
     msg_fmt = (
         "Allocation names resource provider %(rp_uuid)s, which is not a "

@@ -130,3 +130,31 @@ def test_an_undefined_guest_frees_its_devices_unless_held(node):  # noqa: F811
     n.host.forget_guest(guest)
     assert n.driver.guest_undefined(guest) == [IN_USE_ON_84]
     assert IN_USE_ON_84 in n.driver.free_mdevs()
+
+
+def test_a_kernel_out_of_room_is_exhaustion_not_a_failing_parent(
+    make_conf, tmp_path
+):
+    """The kernel refuses a create with EDQUOT ("Disk quota exceeded",
+    the mdev core's answer when a type has no instance left) although
+    the view had room (someone made an mdev behind our back): the bind
+    is exhaustion (reschedule) and the parent stays schedulable."""
+    import errno
+    import os
+
+    import pytest
+
+    from vgpu_driver.exception import DeviceCapacityExhausted
+
+    def full(*args):
+        raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+
+    uri, sysfs = helpers.hostdesc.materialize(helpers.load("m10"), tmp_path)
+    host = LibvirtHost(uri, sysfs, creator=full)
+    n = helpers.Node(make_conf, tmp_path / "state", host=host)
+    parent = "pci_0000_85_00_0"
+    with pytest.raises(DeviceCapacityExhausted, match=parent):
+        n.driver.allocate_mdevs("i1", n.alloc((parent, 1)))
+    assert n.driver.binder.claims() == {}
+    assert parent not in n.driver.binder.unschedulable
+    assert n.update()[parent].reserved == 0

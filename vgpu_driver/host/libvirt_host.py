@@ -50,9 +50,11 @@ from typing import Any, TypeVar
 from oslo_log import log as logging
 
 from vgpu_driver.exception import (
+    DeviceNoRoom,
     DeviceOperationFailed,
     DeviceXMLInvalid,
     HostUnreachable,
+    says_no_room,
 )
 from vgpu_driver.host import domain_xml, nodedev_xml
 from vgpu_driver.host.libvirt_api import LibvirtApi, host_edge, libvirt_python
@@ -811,7 +813,8 @@ class LibvirtHost:
                     )
                 except api.error as exc:
                     if api.code(exc) not in api.create_unsupported:
-                        raise DeviceOperationFailed(
+                        error = _create_error(exc)
+                        raise error(
                             action=f"create mdev {uuid} of type {type_id}",
                             device=parent.name,
                             reason=api.message(exc),
@@ -839,7 +842,7 @@ class LibvirtHost:
         try:
             self._creator(parent.name, type_id, uuid)
         except Exception as exc:
-            raise DeviceOperationFailed(
+            raise _create_error(exc)(
                 action=f"create mdev {uuid} of type {type_id}",
                 device=parent.name,
                 reason=str(exc) or type(exc).__name__,
@@ -949,3 +952,10 @@ def _replace_active(mdev: Mdev, active: bool) -> Mdev:
 
 def _replace_parent(mdev: Mdev, parent: str) -> Mdev:
     return dataclasses.replace(mdev, parent=parent)
+
+
+def _create_error(exc: BaseException) -> type[DeviceOperationFailed]:
+    """The error a failed create is: the parent is full (the kernel's
+    EDQUOT, however libvirt, mdevctl or the caller tell it) or it
+    failed."""
+    return DeviceNoRoom if says_no_room(exc) else DeviceOperationFailed

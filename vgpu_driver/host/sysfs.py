@@ -15,7 +15,11 @@ from pathlib import Path
 
 from oslo_log import log as logging
 
-from vgpu_driver.exception import DeviceOperationFailed
+from vgpu_driver.exception import (
+    DeviceNoRoom,
+    DeviceOperationFailed,
+    says_no_room,
+)
 from vgpu_driver.model import naming
 from vgpu_driver.model.device import (
     MdevType,
@@ -289,7 +293,10 @@ class SysfsTree:
             with open(path, "w") as handle:
                 handle.write(value)
         except OSError as exc:
-            raise DeviceOperationFailed(
+            error = (
+                DeviceNoRoom if says_no_room(exc) else DeviceOperationFailed
+            )
+            raise error(
                 action=action, device=device, reason=exc.strerror or str(exc)
             ) from exc
 

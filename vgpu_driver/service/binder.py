@@ -30,7 +30,7 @@ from oslo_log import log as logging
 
 from vgpu_driver.exception import (
     DeviceCapacityExhausted,
-    DeviceOperationFailed,
+    DeviceNoRoom,
     HostUnreachable,
     VgpuDriverError,
 )
@@ -368,7 +368,6 @@ class DeviceBinder:
 
 
 def _is_exhaustion(exc: VgpuDriverError) -> bool:
-    return isinstance(exc, DeviceCapacityExhausted) or (
-        isinstance(exc, DeviceOperationFailed)
-        and "available" in str(exc).lower()
-    )
+    """A parent that is full says nothing of its device: the host adapter
+    tells it by the error's type."""
+    return isinstance(exc, (DeviceCapacityExhausted, DeviceNoRoom))

@@ -20,7 +20,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection
 
-from vgpu_driver.exception import DeviceOperationFailed
+from vgpu_driver.exception import DeviceNoRoom, DeviceOperationFailed
 from vgpu_driver.host.sysfs import NVIDIA_DRIVER
 from vgpu_driver.model.device import (
     Guest,
@@ -212,7 +212,7 @@ class SimulatedHost:
                     reason="uuid in use",
                 )
             if self._state.available(spec, type_id) < 1:
-                raise DeviceOperationFailed(
+                raise DeviceNoRoom(
                     action=f"create mdev of type {type_id}",
                     device=parent.name,
                     reason="no available instances (EDQUOT)",
@@ -255,7 +255,7 @@ class SimulatedHost:
                 not spec.active
                 and self._state.available(parent, spec.type) < 1
             ):
-                raise DeviceOperationFailed(
+                raise DeviceNoRoom(
                     action="start mdev",
                     device=mdev.uuid,
                     reason="no available instances (EDQUOT)",
