@@ -392,5 +392,5 @@ def test_mdevs_are_listed_again_when_a_parent_changes_or_after_the_interval(
     steady = host.discover()
     assert free in {m.uuid for m in steady.mdevs}  # parents unchanged
     assert host.discover() is steady  # the same reading, nothing redone
-    host._listed_at -= host.relist_interval  # the safety net's interval
+    host.devices.listed_at -= host.relist_interval  # the safety net's interval
     assert free not in {m.uuid for m in host.discover().mdevs}

@@ -135,7 +135,7 @@ def host_edge(
         except VgpuDriverError:
             raise
         except Exception as exc:
-            api: LibvirtApi | None = self._api
+            api: LibvirtApi | None = self.known_api
             if api is None or not isinstance(exc, api.error):
                 raise
             raise HostOperationFailed(

@@ -1,0 +1,167 @@
+"""Which guest uses which device, read from the domains' XML.
+
+:class:`Guests` owns the guests as last read (None until a first full
+scan), the domain events waiting to be applied, and when each domain was
+last re-read. Every guest is read on the first reading that wants them,
+and again only when asked (a service's start), after a lost connection
+(events were missed), or when another process changed the claims. In
+between it stays right because every change to a guest's devices goes
+through the library (:meth:`note`, :meth:`forget`, :meth:`refresh`) or is
+reported by libvirt's lifecycle events (:meth:`domain_event`), which make
+the next reading re-read that one domain.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from typing import Any
+
+from oslo_log import log as logging
+
+from vgpu_driver.exception import DeviceXMLInvalid
+from vgpu_driver.host import domain_xml
+from vgpu_driver.host.connection import Connection
+from vgpu_driver.model.device import Guest
+
+LOG = logging.getLogger(__name__)
+
+
+class Guests:
+    def __init__(self, link: Connection) -> None:
+        self.link = link
+        self.known: dict[str, Guest] | None = None  # None: never scanned
+        self.dirty = True  # changed since the adapter's last reading
+        # after a lost connection: every guest is read again
+        self.rescan = False
+        # (sequence, domain uuid, defined) from libvirt's event thread:
+        # appended there without a lock, applied by the next reading or
+        # bind; a domain re-read after an event answers it
+        self._events: collections.deque[tuple[int, str, bool]] = (
+            collections.deque()
+        )
+        self._seq = itertools.count()
+        self._read_at: dict[str, int] = {}
+        link.on_lost.append(self._rescan_next)
+
+    def _rescan_next(self) -> None:
+        self.rescan = True
+
+    def scan(self, conn: Any) -> None:
+        """Read every domain (what the waiting events said, and more)."""
+        self.rescan = False
+        self._take_events()
+        self._read_at.clear()
+        guests: dict[str, Guest] = {}
+        api = self.link.api
+        for domain in self.link.call(
+            "listAllDomains", conn.listAllDomains, api.list_all_domains
+        ):
+            guest = self._read(domain)
+            if guest is not None:
+                guests[guest.uuid] = guest
+        self.known = guests
+        self.dirty = True
+
+    def _read(self, domain: Any) -> Guest | None:
+        api = self.link.api
+        try:
+            text = self.link.call("domain.XMLDesc", domain.XMLDesc, 0)
+            return domain_xml.parse_guest(str(text))
+        except api.error as exc:
+            if api.code(exc) == api.no_domain:
+                return None
+            raise
+        except DeviceXMLInvalid as exc:
+            LOG.warning("Skipping guest: %s", exc)
+            return None
+
+    def note(self, guest: Guest) -> None:
+        if self.known is not None:
+            self.known[guest.uuid] = guest
+            self.dirty = True
+
+    def forget(self, uuid: str) -> None:
+        if self.known is not None:
+            self.known.pop(uuid, None)
+            self.dirty = True
+
+    def refresh(self, uuid: str) -> Guest | None:
+        """Re-read one domain (two calls), or forget it if it is gone."""
+        # domain events about it queued before now are answered by this
+        self._read_at[uuid] = next(self._seq)
+        conn = self.link.get()
+        api = self.link.api
+        try:
+            domain = self.link.call(
+                "lookupByUUIDString", conn.lookupByUUIDString, uuid
+            )
+        except api.error as exc:
+            if api.code(exc) != api.no_domain:
+                raise
+            self.forget(uuid)
+            return None
+        guest = self._read(domain)
+        if guest is None:
+            self.forget(uuid)
+        else:
+            self.note(guest)
+        return guest
+
+    def domain_event(self, uuid: str, defined: bool) -> None:
+        """Safe from libvirt's event thread: no lock, no call, no log."""
+        self._events.append((next(self._seq), uuid, defined))
+
+    def changed(self) -> bool:
+        """Domain events wait to be applied."""
+        return bool(self._events)
+
+    def take_changes(self) -> list[tuple[str, Guest | None]]:
+        """Apply the waiting domain events: each domain defined is re-read,
+        each one undefined forgotten, unless it was re-read since the
+        event (that reading is newer). Returns (uuid, the guest now or
+        None) for each applied."""
+        events = self._take_events()
+        changes: list[tuple[str, Guest | None]] = []
+        if self.known is not None:  # else the first scan reads all
+            for uuid, (seq, defined) in events.items():
+                if self._read_at.get(uuid, -1) > seq:
+                    continue  # read since: that reading is newer
+                if defined:
+                    changes.append((uuid, self.refresh(uuid)))
+                else:
+                    self.forget(uuid)
+                    changes.append((uuid, None))
+        # reads so far are older than any event still to come (losing one
+        # only costs a read again)
+        self._read_at.clear()
+        return changes
+
+    def _take_events(self) -> dict[str, tuple[int, bool]]:
+        """The waiting events, the last one per domain."""
+        latest: dict[str, tuple[int, bool]] = {}
+        while True:
+            try:
+                seq, uuid, defined = self._events.popleft()
+            except IndexError:
+                return latest
+            latest[uuid] = (seq, defined)
+
+    def watch(self) -> int:
+        """Register a lifecycle callback feeding :meth:`domain_event`.
+        Returns the callback id."""
+        api = self.link.api
+
+        def on_event(
+            _conn: Any, domain: Any, event: int, _detail: int, _opaque: Any
+        ) -> None:
+            if event in (api.event_defined, api.event_undefined):
+                self.domain_event(
+                    domain.UUIDString(), event == api.event_defined
+                )
+
+        return int(
+            self.link.get().domainEventRegisterAny(
+                None, api.event_lifecycle, on_event, None
+            )
+        )

@@ -1,0 +1,139 @@
+"""mdev parents as read from libvirt's XML, completed from sysfs.
+
+:class:`ParentReader` owns what is read once per parent and kept: its
+sysfs path and driver, the descriptions of its types, its last XML with
+the reading made of it (a parent whose XML did not change is the very
+same :class:`~vgpu_driver.model.device.Parent` object), and the parents
+the kernel registers but libvirt has no device for. It never calls
+libvirt: the caller hands it the XML.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from oslo_log import log as logging
+
+from vgpu_driver.exception import DeviceXMLInvalid
+from vgpu_driver.host import nodedev_xml
+from vgpu_driver.host.sysfs import SysfsTree
+from vgpu_driver.model.device import Parent
+
+LOG = logging.getLogger(__name__)
+
+
+class ParentReader:
+    def __init__(self, sysfs: SysfsTree) -> None:
+        self.sysfs = sysfs
+        # parent name -> (its sysfs path, its driver)
+        self._extras: dict[str, tuple[Path, str | None]] = {}
+        # (parent name, type id) -> the type's sysfs description
+        self._descriptions: dict[tuple[str, str], str | None] = {}
+        # parent name -> (its last XML, the types described, the reading)
+        self._parsed: dict[str, tuple[str, frozenset[str] | None, Parent]] = {}
+        self._sysfs_only: list[Parent] = []
+        self._sysfs_only_key: tuple[list[int], list[str]] | None = None
+
+    def path_of(self, name: str) -> Path | None:
+        """The sysfs path of a parent read before, if any."""
+        extras = self._extras.get(name)
+        return extras[0] if extras else None
+
+    def read(
+        self, name: str, text: str, wanted: frozenset[str] | None
+    ) -> Parent | None:
+        """A parent from its XML, its ``wanted`` types described (all
+        when None); the same object as last time if ``text`` is."""
+        cached = self._parsed.get(name)
+        if cached is not None and cached[:2] == (text, wanted):
+            return cached[2]  # availableInstances unchanged: same reading
+        try:
+            parent, libvirt_path = nodedev_xml.read_parent(text)
+        except DeviceXMLInvalid as exc:
+            LOG.warning("Skipping mdev parent %s: %s", name, exc)
+            return None
+        if parent is None:
+            return None
+        extras = self._extras.get(name)
+        if extras is None:
+            path = self.sysfs.resolve(libvirt_path, parent.address)
+            # libvirt names the driver of a bound device: sysfs only
+            # where it does not
+            driver = parent.driver or self.sysfs.driver(path)
+            extras = self._extras[name] = (path, driver)
+        path, driver = extras
+        enriched = self._enrich(parent, path, driver, wanted)
+        self._parsed[name] = (text, wanted, enriched)
+        return enriched
+
+    def _enrich(
+        self,
+        parent: Parent,
+        path: Path,
+        driver: str | None,
+        wanted: frozenset[str] | None,
+    ) -> Parent:
+        """Fill in from sysfs what libvirt's XML left out (read once):
+        the driver, and the descriptions of the ``wanted`` types (all when
+        None)."""
+        types = []
+        described = False
+        for mdev_type in parent.types:
+            if mdev_type.description is None and (
+                wanted is None or mdev_type.id in wanted
+            ):
+                key = (parent.name, mdev_type.id)
+                if key in self._descriptions:
+                    description = self._descriptions[key]
+                else:
+                    description = self._descriptions[key] = (
+                        self.sysfs.type_description(path, mdev_type.id)
+                    )
+                if description is not None:
+                    mdev_type = dataclasses.replace(
+                        mdev_type, description=description
+                    )
+                    described = True
+            types.append(mdev_type)
+        adds_driver = not parent.driver and driver is not None
+        if not described and not adds_driver:
+            return parent  # nothing to add (dataclasses.replace is slow)
+        return dataclasses.replace(
+            parent, driver=parent.driver or driver, types=tuple(types)
+        )
+
+    def sysfs_only(
+        self, known: list[Parent], entries: list[str]
+    ) -> list[Parent]:
+        """Parents the kernel registers (``entries``: in
+        ``class/mdev_bus``) but libvirt has no device for (read again
+        only when the parents or the registrations change)."""
+        key = ([id(p) for p in known], entries)
+        if key != self._sysfs_only_key:
+            self._sysfs_only = self._read_sysfs_only(known, entries)
+            self._sysfs_only_key = key
+        return list(self._sysfs_only)
+
+    def _read_sysfs_only(
+        self, known: list[Parent], entries: list[str]
+    ) -> list[Parent]:
+        # a registration named as a known parent is that parent; links
+        # are resolved only for the others (virtual parents, rare)
+        keys = {key for p in known for key in p.keys}
+        others = [e for e in entries if e not in keys]
+        if not others:
+            return []
+        known_paths = {
+            self.sysfs.real_path(self._extras[p.name][0])
+            for p in known
+            if p.name in self._extras
+        }
+        found = []
+        for path, name in self.sysfs.mdev_bus_parents(others).items():
+            if path in known_paths:
+                continue
+            parent = self.sysfs.read_parent(path, name)
+            if parent is not None:
+                found.append(parent)
+        return found
