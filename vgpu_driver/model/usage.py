@@ -1,0 +1,105 @@
+"""What is in use, what is configured, and whether a pass must know which
+guest uses what (pure)."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from vgpu_driver.model import naming
+from vgpu_driver.model.config import DeviceConfig
+from vgpu_driver.model.device import HostInventory
+
+Allocations = Mapping[str, Mapping[str, Any]]
+
+
+def configured_types(
+    config: DeviceConfig, inventory: HostInventory
+) -> dict[str, str]:
+    """Parent name -> the type the configuration gives it."""
+    configured = {}
+    for parent in inventory.parents:
+        type_cfg = config.type_for_parent(parent.keys, parent.type_ids)
+        if type_cfg is not None:
+            configured[parent.name] = type_cfg.type_id
+    return configured
+
+
+def held_devices(
+    inventory: HostInventory,
+    seen: Mapping[str, tuple[str, str]],
+    claims: Sequence[tuple[str, str, str]],
+) -> dict[str, Counter[str]]:
+    """Device name -> type id -> devices of that type that guests use or
+    that are claimed (bound, not yet in a guest; or reserved for an
+    incoming live migration). ``seen``: mdev uuid -> (parent, type) of
+    every mdev seen; ``claims``: (device id, parent, type id)."""
+    held: dict[str, Counter[str]] = defaultdict(Counter)
+    users = inventory.mdev_users()
+    for uuid in users:
+        known = seen.get(uuid)
+        if known is not None:
+            parent, type_id = known
+            held[parent][type_id] += 1
+    pci_users = inventory.pci_users()
+    for device_id, parent, type_id in claims:
+        if device_id not in users and device_id not in pci_users:
+            held[parent][type_id] += 1
+    vf_owner = {
+        vf.address: (pf.name, vf.current_type)
+        for pf in inventory.pfs
+        for vf in pf.vfs
+    }
+    for address in pci_users:
+        if address in vf_owner and vf_owner[address][1]:
+            pf_name, type_number = vf_owner[address]
+            held[pf_name][naming.sriov_type_id(type_number)] += 1
+    return dict(held)
+
+
+def guests_matter(
+    config: DeviceConfig,
+    seen: Iterable[str],
+    providers: Iterable[str],
+    nodename: str,
+    inventory: HostInventory,
+    allocations: Allocations | None,
+) -> bool:
+    """Whether knowing which guest uses what could change the plan (if
+    not, a service's first pass need not read every guest: their devices
+    are all of the types their parents serve, so in use or not they count
+    the same). True when a reshape needs them, a type has max_instances
+    (in-use devices count first), a device is of a type its parent does
+    not serve (kept only while in use), an mdev seen before is gone
+    (still counted while a guest names it), or a device provider
+    (``providers``: their names) has no parent serving an enabled type.
+    """
+    if allocations is not None:
+        return True
+    if any(t.max_instances for t in config.types):
+        return True
+    present = {m.uuid for m in inventory.mdevs}
+    if any(uuid not in present for uuid in seen):
+        return True
+    configured = configured_types(config, inventory)
+    for mdev in inventory.mdevs:
+        if configured.get(mdev.parent) != mdev.type_id:
+            return True
+    for pf in inventory.pfs:
+        current = [
+            naming.sriov_type_id(v.current_type)
+            for v in pf.vfs
+            if v.current_type
+        ]
+        supported = [t.type_id for t in pf.known_types()]
+        type_cfg = config.type_for_parent(
+            pf.keys, tuple(dict.fromkeys([*supported, *current]))
+        )
+        if any(type_cfg is None or t != type_cfg.type_id for t in current):
+            return True
+    serving = {
+        naming.provider_name(nodename, device)
+        for device in (*configured, *(pf.name for pf in inventory.pfs))
+    }
+    return any(name not in serving for name in providers)

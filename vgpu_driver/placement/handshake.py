@@ -1,0 +1,34 @@
+"""One sync pass against a real Placement, with Nova's reshape
+handshake."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vgpu_driver.exception import ReshapeNeeded
+
+
+def sync_placement(driver: Any, syncer: Any) -> Any:
+    """One sync pass: Placement's tree, updated from the host, flushed."""
+    # from where the last report stopped: the first pass of a process
+    # also counts the client's version discovery (GET /)
+    before = syncer.reported_requests
+    tree = syncer.read_tree()
+    try:
+        driver.update_provider_tree(tree, syncer.nodename)
+    except ReshapeNeeded:
+        # Nova's handshake: again, with the allocations, then one atomic
+        # POST /reshaper; then a normal pass for traits and removals.
+        allocations = syncer.allocations_for_tree()
+        tree = syncer.read_tree()
+        driver.update_provider_tree(
+            tree, syncer.nodename, allocations=allocations
+        )
+        syncer.reshape(tree, allocations)
+        tree = syncer.read_tree()
+        driver.update_provider_tree(tree, syncer.nodename)
+    report = syncer.flush(tree)
+    driver.confirm_flushed()
+    report.requests = syncer.client.request_count - before
+    syncer.reported_requests = syncer.client.request_count
+    return report

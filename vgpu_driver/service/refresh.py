@@ -1,0 +1,285 @@
+"""A refresh: the host read, the providers planned and written.
+
+:class:`Refresher` owns what one pass hands the next: the compute nodes'
+own providers seen (units allocated there are pre-reshape allocations),
+the last reading of the host, the plans last written, and the
+:class:`RefreshFingerprint` of what the last pass depended on and left
+in the tree. A steady pass is: discover (P calls) -> the claims read
+once (one lock, no host I/O) -> nothing changed and the tree still holds
+what was written? return -> else plan (pure) -> write the tree -> save
+the traits owned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any
+
+from oslo_log import log as logging
+
+from vgpu_driver.exception import ReshapeNeeded
+from vgpu_driver.host.base import Host
+from vgpu_driver.model import reshape, usage
+from vgpu_driver.model.binding import Target
+from vgpu_driver.model.check import host_problems
+from vgpu_driver.model.device import HostInventory
+from vgpu_driver.model.inventory import ProviderPlan, plan_providers
+from vgpu_driver.model.usage import Allocations
+from vgpu_driver.records.merged import keep
+from vgpu_driver.records.seen import SeenMdevs
+from vgpu_driver.records.traits import OwnedTraits
+from vgpu_driver.service.binder import DeviceBinder
+from vgpu_driver.service.settings import Settings
+from vgpu_driver.service.tree_writer import (
+    Placed,
+    TreeWriter,
+    configured_traits,
+)
+
+LOG = logging.getLogger(__name__)
+
+Claimed = tuple[tuple[str, str, str], ...]  # (device id, parent, type id)
+
+
+@dataclasses.dataclass(frozen=True)
+class RefreshFingerprint:
+    """What a pass depended on and what it left in the tree."""
+
+    nodename: str
+    inventory: HostInventory  # the very reading (same object: unchanged)
+    config: Any  # the DeviceConfig in force (same object: not reloaded)
+    claims: Claimed
+    # provider uuid -> (inventory, traits) written (by uuid: Nova's tree
+    # finds a child of the root by uuid at once, by name only by walking)
+    written: dict[str, tuple[Any, frozenset[str]]]
+    providers: frozenset[str]  # every provider uuid under the node
+
+
+class Refresher:
+    def __init__(
+        self,
+        settings: Settings,
+        host: Host,
+        binder: DeviceBinder,
+        seen: SeenMdevs,
+        traits: OwnedTraits,
+    ) -> None:
+        self.settings = settings
+        self.host = host
+        self.binder = binder
+        self.seen = seen
+        self.traits = traits
+        self.writer = TreeWriter(traits)
+        self.lock = threading.RLock()
+        self.roots: set[str] = set()
+        self.last_plans: list[ProviderPlan] = []
+        self.targets: dict[str, Target] = {}
+        self._last_inventory: HostInventory | None = None
+        self._fingerprint: RefreshFingerprint | None = None
+        self.warned_addresses = False
+
+    def discover(
+        self, *, rescan_guests: bool = False, guests: bool = True
+    ) -> HostInventory:
+        """Read the host. ``guests=False``: guests never read so far stay
+        unread (``guests_known`` False); nothing that needs them (the
+        binder's view, the record of mdevs seen) is touched then."""
+        # Guests defined by another process are re-read when that process
+        # changed the claims (it ended a claim because the guest has it).
+        rescan = rescan_guests or self.binder.view_is_stale()
+        inventory = self.host.discover(rescan_guests=rescan, guests=guests)
+        with self.lock:
+            if not self.warned_addresses:
+                config = self.settings.config
+                for problem in host_problems(config, inventory):
+                    LOG.warning("Configuration: %s", problem)
+                self.warned_addresses = True
+            if inventory is self._last_inventory:
+                # the adapter saw no change: the binder's view, kept
+                # current by its own binds, stays
+                return inventory
+            self._last_inventory = inventory
+            if not inventory.guests_known:
+                return inventory
+            seen = {m.uuid: (m.parent, m.type_id) for m in inventory.mdevs}
+            # forget devices no guest uses any more and that are gone
+            users = inventory.mdev_users()
+            kept = {
+                uuid: where
+                for uuid, where in self.seen.snapshot().items()
+                if uuid in users and uuid not in seen
+            }
+            if {**kept, **seen} != self.seen.snapshot() and not keep(
+                "the mdevs seen", lambda: self.seen.save({**kept, **seen})
+            ):
+                self._last_inventory = None  # the next discovery retries
+            self.binder.refresh(inventory, self.targets)
+        return inventory
+
+    def update_provider_tree(
+        self, tree: Any, nodename: str, allocations: Allocations | None
+    ) -> list[ProviderPlan]:
+        inventory = self.discover(guests=False)
+        conf = self.settings.conf
+        self.binder.retry_failed(conf.devices.failed_device_retry_interval)
+        with self.lock:
+            config = self.settings.config
+            classes = self.settings.managed_classes()
+            # the claims are read once a pass (on disk, under the records'
+            # lock): what the plan counts is what the pass remembers
+            claims = tuple(self.binder.claimed_devices())
+            if allocations is None and self._unchanged(
+                tree, nodename, inventory, claims
+            ):
+                return self.last_plans
+            root = tree.data(nodename)
+            traits = configured_traits(conf.devices.owner_trait, config)
+            under = reshape.providers_under(tree, root.uuid)
+            mine = reshape.device_providers(
+                under, root.uuid, nodename, classes
+            )
+            if not inventory.guests_known and usage.guests_matter(
+                config,
+                self.seen.snapshot(),
+                mine,
+                nodename,
+                inventory,
+                allocations,
+            ):
+                inventory = self.discover()
+                # the guests read may have ended spawn claims
+                claims = tuple(self.binder.claimed_devices())
+            self.roots.add(root.uuid)
+            old = reshape.old_layout(under, root, nodename, inventory, classes)
+            if old and allocations is None:
+                raise ReshapeNeeded(nodename=nodename)
+            moves = (
+                reshape.plan_moves(
+                    tree,
+                    old,
+                    allocations,
+                    inventory,
+                    classes,
+                    self.seen.snapshot(),
+                    config,
+                )
+                if old and allocations is not None
+                else {}
+            )
+            for vf_provider in old[1:]:
+                tree.remove(vf_provider)
+            if old and old[0]:
+                kept = {
+                    rc: rec
+                    for rc, rec in root.inventory.items()
+                    if rc not in classes
+                }
+                tree.update_inventory(nodename, kept)
+            if old:
+                under = reshape.providers_under(tree, root.uuid)
+                mine = reshape.device_providers(
+                    under, root.uuid, nodename, classes
+                )
+            plans = plan_providers(
+                nodename,
+                config,
+                inventory,
+                held=usage.held_devices(
+                    inventory, self.seen.snapshot(), claims
+                ),
+                allocated=reshape.by_provider_name(tree, allocations),
+                existing={n: list(d.inventory) for n, d in mine.items()},
+                unschedulable=self.binder.unschedulable,
+                owner_trait=traits.owner,
+            )
+            saved = self.traits.saved()
+            placed = [
+                self.writer.write(
+                    tree,
+                    root.uuid,
+                    plan,
+                    inventory,
+                    traits,
+                    mine.get(plan.name),
+                )
+                for plan in plans
+            ]
+            if moves:
+                assert allocations is not None
+                reshape.move_allocations(
+                    tree, nodename, moves, allocations, classes
+                )
+                for consumer, devices in sorted(moves.items()):
+                    LOG.info(
+                        "Reshape moves the devices of consumer %s to %s",
+                        consumer,
+                        ", ".join(sorted(devices)),
+                    )
+            self.targets = {
+                p.uuid: Target(plan.device, plan.type_id, plan.resource_class)
+                for p, plan in zip(placed, plans, strict=True)
+            }
+            self.binder.set_targets(self.targets)
+            if inventory.guests_known:
+                self.binder.remove_stale_free_mdevs(
+                    usage.configured_types(config, inventory)
+                )
+            for name in sorted(set(mine) - {p.name for p in plans}):
+                LOG.info(
+                    "Removing provider %s: its device has nothing to offer "
+                    "and nothing in use",
+                    name,
+                )
+                tree.remove(name)
+                self.writer.forget(name)
+            self.traits.save_or_retry(saved)
+            self.last_plans = plans
+            self._fingerprint = RefreshFingerprint(
+                nodename,
+                inventory,
+                config,
+                claims,
+                {p.uuid: (p.inventory, p.traits) for p in placed},
+                frozenset(tree.get_provider_uuids(nodename)),
+            )
+            return plans
+
+    def _unchanged(
+        self,
+        tree: Any,
+        nodename: str,
+        inventory: HostInventory,
+        claims: Claimed,
+    ) -> bool:
+        """Nothing a pass depends on changed since the last one, and the
+        tree still holds what it wrote: the pass would change nothing
+        (its cost is then independent of the number of mdevs and
+        guests)."""
+        last = self._fingerprint
+        if (
+            last is None
+            or self.binder.unschedulable
+            or self.traits.on_disk is not None
+        ):
+            return False
+        if (
+            last.nodename != nodename
+            or last.inventory is not inventory
+            or last.config is not self.settings.config
+            or last.claims != claims
+        ):
+            return False
+        if set(tree.get_provider_uuids(nodename)) != last.providers:
+            return False  # a provider came or went under the node
+        try:
+            return not any(
+                tree.has_inventory_changed(uuid, inv)
+                or tree.have_traits_changed(uuid, traits)
+                for uuid, (inv, traits) in last.written.items()
+            )
+        except ValueError:  # a provider of ours is gone (both trees say so)
+            return False
+
+
+__all__ = ["Placed", "RefreshFingerprint", "Refresher"]

@@ -1,0 +1,131 @@
+"""Writing planned providers into the caller's provider tree.
+
+:class:`TreeWriter` writes one :class:`~vgpu_driver.model.inventory.
+ProviderPlan` at a time: the child provider (made if new), its inventory,
+and its traits: the plan's, and any other trait already there that this
+library does not manage (an operator's). It owns why each provider last
+took no new guests (logged once per change), and records the traits it
+sets in :class:`~vgpu_driver.records.traits.OwnedTraits`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from oslo_log import log as logging
+
+from vgpu_driver.model import naming, trait
+from vgpu_driver.model.config import DeviceConfig
+from vgpu_driver.model.device import HostInventory
+from vgpu_driver.model.inventory import ProviderPlan
+from vgpu_driver.records.traits import OwnedTraits
+
+LOG = logging.getLogger(__name__)
+
+
+class Placed(NamedTuple):
+    """A provider as a pass left it."""
+
+    uuid: str
+    inventory: dict[str, dict[str, int | float]]
+    traits: frozenset[str]  # the plan's and the operator's
+
+
+class ConfiguredTraits(NamedTuple):
+    owner: str  # [devices] owner_trait
+    names: frozenset[str]  # it, the enabled types' and their extra traits
+
+
+def configured_traits(owner: str, config: DeviceConfig) -> ConfiguredTraits:
+    """The traits the configuration names (read once per pass, not once
+    per provider)."""
+    names = {owner}
+    for type_cfg in config.types:
+        names.add(naming.type_trait(type_cfg.type_id))
+        names.update(type_cfg.traits)
+    return ConfiguredTraits(owner, frozenset(names))
+
+
+class TreeWriter:
+    def __init__(self, traits: OwnedTraits) -> None:
+        self.traits = traits
+        # provider name -> why it takes no new guests (None: it does)
+        self._reasons: dict[str, str | None] = {}
+
+    def forget(self, name: str) -> None:
+        """Provider ``name`` was removed from the tree."""
+        self.traits.forget(name)
+        self._reasons.pop(name, None)
+
+    def _managed(
+        self,
+        plan: ProviderPlan,
+        inventory: HostInventory,
+        configured: ConfiguredTraits,
+    ) -> set[str]:
+        """Traits this library may add or remove; any other trait on the
+        provider (an operator's) is left alone."""
+        managed = set(configured.names)
+        parent = inventory.parent(plan.device)
+        if parent is not None:
+            managed.update(naming.type_trait(t) for t in parent.type_ids)
+        if plan.type_id:
+            managed.add(naming.type_trait(plan.type_id))
+        managed.update(self.traits.managed(plan.name))
+        return managed
+
+    def write(
+        self,
+        tree: Any,
+        root_uuid: str,
+        plan: ProviderPlan,
+        inventory: HostInventory,
+        configured: ConfiguredTraits,
+        data: Any | None,
+    ) -> Placed:
+        """Write one plan; returns what its provider holds now. ``data``:
+        its provider as read at the start of the pass, if it is one of
+        ours (found by name otherwise)."""
+        current: set[str]
+        if data is None and tree.exists(plan.name):
+            data = tree.data(plan.name)
+        if data is not None:
+            uuid, current = str(data.uuid), set(data.traits)
+        else:
+            uuid = naming.child_provider_uuid(root_uuid, plan.name)
+            current = set()
+            tree.new_child(plan.name, root_uuid, uuid=uuid)
+            LOG.info(
+                "New provider %s: %s x%d of type %s",
+                plan.name,
+                plan.resource_class,
+                plan.total,
+                plan.type_id,
+            )
+        managed = self._managed(plan, inventory, configured)
+        kept = {
+            t for t in current - managed if not trait.is_capability_trait(t)
+        }
+        placed = Placed(uuid, plan.inventory(), frozenset(kept | plan.traits))
+        # by uuid: Nova's tree finds a name by walking the tree. (The tree
+        # gets its own inventory: what a pass remembers is not shared.)
+        tree.update_inventory(uuid, plan.inventory())
+        tree.update_traits(uuid, placed.traits)
+        self.traits.plan(plan.name, plan.traits)
+        self._tell_reason(plan)
+        return placed
+
+    def _tell_reason(self, plan: ProviderPlan) -> None:
+        if self._reasons.get(plan.name) == plan.reason:
+            return
+        if plan.reason:
+            LOG.warning(
+                "Provider %s takes no new guests (reserved %d of %d): %s",
+                plan.name,
+                plan.reserved,
+                plan.total,
+                plan.reason,
+            )
+        elif plan.name in self._reasons:
+            LOG.info("Provider %s takes guests again", plan.name)
+        self._reasons[plan.name] = plan.reason
