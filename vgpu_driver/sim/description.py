@@ -47,8 +47,6 @@ Parents are named as libvirt names them (``pci_0000_84_00_0``,
 
 from __future__ import annotations
 
-import copy
-import dataclasses
 import json
 import os
 import re
@@ -56,165 +54,51 @@ import uuid as uuidlib
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from xml.sax.saxutils import escape, quoteattr
 
 from vgpu_driver.exception import HostDescriptionInvalid
 from vgpu_driver.host.sysfs import NVIDIA_DRIVER
 from vgpu_driver.model import naming
-from vgpu_driver.sim import kernel
+from vgpu_driver.sim.dense import dense_raw
+from vgpu_driver.sim.render import (
+    materialize,
+    render_libvirt_xml,
+    render_sysfs,
+    write_vf_state,
+)
+from vgpu_driver.sim.specs import (
+    PARENT_KINDS,
+    GuestSpec,
+    HostDescription,
+    MdevSpec,
+    ParentSpec,
+    PfSpec,
+    SriovTypeSpec,
+    TypeSpec,
+    css_bus_id,
+)
 
-PARENT_KINDS = ("pci", "css", "ap_matrix", "virtual")
+__all__ = [
+    "DEFAULT_HOST",
+    "GuestSpec",
+    "HostDescription",
+    "MdevSpec",
+    "ParentSpec",
+    "PfSpec",
+    "SriovTypeSpec",
+    "TypeSpec",
+    "css_bus_id",
+    "dense_raw",
+    "load",
+    "materialize",
+    "parse",
+    "render_libvirt_xml",
+    "render_sysfs",
+    "shipped_names",
+    "write_vf_state",
+]
+
 SHIPPED_PACKAGE = "vgpu_driver.sim"
 DEFAULT_HOST = "demo"
-
-
-@dataclasses.dataclass
-class TypeSpec:
-    id: str
-    capacity: int
-    name: str | None = None
-    device_api: str = "vfio-pci"
-    description: str | None = None
-
-
-@dataclasses.dataclass
-class ParentSpec:
-    kind: str
-    name: str
-    address: str | None
-    types: list[TypeSpec]
-    vendor_id: str | None = None
-    vendor: str | None = None
-    product_id: str | None = None
-    product: str | None = None
-    driver: str | None = None
-    numa_node: int | None = None
-    iommu_group: int | None = None
-    homogeneous: bool = True
-
-    @property
-    def sysfs_path(self) -> str:
-        """Path below the sysfs root, as libvirt's ``<path>`` has it."""
-        if self.kind == "pci":
-            return f"devices/pci0000:00/{self.address}"
-        if self.kind == "css":
-            return f"devices/css0/{css_bus_id(self.name)}"
-        if self.kind == "ap_matrix":
-            return "devices/vfio_ap/matrix"
-        return f"devices/virtual/{self.name}/{self.name}"
-
-    def type(self, type_id: str) -> TypeSpec | None:
-        return next((t for t in self.types if t.id == type_id), None)
-
-
-@dataclasses.dataclass
-class MdevSpec:
-    uuid: str
-    parent: str  # parent name
-    type: str
-    legacy_name: bool = False
-    iommu_group: int | None = None
-    active: bool = True  # False: defined in libvirt, not created
-
-    @property
-    def libvirt_name(self) -> str:
-        """``mdev_<uuid>`` before libvirt 7.7, ``mdev_<uuid>_<parent>``."""
-        base = "mdev_" + self.uuid.replace("-", "_")
-        if self.legacy_name:
-            return base
-        parent = self.parent.removeprefix("pci_")
-        return f"{base}_{parent}"
-
-
-@dataclasses.dataclass
-class GuestSpec:
-    uuid: str
-    name: str
-    mdevs: list[str] = dataclasses.field(default_factory=list)
-    pci: list[str] = dataclasses.field(default_factory=list)
-
-
-@dataclasses.dataclass
-class SriovTypeSpec:
-    id: int
-    name: str
-    capacity: int
-
-
-@dataclasses.dataclass
-class PfSpec:
-    address: str
-    vf_count: int
-    types: list[SriovTypeSpec]
-    vendor_id: str | None = None
-    product_id: str | None = None
-    driver: str | None = None
-    numa_node: int | None = None
-    vf_types: dict[str, int] = dataclasses.field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return naming.libvirt_pci_name(self.address)
-
-    @property
-    def vf_addresses(self) -> list[str]:
-        """VFs follow their PF: functions 4-7 of the PF's slot, then on."""
-        domain, bus, rest = self.address.split(":")
-        slot = int(rest.split(".")[0], 16)
-        first = slot * 8 + 4
-        return [
-            f"{domain}:{bus}:{(first + i) // 8:02x}.{(first + i) % 8}"
-            for i in range(self.vf_count)
-        ]
-
-    def capacities(self) -> dict[int, int]:
-        return {t.id: min(t.capacity, self.vf_count) for t in self.types}
-
-    def creatable(self, vf: str) -> list[SriovTypeSpec]:
-        ids = kernel.creatable_types(
-            self.vf_types.get(vf, 0),
-            self.vf_types.values(),
-            self.capacities(),
-        )
-        by_id = {t.id: t for t in self.types}
-        return [by_id[i] for i in ids]
-
-
-@dataclasses.dataclass
-class HostDescription:
-    source: str
-    parents: list[ParentSpec]
-    mdevs: list[MdevSpec]
-    guests: list[GuestSpec]
-    pfs: list[PfSpec]
-    summary: str = ""
-    hostname: str = "compute1"
-    config: str = ""
-
-    def parent(self, name: str) -> ParentSpec:
-        return next(p for p in self.parents if p.name == name)
-
-    def available(self, parent: ParentSpec, type_id: str) -> int:
-        spec = parent.type(type_id)
-        if spec is None:
-            return 0
-        used = [
-            m.type for m in self.mdevs if m.parent == parent.name and m.active
-        ]
-        return kernel.available_instances(
-            type_id, spec.capacity, used, parent.homogeneous
-        )
-
-    def copy(self) -> HostDescription:
-        return copy.deepcopy(self)
-
-
-def css_bus_id(name: str) -> str:
-    """``css_0_0_0023`` is sysfs ``0.0.0023``."""
-    return ".".join(name.split("_")[1:])
-
-
-# -- loading -----------------------------------------------------------
 
 
 def shipped_names() -> list[str]:
@@ -499,317 +383,3 @@ def _check_over_capacity(description: HostDescription, bad: Any) -> None:
                     f"{parent.name} has {used} {spec.id} mdevs but "
                     f"room for {spec.capacity}"
                 )
-
-
-# -- rendering ---------------------------------------------------------
-
-SYSTEM_UUID = "3a2bc4a0-6e8f-4a8e-9c1c-1c8bfa0d1e11"
-
-
-def render_libvirt_xml(description: HostDescription) -> str:
-    """The host as libvirt's test driver reads it."""
-    out = ["<node>"]
-    out.append(
-        "  <device>\n    <name>computer</name>\n"
-        "    <capability type='system'><hardware>"
-        f"<uuid>{SYSTEM_UUID}</uuid></hardware></capability>\n"
-        "  </device>"
-    )
-    for parent in description.parents:
-        out.append(_render_parent(description, parent))
-    for mdev in description.mdevs:
-        # libvirt has no node device for a virtual parent: it names the
-        # mdev's parent "computer" (the adapter finds the real one in sysfs)
-        parent_name = mdev.parent
-        if description.parent(mdev.parent).kind == "virtual":
-            parent_name = "computer"
-        out.append(
-            "  <device>\n"
-            f"    <name>{mdev.libvirt_name}</name>\n"
-            f"    <parent>{escape(parent_name)}</parent>\n"
-            "    <capability type='mdev'>\n"
-            f"      <type id={quoteattr(mdev.type)}/>\n"
-            + ("" if mdev.legacy_name else f"      <uuid>{mdev.uuid}</uuid>\n")
-            + f"      <iommuGroup number='{mdev.iommu_group}'/>\n"
-            "    </capability>\n"
-            "  </device>"
-        )
-    for guest in description.guests:
-        out.append(_render_guest(guest))
-    out.append("</node>")
-    return "\n".join(out) + "\n"
-
-
-def _render_types(description: HostDescription, parent: ParentSpec) -> str:
-    rows = ["<capability type='mdev_types'>"]
-    for spec in parent.types:
-        rows.append(f"<type id={quoteattr(spec.id)}>")
-        if spec.name is not None:
-            rows.append(f"<name>{escape(spec.name)}</name>")
-        rows.append(f"<deviceAPI>{escape(spec.device_api)}</deviceAPI>")
-        rows.append(
-            "<availableInstances>"
-            f"{description.available(parent, spec.id)}"
-            "</availableInstances>"
-        )
-        rows.append("</type>")
-    rows.append("</capability>")
-    return "\n".join(rows)
-
-
-def _render_parent(description: HostDescription, parent: ParentSpec) -> str:
-    types = _render_types(description, parent)
-    head = (
-        f"  <device>\n    <name>{escape(parent.name)}</name>\n"
-        f"    <path>/sys/{parent.sysfs_path}</path>\n"
-        "    <parent>computer</parent>\n"
-    )
-    if parent.driver:
-        head += f"    <driver><name>{escape(parent.driver)}</name></driver>\n"
-    if parent.kind == "pci":
-        assert parent.address is not None
-        domain, bus, rest = parent.address.split(":")
-        slot, function = rest.split(".")
-        body = (
-            "<capability type='pci'>\n<class>0x030000</class>\n"
-            f"<domain>{int(domain, 16)}</domain><bus>{int(bus, 16)}</bus>"
-            f"<slot>{int(slot, 16)}</slot>"
-            f"<function>{int(function, 16)}</function>\n"
-        )
-        if parent.product_id:
-            body += (
-                f"<product id={quoteattr(parent.product_id)}>"
-                f"{escape(parent.product or '')}</product>\n"
-            )
-        if parent.vendor_id:
-            body += (
-                f"<vendor id={quoteattr(parent.vendor_id)}>"
-                f"{escape(parent.vendor or '')}</vendor>\n"
-            )
-        body += types + "\n"
-        body += (
-            f"<iommuGroup number='{parent.iommu_group}'>"
-            f"<address domain='0x{domain}' bus='0x{bus}' slot='0x{slot}' "
-            f"function='0x{function}'/></iommuGroup>\n"
-        )
-        if parent.numa_node is not None:
-            body += f"<numa node='{parent.numa_node}'/>\n"
-        body += "</capability>"
-    elif parent.kind == "css":
-        cssid, ssid, devno = css_bus_id(parent.name).split(".")
-        body = (
-            "<capability type='css'>\n"
-            f"<cssid>0x{cssid}</cssid><ssid>0x{ssid}</ssid>"
-            f"<devno>0x{devno}</devno>\n{types}\n</capability>"
-        )
-    elif parent.kind == "ap_matrix":
-        body = f"<capability type='ap_matrix'>\n{types}\n</capability>"
-    else:
-        # libvirt has no node device for a virtual parent such as mtty:
-        # it is found in sysfs (class/mdev_bus) only.
-        return "  <!-- virtual parent " + escape(parent.name) + " -->"
-    return head + body + "\n  </device>"
-
-
-def _render_guest(guest: GuestSpec) -> str:
-    devices = []
-    for uuid in guest.mdevs:
-        devices.append(
-            "<hostdev mode='subsystem' type='mdev' managed='no' "
-            f"model='vfio-pci'><source><address uuid='{uuid}'/></source>"
-            "</hostdev>"
-        )
-    for address in guest.pci:
-        domain, bus, rest = address.split(":")
-        slot, function = rest.split(".")
-        devices.append(
-            "<hostdev mode='subsystem' type='pci' managed='no'><source>"
-            f"<address domain='0x{domain}' bus='0x{bus}' slot='0x{slot}' "
-            f"function='0x{function}'/></source></hostdev>"
-        )
-    return (
-        "  <domain type='test'>\n"
-        f"    <name>{escape(guest.name)}</name>\n"
-        f"    <uuid>{guest.uuid}</uuid>\n"
-        "    <memory>65536</memory>\n"
-        "    <os><type>hvm</type></os>\n"
-        "    <devices>\n      " + "\n      ".join(devices) + "\n"
-        "    </devices>\n"
-        "  </domain>"
-    )
-
-
-def render_sysfs(description: HostDescription, root: Path) -> None:
-    """Write the fake sysfs tree of the host below ``root``."""
-    for parent in description.parents:
-        base = root / parent.sysfs_path
-        base.mkdir(parents=True, exist_ok=True)
-        _link(root / "class/mdev_bus" / base.name, base)
-        if parent.kind == "pci":
-            _link(root / "bus/pci/devices" / base.name, base)
-            _write(base / "vendor", parent.vendor_id or "")
-            _write(base / "device", parent.product_id or "")
-            numa = -1 if parent.numa_node is None else parent.numa_node
-            _write(base / "numa_node", str(numa))
-        if parent.driver:
-            _bind(base, root / "bus" / _bus_of(parent), parent.driver)
-        for spec in parent.types:
-            tdir = base / "mdev_supported_types" / spec.id
-            tdir.mkdir(parents=True, exist_ok=True)
-            if spec.name is not None:
-                _write(tdir / "name", spec.name)
-            _write(tdir / "device_api", spec.device_api)
-            available = description.available(parent, spec.id)
-            _write(tdir / "available_instances", str(available))
-            if spec.description is not None:
-                _write(tdir / "description", spec.description)
-            _write(tdir / "create", "")
-    for mdev in description.mdevs:
-        parent = description.parent(mdev.parent)
-        mdir = root / parent.sysfs_path / mdev.uuid
-        mdir.mkdir(parents=True, exist_ok=True)
-        _link(
-            mdir / "mdev_type",
-            root / parent.sysfs_path / "mdev_supported_types" / mdev.type,
-        )
-        _write(mdir / "remove", "")
-        _link(root / "bus/mdev/devices" / mdev.uuid, mdir)
-    for pf in description.pfs:
-        _render_pf(pf, root)
-
-
-def _bus_of(parent: ParentSpec) -> str:
-    return {"pci": "pci", "css": "css", "ap_matrix": "ap"}.get(
-        parent.kind, "virtual"
-    )
-
-
-def _render_pf(pf: PfSpec, root: Path) -> None:
-    base = root / "devices/pci0000:00"
-    pf_dir = base / pf.address
-    pf_dir.mkdir(parents=True, exist_ok=True)
-    _link(root / "bus/pci/devices" / pf.address, pf_dir)
-    _write(pf_dir / "vendor", pf.vendor_id or "")
-    _write(pf_dir / "device", pf.product_id or "")
-    _write(
-        pf_dir / "numa_node", str(-1 if pf.numa_node is None else pf.numa_node)
-    )
-    _write(pf_dir / "sriov_numvfs", str(pf.vf_count))
-    if pf.driver:
-        _bind(pf_dir, root / "bus/pci", pf.driver)
-    for index, vf in enumerate(pf.vf_addresses):
-        vf_dir = base / vf
-        (vf_dir / "nvidia").mkdir(parents=True, exist_ok=True)
-        _link(pf_dir / f"virtfn{index}", vf_dir)
-        _link(vf_dir / "physfn", pf_dir)
-        _link(root / "bus/pci/devices" / vf, vf_dir)
-        write_vf_state(vf_dir, pf, vf)
-
-
-def write_vf_state(vf_dir: Path, pf: PfSpec, vf: str) -> None:
-    """The two files NVIDIA's driver shows in ``<VF>/nvidia``."""
-    lines = [f"{t.id:<6}: {t.name}" for t in pf.creatable(vf)]
-    text = "ID    : vGPU Name\n" + "".join(line + "\n" for line in lines)
-    _write(vf_dir / "nvidia/creatable_vgpu_types", text if lines else "")
-    _write(vf_dir / "nvidia/current_vgpu_type", str(pf.vf_types.get(vf, 0)))
-
-
-def _bind(device: Path, bus: Path, driver_name: str) -> None:
-    """A device bound to a driver: linked both ways, as the kernel does."""
-    driver = bus / "drivers" / driver_name
-    driver.mkdir(parents=True, exist_ok=True)
-    _link(device / "driver", driver)
-    _link(driver / device.name, device)
-
-
-def _write(path: Path, text: str) -> None:
-    path.write_text(text if text.endswith("\n") or not text else text + "\n")
-
-
-def _link(link: Path, target: Path) -> None:
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(os.path.relpath(target, link.parent))
-
-
-# -- generated hosts ---------------------------------------------------
-
-
-def dense_raw(
-    parents: int, mdevs: int, guests: int, *, type_id: str = "nvidia-35"
-) -> dict[str, Any]:
-    """A dense NVIDIA host: ``parents`` pGPUs with ``mdevs`` mdevs spread
-    evenly, the first ``guests`` of them each in use by one guest."""
-    import uuid as uuidlib
-
-    per_parent = -(-mdevs // parents) if parents else 0
-    capacity = max(per_parent + 4, 16)
-    addresses = [
-        f"0000:{0x10 + i // 4:02x}:{(i % 4) * 2:02x}.0" for i in range(parents)
-    ]
-    ns = uuidlib.UUID("6c0c8e5a-0a7e-4b9e-9d7a-7d1f2b0c4a11")
-    raw_mdevs = []
-    for i in range(mdevs):
-        raw_mdevs.append(
-            {
-                "uuid": str(uuidlib.uuid5(ns, f"mdev-{i}")),
-                "parent": addresses[i % parents],
-                "type": type_id,
-            }
-        )
-    raw_guests = [
-        {
-            "uuid": str(uuidlib.uuid5(ns, f"guest-{i}")),
-            "name": f"instance-{i:08x}",
-            "mdevs": [raw_mdevs[i]["uuid"]] if i < mdevs else [],
-        }
-        for i in range(guests)
-    ]
-    return {
-        "summary": f"Dense host: {parents} pGPUs, {mdevs} mdevs, "
-        f"{guests} guests",
-        "hostname": "dense1",
-        "config": ["[devices]", f"enabled_mdev_types = {type_id}"],
-        "parents": [
-            {
-                "kind": "pci",
-                "address": address,
-                "vendor_id": "0x10de",
-                "vendor": "NVIDIA Corporation",
-                "product_id": "0x13bd",
-                "product": "GM107GL [Tesla M10]",
-                "driver": "nvidia",
-                "numa_node": i % 2,
-                "types": [
-                    {
-                        "id": type_id,
-                        "name": "GRID M10-1B",
-                        "capacity": capacity,
-                        "description": "num_heads=4, frl_config=45, "
-                        "framebuffer=1024M, max_resolution=5120x2880, "
-                        f"max_instance={capacity}",
-                    }
-                ],
-            }
-            for i, address in enumerate(addresses)
-        ],
-        "mdevs": raw_mdevs,
-        "guests": raw_guests,
-    }
-
-
-def materialize(
-    description: HostDescription, directory: Path
-) -> tuple[str, Path]:
-    """Write the host's libvirt XML and sysfs tree into ``directory``.
-
-    Returns the libvirt URI (``test:///.../host.xml``) and the sysfs root.
-    """
-    directory = directory.resolve()
-    directory.mkdir(parents=True, exist_ok=True)
-    xml_path = directory / "host.xml"
-    xml_path.write_text(render_libvirt_xml(description))
-    sysfs_root = directory / "sys"
-    render_sysfs(description, sysfs_root)
-    return f"test://{xml_path}", sysfs_root

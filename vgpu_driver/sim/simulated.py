@@ -33,7 +33,7 @@ from vgpu_driver.model.device import (
     VirtualFunction,
     sort_inventory,
 )
-from vgpu_driver.sim.description import (
+from vgpu_driver.sim.specs import (
     GuestSpec,
     HostDescription,
     MdevSpec,

@@ -1,0 +1,162 @@
+"""A host description as data: its parents and their types, mdevs,
+guests and SR-IOV cards (see :mod:`vgpu_driver.sim.description` for the
+JSON format), with the kernel's counting rules applied."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+from vgpu_driver.model import naming
+from vgpu_driver.sim import kernel
+
+PARENT_KINDS = ("pci", "css", "ap_matrix", "virtual")
+
+
+@dataclasses.dataclass
+class TypeSpec:
+    id: str
+    capacity: int
+    name: str | None = None
+    device_api: str = "vfio-pci"
+    description: str | None = None
+
+
+@dataclasses.dataclass
+class ParentSpec:
+    kind: str
+    name: str
+    address: str | None
+    types: list[TypeSpec]
+    vendor_id: str | None = None
+    vendor: str | None = None
+    product_id: str | None = None
+    product: str | None = None
+    driver: str | None = None
+    numa_node: int | None = None
+    iommu_group: int | None = None
+    homogeneous: bool = True
+
+    @property
+    def sysfs_path(self) -> str:
+        """Path below the sysfs root, as libvirt's ``<path>`` has it."""
+        if self.kind == "pci":
+            return f"devices/pci0000:00/{self.address}"
+        if self.kind == "css":
+            return f"devices/css0/{css_bus_id(self.name)}"
+        if self.kind == "ap_matrix":
+            return "devices/vfio_ap/matrix"
+        return f"devices/virtual/{self.name}/{self.name}"
+
+    def type(self, type_id: str) -> TypeSpec | None:
+        return next((t for t in self.types if t.id == type_id), None)
+
+
+@dataclasses.dataclass
+class MdevSpec:
+    uuid: str
+    parent: str  # parent name
+    type: str
+    legacy_name: bool = False
+    iommu_group: int | None = None
+    active: bool = True  # False: defined in libvirt, not created
+
+    @property
+    def libvirt_name(self) -> str:
+        """``mdev_<uuid>`` before libvirt 7.7, ``mdev_<uuid>_<parent>``."""
+        base = "mdev_" + self.uuid.replace("-", "_")
+        if self.legacy_name:
+            return base
+        parent = self.parent.removeprefix("pci_")
+        return f"{base}_{parent}"
+
+
+@dataclasses.dataclass
+class GuestSpec:
+    uuid: str
+    name: str
+    mdevs: list[str] = dataclasses.field(default_factory=list)
+    pci: list[str] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class SriovTypeSpec:
+    id: int
+    name: str
+    capacity: int
+
+
+@dataclasses.dataclass
+class PfSpec:
+    address: str
+    vf_count: int
+    types: list[SriovTypeSpec]
+    vendor_id: str | None = None
+    product_id: str | None = None
+    driver: str | None = None
+    numa_node: int | None = None
+    vf_types: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return naming.libvirt_pci_name(self.address)
+
+    @property
+    def vf_addresses(self) -> list[str]:
+        """VFs follow their PF: functions 4-7 of the PF's slot, then on."""
+        domain, bus, rest = self.address.split(":")
+        slot = int(rest.split(".")[0], 16)
+        first = slot * 8 + 4
+        return [
+            f"{domain}:{bus}:{(first + i) // 8:02x}.{(first + i) % 8}"
+            for i in range(self.vf_count)
+        ]
+
+    def capacities(self) -> dict[int, int]:
+        return {t.id: min(t.capacity, self.vf_count) for t in self.types}
+
+    def creatable(self, vf: str) -> list[SriovTypeSpec]:
+        ids = kernel.creatable_types(
+            self.vf_types.get(vf, 0),
+            self.vf_types.values(),
+            self.capacities(),
+        )
+        by_id = {t.id: t for t in self.types}
+        return [by_id[i] for i in ids]
+
+
+@dataclasses.dataclass
+class HostDescription:
+    source: str
+    parents: list[ParentSpec]
+    mdevs: list[MdevSpec]
+    guests: list[GuestSpec]
+    pfs: list[PfSpec]
+    summary: str = ""
+    hostname: str = "compute1"
+    config: str = ""
+
+    def parent(self, name: str) -> ParentSpec:
+        return next(p for p in self.parents if p.name == name)
+
+    def available(self, parent: ParentSpec, type_id: str) -> int:
+        spec = parent.type(type_id)
+        if spec is None:
+            return 0
+        used = [
+            m.type for m in self.mdevs if m.parent == parent.name and m.active
+        ]
+        return kernel.available_instances(
+            type_id, spec.capacity, used, parent.homogeneous
+        )
+
+    def copy(self) -> HostDescription:
+        return copy.deepcopy(self)
+
+
+def css_bus_id(name: str) -> str:
+    """``css_0_0_0023`` is sysfs ``0.0.0023``."""
+    return ".".join(name.split("_")[1:])
+
+
+# -- loading -----------------------------------------------------------
