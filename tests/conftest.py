@@ -53,3 +53,14 @@ def _reset_root_logging():
         if handler not in before:
             root.removeHandler(handler)
     root.setLevel(level)
+
+
+@pytest.fixture
+def node(make_conf, tmp_path):
+    """A factory of drivers on simulated hosts, sharing one state_path."""
+    from tests.helpers import Node
+
+    def factory(name="m10", **kwargs):
+        return Node(make_conf, tmp_path / "state", name, **kwargs)
+
+    return factory

@@ -10,7 +10,8 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.functional.fault_proxy import FaultProxy
-from tests.functional.test_placement_sync import Node, placement_view
+from tests.helpers import PlacementNode as Node
+from tests.helpers import placement_view
 from vgpu_driver.cmd import main as cli
 from vgpu_driver.exception import PlacementConfigInvalid
 from vgpu_driver.placement.client import client_from_conf
@@ -239,7 +240,7 @@ def test_sync_json_and_change_log(placement_url, tmp_path, capsys):
 def test_a_restarted_syncer_rereads_only_providers_that_changed(
     placement_url, tmp_path, client
 ):
-    from tests.functional.test_placement_sync import add_trait
+    from tests.helpers import add_trait
     from vgpu_driver.driver import sync_placement
     from vgpu_driver.placement.sync import PlacementSync
 

@@ -6,7 +6,8 @@ import uuid
 
 import pytest
 
-from tests.functional.test_placement_sync import Node, placement_view
+from tests.helpers import PlacementNode as Node
+from tests.helpers import placement_view
 from vgpu_driver.exception import ReshapeFailed
 from vgpu_driver.placement.sync import root_uuid_for
 

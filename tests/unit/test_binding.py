@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests import helpers
+from tests.helpers import M10_FREE_ON_86 as FREE_ON_86
 from tests.helpers import Node
 from vgpu_driver.exception import (
     DeviceCapacityExhausted,
@@ -15,17 +16,6 @@ from vgpu_driver.exception import (
     ProviderUnknown,
 )
 from vgpu_driver.model.device import Guest
-
-
-@pytest.fixture
-def node(make_conf, tmp_path):
-    def factory(name="m10", **kwargs):
-        return Node(make_conf, tmp_path / "state", name, **kwargs)
-
-    return factory
-
-
-FREE_ON_86 = "386818c0-9f18-5b12-8c04-386dbef1b1ab"  # m10: nvidia-36, unused
 
 
 def dense_node(make_conf, directory, parents, mdevs, guests):

@@ -10,7 +10,7 @@ from collections import Counter
 import libvirt
 
 from tests import helpers
-from tests.unit.test_binding import FREE_ON_86, node  # noqa: F401
+from tests.helpers import M10_FREE_ON_86 as FREE_ON_86
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.device import Guest, Mdev, implied_parents
 
@@ -95,7 +95,7 @@ def test_a_parent_known_only_from_its_mdevs_keeps_them():
     assert implied_parents([parent], [mdev]) == []
 
 
-def test_units_on_the_compute_node_s_own_provider_are_bound(node):  # noqa: F811
+def test_units_on_the_compute_node_s_own_provider_are_bound(node):
     n = node()
     root = n.tree.data("node1").uuid
     # a pre-reshape allocation: VGPU on the compute node itself
@@ -114,7 +114,7 @@ def test_units_on_the_compute_node_s_own_provider_are_bound(node):  # noqa: F811
     }
 
 
-def test_an_undefined_guest_frees_its_devices_unless_held(node):  # noqa: F811
+def test_an_undefined_guest_frees_its_devices_unless_held(node):
     n = node()
     guest = "9cfe7035-3a5d-5acd-a42e-254b7382cfa5"
     n.driver.discover()
