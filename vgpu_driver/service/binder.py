@@ -198,7 +198,7 @@ class DeviceBinder:
             if mine:
                 check_same_bind(instance, mine, wanted, any_parent)
                 return mine  # the same bind again: idempotent
-            chosen = self._choose_existing(wanted)
+            chosen = ledger.choose(wanted)
             for device in chosen:
                 ledger.claims[device.id] = claim_of(device, instance, purpose)
                 if device.kind == "vf":  # restored after a reboot
@@ -230,36 +230,6 @@ class DeviceBinder:
             ),
         )
         return chosen
-
-    def _choose_existing(
-        self, wanted: list[tuple[str, str, int]]
-    ) -> list[BoundDevice]:
-        """Choose; a free mdev that vanished behind our back (one lookup
-        each) is dropped from the view and the choice made again."""
-        view = self.ledger.view
-        for _attempt in range(8):
-            busy = view.busy(self.ledger.claims)
-            chosen = binding.choose(wanted, view.parents, view.pfs, busy)
-            gone = [
-                d
-                for d in chosen
-                if d.kind == "mdev"
-                and not d.created
-                and not self.host.mdev_exists(view.mdevs[d.id])
-            ]
-            if not gone:
-                return chosen
-            for device in gone:
-                LOG.warning("mdev %s vanished; not reusing it", device.id)
-                view.parents[device.parent].free[device.type_id].remove(
-                    device.id
-                )
-                view.mdevs.pop(device.id, None)
-        raise DeviceCapacityExhausted(
-            count=sum(n for _, _, n in wanted),
-            type_id=",".join({t for _, t, _ in wanted}),
-            parent=",".join({d for d, _, _ in wanted}),
-        )
 
     def _make(
         self, chosen: list[BoundDevice], done: list[BoundDevice]

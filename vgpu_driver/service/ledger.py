@@ -26,8 +26,9 @@ from collections.abc import Iterator, Mapping
 
 from oslo_log import log as logging
 
-from vgpu_driver.exception import VgpuDriverError
+from vgpu_driver.exception import DeviceCapacityExhausted, VgpuDriverError
 from vgpu_driver.host.base import Host
+from vgpu_driver.model import binding
 from vgpu_driver.model.binding import BoundDevice, Target
 from vgpu_driver.model.claims import SPAWN, Claims, ended_by_guests
 from vgpu_driver.model.device import Guest, HostInventory, Mdev
@@ -135,6 +136,35 @@ class Ledger:
                 self.save()
             except StateStoreError as exc:
                 LOG.warning("Could not update the claims now: %s", exc)
+
+    def choose(self, wanted: list[tuple[str, str, int]]) -> list[BoundDevice]:
+        """Choose devices for ``wanted`` (inside :meth:`locked`); a free
+        mdev that vanished behind our back (one lookup each) is dropped
+        from the view and the choice made again."""
+        view = self.view
+        for _attempt in range(8):
+            busy = view.busy(self.claims)
+            chosen = binding.choose(wanted, view.parents, view.pfs, busy)
+            gone = [
+                d
+                for d in chosen
+                if d.kind == "mdev"
+                and not d.created
+                and not self.host.mdev_exists(view.mdevs[d.id])
+            ]
+            if not gone:
+                return chosen
+            for device in gone:
+                LOG.warning("mdev %s vanished; not reusing it", device.id)
+                view.parents[device.parent].free[device.type_id].remove(
+                    device.id
+                )
+                view.mdevs.pop(device.id, None)
+        raise DeviceCapacityExhausted(
+            count=sum(n for _, _, n in wanted),
+            type_id=",".join({t for _, t, _ in wanted}),
+            parent=",".join({d for d, _, _ in wanted}),
+        )
 
     def made_mdev(self, mdev: Mdev) -> None:
         with self.lock:
