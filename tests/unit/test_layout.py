@@ -1,0 +1,173 @@
+"""The package's layout holds: arrows between its parts point one way,
+model/ stays pure, and no module or class outgrows a newcomer's head.
+See the README's Layout section for what each part owns."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "vgpu_driver"
+MAX_MODULE_LINES = 400
+MAX_CLASS_LINES = 300
+
+# part -> the other parts (or single modules) it may import
+ALLOWED = {
+    "exception": set(),
+    "model": {"exception"},
+    "records": {"exception", "model"},
+    "host": {"exception", "model"},
+    "sim": {"exception", "model", "host.sysfs"},
+    "conf": {"exception", "model"},
+    "placement": {"exception", "model", "records"},
+    "service": {"exception", "model", "records", "host.base"},
+    "driver": {
+        "exception",
+        "model",
+        "records",
+        "service",
+        "placement",
+        "conf",
+        "host.base",
+        "host.domain_xml",
+    },
+    "nova": {
+        "exception",
+        "model",
+        "conf",
+        "driver",
+        "host.libvirt_host",
+        "nova",
+    },
+    "cmd": None,  # the command line puts everything together
+}
+# besides the standard library, what model/ may import
+MODEL_THIRD_PARTY = {"os_traits", "os_resource_classes"}
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        yield path, parts
+
+
+def _imports(path):
+    """Every module named by an import anywhere in the file (functions
+    included)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.level:
+                raise AssertionError(f"{path}: relative import")
+            # ``from a.b import c``: c is a module of a.b or a name in it
+            yield from (f"{node.module}.{a.name}" for a in node.names)
+
+
+def _part(parts):
+    return parts[0] if parts else "vgpu_driver"
+
+
+def wrong_arrows():
+    found = []
+    for path, parts in _modules():
+        part = _part(parts)
+        allowed = ALLOWED.get(part, set())
+        if allowed is None or part == "vgpu_driver":
+            continue
+        for name in _imports(path):
+            if not name.startswith("vgpu_driver."):
+                continue
+            target = name.split(".")[1:]
+            if target[0] == part:
+                continue
+            if target[0] in allowed or ".".join(target[:2]) in allowed:
+                continue
+            found.append(f"{'/'.join(parts)} imports {name}")
+    return sorted(set(found))
+
+
+def impure_model_imports():
+    found = []
+    stdlib = set(sys.stdlib_module_names)
+    for path, parts in _modules():
+        if _part(parts) != "model":
+            continue
+        for name in _imports(path):
+            top = name.split(".")[0]
+            if (
+                top in stdlib
+                or top in MODEL_THIRD_PARTY
+                or top == "vgpu_driver"
+            ):
+                continue
+            found.append(f"{'/'.join(parts)} imports {name}")
+    return sorted(set(found))
+
+
+def oversized():
+    found = []
+    for path, parts in _modules():
+        text = path.read_text()
+        lines = text.count("\n")
+        if lines > MAX_MODULE_LINES:
+            found.append(f"module {'/'.join(parts)}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                size = node.end_lineno - node.lineno + 1
+                if size > MAX_CLASS_LINES:
+                    found.append(f"class {node.name}: {size} lines")
+    return found
+
+
+def test_every_arrow_points_the_allowed_way():
+    assert wrong_arrows() == []
+
+
+def test_model_imports_nothing_but_the_standard_library_and_names():
+    assert impure_model_imports() == []
+
+
+def test_no_module_over_400_lines_and_no_class_over_300():
+    assert oversized() == []
+
+
+@pytest.mark.parametrize(
+    "part, line, check",
+    [
+        ("model", "from vgpu_driver.host import sysfs", wrong_arrows),
+        ("records", "import vgpu_driver.service.binder", wrong_arrows),
+        (
+            "service",
+            "from vgpu_driver.host.libvirt_host import X",
+            wrong_arrows,
+        ),
+        ("model", "from oslo_log import log", impure_model_imports),
+    ],
+)
+def test_a_wrong_import_is_found(tmp_path, monkeypatch, part, line, check):
+    """The checks above can fail: a copy of the package with one wrong
+    import planted is caught."""
+    import shutil
+
+    copy = tmp_path / "vgpu_driver"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("data"))
+    (copy / part / "planted.py").write_text(f"{line}\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", copy)
+    assert [f for f in check() if "/planted imports" in f]
+    (copy / part / "planted.py").unlink()
+    assert check() == []
+
+
+def test_an_oversized_class_is_found(tmp_path, monkeypatch):
+    copy = tmp_path / "vgpu_driver"
+    copy.mkdir()
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_CLASS_LINES))
+    (copy / "big.py").write_text(f"class Big:\n{body}\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", copy)
+    assert oversized() == [f"class Big: {MAX_CLASS_LINES + 1} lines"]
