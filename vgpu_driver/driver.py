@@ -278,6 +278,16 @@ class VgpuDriver:
         self.discover()
         return done
 
+    def hold_in_flight(
+        self, in_flight: Mapping[str, Mapping[str, int]]
+    ) -> dict[str, list[str]]:
+        """After :meth:`init_host` (or ``restore``) moved an unreadable
+        claims record aside: keep the devices of spawns in flight from
+        being handed out. ``in_flight``: consumer -> parent or PF name ->
+        units it holds in Placement on that device's provider (the
+        caller reads Placement). Returns consumer -> device ids held."""
+        return self.binder.hold_in_flight(in_flight)
+
     def restore_vf_types(self, failed: list[str] | None = None) -> list[str]:
         """``vgpu-driver restore``: re-apply recorded VF vGPU types, going
         on past a VF that refuses (listed in ``failed``)."""

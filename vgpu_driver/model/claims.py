@@ -22,6 +22,11 @@ from vgpu_driver.exception import ClaimConflict
 from vgpu_driver.model.binding import BoundDevice
 
 SPAWN, MIGRATION, RELEASE = "spawn", "migration", "release"
+# an optional field of a spawn claim: made from Placement after the claims
+# were lost (a spawn in flight), on a device that may or may not be the
+# one that spawn got; dropped once the instance binds again or its guest
+# is defined
+IN_FLIGHT = "in_flight"
 PURPOSES = (SPAWN, MIGRATION, RELEASE)
 DEVICE_FIELDS = ("kind", "id", "parent", "type_id", "created")
 # every field of a claim and its JSON type
@@ -41,6 +46,42 @@ Claims = dict[str, Claim]  # device id -> claim
 
 def claim_of(device: BoundDevice, instance: str, purpose: str) -> Claim:
     return {**device.record(), "instance": instance, "purpose": purpose}
+
+
+def in_flight_claim(device: BoundDevice, instance: str) -> Claim:
+    return {**claim_of(device, instance, SPAWN), IN_FLIGHT: True}
+
+
+def in_flight_of(claims: Claims, instance: str) -> list[str]:
+    """The device ids held for ``instance`` as a spawn in flight."""
+    return [
+        device_id
+        for device_id, claim in claims.items()
+        if claim["instance"] == instance and claim.get(IN_FLIGHT)
+    ]
+
+
+def deal_in_flight(
+    in_flight: Mapping[str, Mapping[str, int]],
+    free: Mapping[str, list[str]],
+) -> dict[str, str]:
+    """device id -> consumer: the free devices of each parent dealt to
+    the consumers in flight there (``in_flight``: consumer -> parent ->
+    units; ``free``: parent -> its free, unclaimed device ids). Which
+    free device a spawn in flight got is not known, so every free device
+    of such a parent is held: each consumer first gets its units, then
+    the rest go round in turn."""
+    dealt: dict[str, str] = {}
+    parents = sorted({p for units in in_flight.values() for p in units})
+    for parent in parents:
+        consumers = sorted(c for c in in_flight if in_flight[c].get(parent))
+        queue = [c for c in consumers for _ in range(in_flight[c][parent])]
+        for i, device_id in enumerate(free.get(parent, [])):
+            if i < len(queue):
+                dealt[device_id] = queue[i]
+            else:
+                dealt[device_id] = consumers[i % len(consumers)]
+    return dealt
 
 
 def device_of(claim: Mapping[str, Any]) -> BoundDevice:

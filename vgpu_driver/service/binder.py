@@ -42,7 +42,9 @@ from vgpu_driver.model.claims import (
     Claims,
     check_same_bind,
     claim_of,
+    device_of,
     held_by,
+    in_flight_of,
 )
 from vgpu_driver.model.device import Guest, HostInventory
 from vgpu_driver.records.store import StateStore
@@ -194,6 +196,11 @@ class DeviceBinder:
         provider), so only the types are compared."""
         ledger = self.ledger
         with ledger.locked(fresh_view=True):
+            # devices held for it as a spawn in flight were a guess: it
+            # chooses again
+            for device_id in in_flight_of(ledger.claims, instance):
+                guess = ledger.claims.pop(device_id)
+                ledger.view.returned(device_of(guess), made=False)
             mine = held_by(ledger.claims, instance, purpose)
             if mine:
                 check_same_bind(instance, mine, wanted, any_parent)
@@ -317,6 +324,11 @@ class DeviceBinder:
         self, configured: Mapping[str, str]
     ) -> list[str]:
         return repairs.remove_stale_free_mdevs(self.ledger, configured)
+
+    def hold_in_flight(
+        self, in_flight: Mapping[str, Mapping[str, int]]
+    ) -> dict[str, list[str]]:
+        return repairs.hold_in_flight(self.ledger, in_flight)
 
     def end_migration(self, instance: str) -> None:
         repairs.end_migration(self.ledger, instance)

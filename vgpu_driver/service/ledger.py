@@ -30,7 +30,13 @@ from vgpu_driver.exception import DeviceCapacityExhausted, VgpuDriverError
 from vgpu_driver.host.base import Host
 from vgpu_driver.model import binding
 from vgpu_driver.model.binding import BoundDevice, Target
-from vgpu_driver.model.claims import SPAWN, Claims, ended_by_guests
+from vgpu_driver.model.claims import (
+    SPAWN,
+    Claims,
+    device_of,
+    ended_by_guests,
+    in_flight_of,
+)
 from vgpu_driver.model.device import Guest, HostInventory, Mdev
 from vgpu_driver.model.device_view import DeviceView, vf_types_in_use
 from vgpu_driver.records.claims import ClaimsRecord
@@ -190,6 +196,11 @@ class Ledger:
         ]
         for device_id in ended:
             del self.claims[device_id]
+        # its guest has its devices: what was held for it in flight, and
+        # it does not have, goes back
+        for device_id in in_flight_of(self.claims, guest.uuid):
+            self.view.returned(device_of(self.claims.pop(device_id)), False)
+            ended.append(device_id)
         return ended
 
     def apply_guest_changes(self) -> None:

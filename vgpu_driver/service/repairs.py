@@ -13,7 +13,13 @@ from typing import Any
 from oslo_log import log as logging
 
 from vgpu_driver.exception import VgpuDriverError
-from vgpu_driver.model.claims import MIGRATION, SPAWN, claim_of
+from vgpu_driver.model.claims import (
+    MIGRATION,
+    SPAWN,
+    claim_of,
+    deal_in_flight,
+    in_flight_claim,
+)
 from vgpu_driver.records.store import StateStoreError
 from vgpu_driver.service.ledger import Ledger
 
@@ -134,6 +140,61 @@ def hold(ledger: Ledger, instance: str) -> list[str]:
                 held.append(device_id)
         if held:
             ledger.save()
+    return held
+
+
+def hold_in_flight(
+    ledger: Ledger, in_flight: Mapping[str, Mapping[str, int]]
+) -> dict[str, list[str]]:
+    """After the claims were lost (their record moved aside): keep the
+    devices of spawns in flight from being handed out. ``in_flight``:
+    consumer -> parent or PF -> units it holds in Placement. Consumers
+    with a guest on this host or with claims are not in flight; for the
+    others, every free, unclaimed device of those parents (an mdev no
+    guest has, a VF typed and unused) is claimed for one of them (see
+    :func:`~vgpu_driver.model.claims.deal_in_flight`). Returns consumer
+    -> the device ids held for it."""
+    with ledger.locked(fresh_view=True):
+        view = ledger.view
+        claims = ledger.claims
+        settled = set(view.used.values()) | {
+            c["instance"] for c in claims.values()
+        }
+        waiting = {
+            consumer: dict(units)
+            for consumer, units in in_flight.items()
+            if consumer not in settled and any(units.values())
+        }
+        busy = view.busy(claims)
+        free: dict[str, list[str]] = {}
+        for name, parent in view.parents.items():
+            free[name] = sorted(
+                u for uuids in parent.free.values() for u in uuids
+            )
+        for name, pf in view.pfs.items():
+            free[name] = sorted(a for a, t in pf.vfs.items() if t)
+        free = {
+            p: [d for d in ids if d not in busy] for p, ids in free.items()
+        }
+        held: dict[str, list[str]] = {}
+        for device_id, consumer in deal_in_flight(waiting, free).items():
+            device = view.device(device_id, None)
+            if device is None:
+                continue
+            claims[device_id] = in_flight_claim(device, consumer)
+            view.claimed(device)
+            held.setdefault(consumer, []).append(device_id)
+        if held:
+            ledger.save()
+    for consumer, devices in sorted(held.items()):
+        LOG.warning(
+            "Instance %s holds devices in Placement but has no guest here "
+            "and its claims were lost: a spawn in flight. Holding %s for "
+            "it until it binds again, its guest is defined or it is "
+            "released",
+            consumer,
+            ", ".join(sorted(devices)),
+        )
     return held
 
 
