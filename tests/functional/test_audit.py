@@ -106,3 +106,60 @@ def test_audit_without_placement_checks_the_host_and_says_so(tmp_path, capsys):
     )
     code, out = _cli(capsys, conf, "audit")
     assert "Placement not checked" in out and code == 0
+
+
+def test_restore_holds_the_devices_of_a_spawn_in_flight(
+    node_conf, tmp_path, capsys, client
+):
+    """``restore`` beside a running service moves a damaged claims
+    record aside: a consumer holding units in Placement with no guest
+    here (a spawn in flight) keeps every free mdev of that parent."""
+    conf, host = node_conf
+    assert _cli(capsys, conf, "sync")[0] == 0
+    [rp] = client.request(
+        "GET", f"/resource_providers?name={host}_pci_0000_86_00_0"
+    ).body["resource_providers"]
+    spawning = str(uuid.uuid4())
+    client.request(
+        "PUT",
+        f"/allocations/{spawning}",
+        body={
+            "allocations": {rp["uuid"]: {"resources": {"VGPU": 1}}},
+            "project_id": str(uuid.uuid4()),
+            "user_id": str(uuid.uuid4()),
+            "consumer_generation": None,
+        },
+        ok=(204,),
+    )
+    (tmp_path / "state" / "claims.json").write_text("\xff not json")
+    code, out = _cli(capsys, conf, "restore", "--format", "json")
+    report = json.loads(out)
+    assert code == 0 and report["note"] is None
+    assert len(report["records_moved_aside"]) == 1
+    free_on_86 = "e905c06b-d33d-55fa-b0e1-6654dc764fac"  # demo.json
+    assert report["held_in_flight"] == {spawning: [free_on_86]}
+    claims = json.loads((tmp_path / "state" / "claims.json").read_text())
+    assert claims["claims"][free_on_86]["instance"] == spawning
+    # the audit no longer calls it an allocation without a guest
+    code, out = _cli(capsys, conf, "audit", "--format", "json")
+    kinds = {(f["kind"], f["subject"]) for f in json.loads(out)["findings"]}
+    assert ("allocation_without_guest", spawning) not in kinds
+
+
+def test_restore_without_placement_says_in_flight_spawns_are_not_held(
+    tmp_path, capsys
+):
+    conf = tmp_path / "nova.conf"
+    conf.write_text(
+        helpers.load("demo").config
+        + f"[devices]\nstate_path = {tmp_path / 'state'}\n"
+    )
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "claims.json").write_text("{")
+    code = cli.main(
+        ["--config-file", str(conf), "--host-description", "demo", "restore"]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0 and "Traceback" not in out + err
+    assert "Moved an unreadable record aside" in out
+    assert "spawns in flight are not held" in err

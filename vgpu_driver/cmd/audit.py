@@ -21,35 +21,7 @@ from vgpu_driver.cmd.context import Context
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.model.audit import Finding, audit
 from vgpu_driver.model.device import HostInventory
-from vgpu_driver.placement.client import client_from_conf
-from vgpu_driver.placement.sync import PlacementSync
-
-
-def _placement_view(
-    driver: VgpuDriver, nodename: str
-) -> tuple[dict[str, str], dict[str, dict[str, int]]]:
-    """(provider uuid -> device name, consumer -> provider -> units) of
-    this node's device providers, read from Placement."""
-    syncer = PlacementSync(client_from_conf(driver.conf), nodename)
-    tree = syncer.read_tree()
-    prefix = f"{nodename}_"
-    device_of = {
-        uuid: tree.data(uuid).name.removeprefix(prefix)
-        for uuid in tree.get_provider_uuids(nodename)
-        if tree.data(uuid).name.startswith(prefix)
-    }
-    classes = driver.managed_classes()
-    allocations: dict[str, dict[str, int]] = {}
-    for consumer, record in syncer.allocations_for_tree().items():
-        for rp, alloc in record["allocations"].items():
-            units = sum(
-                int(n)
-                for rc, n in alloc.get("resources", {}).items()
-                if rc in classes
-            )
-            if rp in device_of and units:
-                allocations.setdefault(consumer, {})[rp] = units
-    return device_of, allocations
+from vgpu_driver.placement.allocations import device_allocations
 
 
 def _parent_of(driver: VgpuDriver, inventory: HostInventory) -> dict[str, str]:
@@ -105,7 +77,9 @@ def run(context: Context) -> int:
     device_of: dict[str, str] = {}
     allocations: dict[str, dict[str, int]] | None = None
     try:
-        device_of, allocations = _placement_view(driver, conf.host)
+        device_of, allocations = device_allocations(
+            conf, conf.host, driver.managed_classes()
+        )
     except exception.VgpuDriverError as exc:
         note = f"Placement not checked: {exc}"
     findings = audit(
