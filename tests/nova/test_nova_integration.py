@@ -363,3 +363,56 @@ def test_live_migration_of_an_sriov_vgpu_is_refused_at_the_source(sriov):
     with pytest.raises(nova_exception.MigrationPreCheckError) as caught:
         driver.check_can_live_migrate_source(None, instance, object())
     assert "0000:41:00.4" in str(caught.value)
+
+
+def test_lost_claims_hold_a_spawn_in_flight_read_from_placement(
+    nova, tmp_path
+):
+    """nova-compute starts and finds its claims record damaged: the
+    adapter reads Placement through Nova's [placement] and holds the free
+    mdevs of the pGPU where a consumer without a guest holds a vGPU."""
+    from keystoneauth1 import loading as ks_loading
+
+    from vgpu_driver.placement.client import client_from_conf
+    from vgpu_driver.placement.server import EmbeddedPlacement
+    from vgpu_driver.placement.sync import PlacementSync
+
+    adapter, _tree, _root = nova
+    with EmbeddedPlacement(tmp_path / "placement") as placement:
+        options = ks_loading.get_auth_plugin_conf_options("admin_token")
+        CONF.register_opts(options, group="placement")
+        overrides = {
+            "auth_type": "admin_token",
+            "token": "admin",
+            "endpoint": placement.url,
+            "endpoint_override": placement.url,
+        }
+        for name, value in overrides.items():
+            CONF.set_override(name, value, group="placement")
+        try:
+            client = client_from_conf(CONF)
+            syncer = PlacementSync(client, NODE)
+            tree = syncer.read_tree()
+            adapter.update_provider_tree(tree, NODE)
+            syncer.flush(tree)
+            rp = tree.data(f"{NODE}_pci_0000_86_00_0").uuid
+            spawning = str(uuid.uuid4())
+            client.request(
+                "PUT",
+                f"/allocations/{spawning}",
+                body={
+                    "allocations": {rp: {"resources": {"VGPU": 1}}},
+                    "project_id": str(uuid.uuid4()),
+                    "user_id": str(uuid.uuid4()),
+                    "consumer_generation": None,
+                },
+                ok=(204,),
+            )
+            adapter.driver.state.path("claims").write_text("{ damaged")
+            done = adapter.init_host([])
+        finally:
+            for name in overrides:
+                CONF.clear_override(name, group="placement")
+    assert done["records_moved_aside"]
+    assert done["held_in_flight"] == [f"{spawning}: {FREE_ON_86}"]
+    assert FREE_ON_86 not in adapter.free_mdevs(None)

@@ -40,6 +40,7 @@ ALLOWED = {
         "conf",
         "driver",
         "host.libvirt_host",
+        "placement",
         "nova",
     },
     "cmd": None,  # the command line puts everything together

@@ -24,6 +24,7 @@ from vgpu_driver import exception
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import Creator, LibvirtHost
 from vgpu_driver.nova import nova_state_path
+from vgpu_driver.placement.allocations import in_flight_candidates
 
 LOG = logging.getLogger(__name__)
 
@@ -83,10 +84,33 @@ class NovaAdapter:
         done = self.driver.init_host(
             list(instances) if instances is not None else None
         )
+        moved = done.get("records_moved_aside", [])
+        if any(Path(p).name.startswith("claims") for p in moved):
+            done["held_in_flight"] = self._hold_in_flight()
         for key, items in sorted(done.items()):
             if items:
                 LOG.info("vGPU start-up: %s: %s", key, ", ".join(items))
         return done
+
+    def _hold_in_flight(self) -> list[str]:
+        """The claims were lost: hold the devices of spawns in flight,
+        from the allocations Placement has on this node's device
+        providers (Nova's ``[placement]``)."""
+        try:
+            candidates = in_flight_candidates(
+                self.driver.conf, self.nodename, self.driver.managed_classes()
+            )
+        except exception.VgpuDriverError as exc:
+            LOG.warning(
+                "The vGPU claims were lost and Placement cannot be read "
+                "(%s): devices of spawns in flight are not held; run "
+                "'vgpu-driver --nova-node %s audit' once Placement answers",
+                exc,
+                self.nodename,
+            )
+            return []
+        held = self.driver.hold_in_flight(candidates)
+        return [f"{c}: {', '.join(d)}" for c, d in sorted(held.items())]
 
     def domain_event(self, instance_uuid: str, defined: bool) -> None:
         """From Nova's lifecycle callback, in libvirt's event thread."""
