@@ -8,7 +8,7 @@ import textwrap
 import pytest
 
 from tests import helpers
-from tests.helpers import new_tree
+from tests.helpers import Node, new_tree
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.model.device import Guest
 
@@ -204,3 +204,19 @@ def test_a_pass_finds_the_device_providers_by_uuid(make_conf, tmp_path):
     tree.names.clear()
     driver.update_provider_tree(tree, "node1")
     assert set(tree.names) <= {"node1"}
+
+
+def test_a_parent_offered_again_is_reported_at_once_on_a_steady_host(
+    make_conf, tmp_path
+):
+    """On a host whose reading does not change (libvirt's adapter returns
+    the same reading), a failing parent offered again must still end its
+    reservation at the next pass: the no-change shortcut counts the
+    failing parents."""
+    host = helpers.libvirt_host(helpers.load("m10"), tmp_path / "host")
+    n = Node(make_conf, tmp_path / "state", host=host)
+    parent = "pci_0000_85_00_0"
+    n.driver.unschedulable.mark(parent, "a test")
+    assert n.update()[parent].reserved == 4
+    n.conf.set_override("failed_device_retry_interval", 0, "devices")
+    assert n.update()[parent].reserved == 0

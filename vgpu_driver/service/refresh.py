@@ -54,6 +54,7 @@ class RefreshFingerprint:
     # finds a child of the root by uuid at once, by name only by walking)
     written: dict[str, tuple[Any, frozenset[str]]]
     providers: frozenset[str]  # every provider uuid under the node
+    failing: frozenset[str]  # the parents marked failing, as planned
 
 
 class Refresher:
@@ -181,6 +182,7 @@ class Refresher:
                 mine = reshape.device_providers(
                     under, root.uuid, nodename, classes
                 )
+            failing = frozenset(self.binder.unschedulable)
             plans = plan_providers(
                 nodename,
                 config,
@@ -190,7 +192,7 @@ class Refresher:
                 ),
                 allocated=reshape.by_provider_name(tree, allocations),
                 existing={n: list(d.inventory) for n, d in mine.items()},
-                unschedulable=self.binder.unschedulable,
+                unschedulable=failing,
                 owner_trait=traits.owner,
             )
             saved = self.traits.saved()
@@ -242,6 +244,7 @@ class Refresher:
                 claims,
                 {p.uuid: (p.inventory, p.traits) for p in placed},
                 frozenset(tree.get_provider_uuids(nodename)),
+                failing,
             )
             return plans
 
@@ -257,12 +260,10 @@ class Refresher:
         (its cost is then independent of the number of mdevs and
         guests)."""
         last = self._fingerprint
-        if (
-            last is None
-            or self.binder.unschedulable
-            or self.traits.on_disk is not None
-        ):
+        if last is None or self.traits.on_disk is not None:
             return False
+        if frozenset(self.binder.unschedulable) != last.failing:
+            return False  # a parent failed, or is offered again
         if (
             last.nodename != nodename
             or last.inventory is not inventory
