@@ -110,3 +110,27 @@ def test_setting_a_vf_type_narrows_its_siblings():
         except DeviceOperationFailed:
             break
     assert taken == 12
+
+
+@pytest.mark.parametrize("kind", ["simulated", "libvirt"])
+def test_a_reading_s_generation_changes_iff_its_content_does(kind, tmp_path):
+    """The Host protocol's promise, kept by both adapters: the same
+    content keeps its generation (a guest reported again as it was), a
+    change gives a new one."""
+    description = helpers.load("m10")
+    if kind == "simulated":
+        host = SimulatedHost(description)
+    else:
+        host = helpers.libvirt_host(description, tmp_path)
+    first = host.discover()
+    assert host.discover().generation == first.generation
+    guest = first.guests[0]
+    host.note_guest(guest)  # told again, unchanged
+    assert host.discover().generation == first.generation
+    host.forget_guest(guest.uuid)
+    changed = host.discover()
+    assert changed.generation != first.generation
+    assert changed != first
+    host.note_guest(guest)
+    back = host.discover()
+    assert back == first and back.generation != changed.generation

@@ -20,7 +20,12 @@ class Host(Protocol):
         call that wants them or when asked; in between the adapter keeps
         them current from :meth:`note_guest` / :meth:`forget_guest` (and
         domain events). ``guests=False``: do not scan them for this call
-        if they were never scanned (``guests_known`` is then False)."""
+        if they were never scanned (``guests_known`` is then False).
+
+        The reading's ``generation`` changes when, and only when, its
+        content does: a caller that sees the generation it saw last may
+        skip the work that depends on the reading alone. Every adapter
+        keeps this (a reading equal to the last keeps its generation)."""
         ...
 
     def note_guest(self, guest: Guest) -> None: ...

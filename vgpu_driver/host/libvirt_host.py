@@ -111,6 +111,7 @@ class LibvirtHost:
         # GRID pGPU lists about 18 types, one file each.
         self.described_types: Callable[[], Collection[str]] | None = None
         self._last: HostInventory | None = None
+        self._generation = 0
         self._all_parent_ids: list[int] = []
 
     # -- the connection ------------------------------------------------
@@ -190,14 +191,18 @@ class LibvirtHost:
             ):
                 return last  # nothing changed: the same reading
             self._all_parent_ids = [id(p) for p in parents]
-            self._last = sort_inventory(
+            self.devices.dirty = tracker.dirty = False
+            reading = sort_inventory(
                 parents,
                 mdevs,
                 pfs,
                 tracker.known.values() if tracker.known is not None else (),
                 known,
             )
-            self.devices.dirty = tracker.dirty = False
+            if last is not None and reading == last:
+                return last  # read again, the same: the same generation
+            self._generation += 1
+            self._last = reading.with_generation(self._generation)
             return self._last
 
     # -- guests --------------------------------------------------------

@@ -131,6 +131,12 @@ class HostInventory:
     # False: the guests were not read (discover(guests=False) before any
     # scan): ``guests`` is empty, not "no guest uses anything"
     guests_known: bool = True
+    # set by the host that took the reading: the same number iff the same
+    # content (see Host.discover); not part of the content itself
+    generation: int = dataclasses.field(default=0, compare=False)
+
+    def with_generation(self, generation: int) -> HostInventory:
+        return dataclasses.replace(self, generation=generation)
 
     def parent(self, name: str) -> Parent | None:
         return self._parents_by_name.get(name)

@@ -47,7 +47,7 @@ class RefreshFingerprint:
     """What a pass depended on and what it left in the tree."""
 
     nodename: str
-    inventory: HostInventory  # the very reading (same object: unchanged)
+    inventory: HostInventory  # the reading (same generation: unchanged)
     config: Any  # the DeviceConfig in force (same object: not reloaded)
     claims: Claimed
     # provider uuid -> (inventory, traits) written (by uuid: Nova's tree
@@ -76,7 +76,9 @@ class Refresher:
         self.roots: set[str] = set()
         self.last_plans: list[ProviderPlan] = []
         self.targets: dict[str, Target] = {}
-        self._last_inventory: HostInventory | None = None
+        # the generation of the last reading taken in (None: take the
+        # next one in whatever it is)
+        self._last_generation: int | None = None
         self._fingerprint: RefreshFingerprint | None = None
         self.warned_addresses = False
 
@@ -96,11 +98,11 @@ class Refresher:
                 for problem in host_problems(config, inventory):
                     LOG.warning("Configuration: %s", problem)
                 self.warned_addresses = True
-            if inventory is self._last_inventory:
+            if inventory.generation == self._last_generation:
                 # the adapter saw no change: the binder's view, kept
                 # current by its own binds, stays
                 return inventory
-            self._last_inventory = inventory
+            self._last_generation = inventory.generation
             if not inventory.guests_known:
                 return inventory
             seen = {m.uuid: (m.parent, m.type_id) for m in inventory.mdevs}
@@ -114,7 +116,7 @@ class Refresher:
             if {**kept, **seen} != self.seen.snapshot() and not keep(
                 "the mdevs seen", lambda: self.seen.save({**kept, **seen})
             ):
-                self._last_inventory = None  # the next discovery retries
+                self._last_generation = None  # the next discovery retries
             self.binder.refresh(inventory, self.targets)
         return inventory
 
@@ -266,7 +268,7 @@ class Refresher:
             return False  # a parent failed, or is offered again
         if (
             last.nodename != nodename
-            or last.inventory is not inventory
+            or last.inventory.generation != inventory.generation
             or last.config is not self.settings.config
             or last.claims != claims
         ):

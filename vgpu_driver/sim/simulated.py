@@ -115,6 +115,8 @@ class SimulatedHost:
         self.described_types: Callable[[], Collection[str]] | None = None
         self._state = description.copy()
         self._lock = threading.RLock()
+        self._last: HostInventory | None = None
+        self._generation = 0
         self._persistent: set[str] = set()
         self.operations: Counter[str] = Counter()
         # Fault injection: operation name -> predicate on its argument.
@@ -134,7 +136,12 @@ class SimulatedHost:
         # guests here are always current: nothing to defer
         with self._lock:
             self.operations["discover"] += 1
-            return inventory_of(self._state)
+            reading = inventory_of(self._state)
+            if self._last is not None and reading == self._last:
+                return self._last  # as libvirt's adapter: same generation
+            self._generation += 1
+            self._last = reading.with_generation(self._generation)
+            return self._last
 
     # -- guests (libvirt domains) --------------------------------------
 
