@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from oslo_log import log as logging
 
@@ -36,6 +36,14 @@ from vgpu_driver.model.device import Mdev, Parent, implied_parents
 LOG = logging.getLogger(__name__)
 
 Listed = list[tuple[str, Any]]  # (node device name, device object)
+
+
+class Held(NamedTuple):
+    """The parents as last listed, kept while they still hold."""
+
+    conn: Any  # the connection they come from
+    bus: list[str]  # the kernel's mdev parent registrations they cover
+    devices: Listed
 
 
 class NodeDevices:
@@ -53,9 +61,7 @@ class NodeDevices:
         self.mdevs: dict[str, Mdev] = {}  # by libvirt name
         self.dirty = True  # the mdevs changed since the last reading
         self.listed_at = 0.0
-        # the parents' device objects as last listed, with the connection
-        # they come from and the mdev_bus registrations they account for
-        self.held: tuple[Any, list[str], Listed] | None = None
+        self.held: Held | None = None
         self._parent_ids: list[int] = []
         self._mdev_list: list[Mdev] = []
         self._implied: list[Parent] = []
@@ -169,8 +175,8 @@ class NodeDevices:
         on the same connection; else one call (or, by names, one listing
         and a lookup per parent)."""
         held = self.held
-        if held is not None and held[0] is conn and held[1] == bus:
-            return held[2]
+        if held is not None and held.conn is conn and held.bus == bus:
+            return held.devices
         api = self.link.api
         if api.list_parents is not None:
             listed = self.link.call(
@@ -201,7 +207,7 @@ class NodeDevices:
             if naming.normalize_pci_address(entry) is not None
         )
         if accounted:
-            self.held = (conn, bus, devices)
+            self.held = Held(conn, bus, devices)
 
     def _list_devices(self, conn: Any, *, mdevs_only: bool = False) -> Listed:
         """(name, device) of parents (unless ``mdevs_only``) and mdevs:

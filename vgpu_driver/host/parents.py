@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import NamedTuple
 
 from oslo_log import log as logging
 
@@ -23,22 +24,35 @@ from vgpu_driver.model.device import Parent
 LOG = logging.getLogger(__name__)
 
 
+class _Extras(NamedTuple):
+    """What sysfs adds to a parent, read once."""
+
+    path: Path
+    driver: str | None
+
+
+class _Parsed(NamedTuple):
+    """A parent's last XML and the reading made of it."""
+
+    text: str
+    wanted: frozenset[str] | None  # the types described
+    parent: Parent
+
+
 class ParentReader:
     def __init__(self, sysfs: SysfsTree) -> None:
         self.sysfs = sysfs
-        # parent name -> (its sysfs path, its driver)
-        self._extras: dict[str, tuple[Path, str | None]] = {}
+        self._extras: dict[str, _Extras] = {}  # by parent name
         # (parent name, type id) -> the type's sysfs description
         self._descriptions: dict[tuple[str, str], str | None] = {}
-        # parent name -> (its last XML, the types described, the reading)
-        self._parsed: dict[str, tuple[str, frozenset[str] | None, Parent]] = {}
+        self._parsed: dict[str, _Parsed] = {}  # by parent name
         self._sysfs_only: list[Parent] = []
         self._sysfs_only_key: tuple[list[int], list[str]] | None = None
 
     def path_of(self, name: str) -> Path | None:
         """The sysfs path of a parent read before, if any."""
         extras = self._extras.get(name)
-        return extras[0] if extras else None
+        return extras.path if extras else None
 
     def read(
         self, name: str, text: str, wanted: frozenset[str] | None
@@ -46,8 +60,11 @@ class ParentReader:
         """A parent from its XML, its ``wanted`` types described (all
         when None); the same object as last time if ``text`` is."""
         cached = self._parsed.get(name)
-        if cached is not None and cached[:2] == (text, wanted):
-            return cached[2]  # availableInstances unchanged: same reading
+        if cached is not None and (cached.text, cached.wanted) == (
+            text,
+            wanted,
+        ):
+            return cached.parent  # availableInstances unchanged: same one
         try:
             parent, libvirt_path = nodedev_xml.read_parent(text)
         except DeviceXMLInvalid as exc:
@@ -61,10 +78,10 @@ class ParentReader:
             # libvirt names the driver of a bound device: sysfs only
             # where it does not
             driver = parent.driver or self.sysfs.driver(path)
-            extras = self._extras[name] = (path, driver)
+            extras = self._extras[name] = _Extras(path, driver)
         path, driver = extras
         enriched = self._enrich(parent, path, driver, wanted)
-        self._parsed[name] = (text, wanted, enriched)
+        self._parsed[name] = _Parsed(text, wanted, enriched)
         return enriched
 
     def _enrich(
@@ -125,7 +142,7 @@ class ParentReader:
         if not others:
             return []
         known_paths = {
-            self.sysfs.real_path(self._extras[p.name][0])
+            self.sysfs.real_path(self._extras[p.name].path)
             for p in known
             if p.name in self._extras
         }
