@@ -63,3 +63,19 @@ def test_guests_are_read_when_they_can_change_the_tree(
     driver, host = _driver(make_conf, tmp_path, "m10", extra)
     driver.update_provider_tree(new_tree(), "node1")
     assert host.calls["listAllDomains"] == 1
+
+
+def test_reading_the_claims_reads_nothing_of_the_host(make_conf, tmp_path):
+    """``claims()`` and ``vf_types`` are reads of the records: they never
+    start a scan of libvirt (an operator's tool asking them on a dense
+    host must not list every guest)."""
+    from tests.helpers import load
+
+    host = helpers.libvirt_host(load("m10"), tmp_path / "host")
+    conf = make_conf(load("m10").config)
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    driver = VgpuDriver(conf, host)
+    host.calls.clear()
+    assert driver.binder.claims() == {}
+    assert driver.binder.vf_types == {}
+    assert host.call_count == 0

@@ -80,12 +80,14 @@ class DeviceBinder:
         return self.ledger.repair()
 
     def claims(self) -> Claims:
-        with self.ledger.locked():
+        """The claims as on disk now (a read: the host is not read)."""
+        with self.ledger.locked(view=False):
             return {k: dict(v) for k, v in self.ledger.claims.items()}
 
     @property
     def vf_types(self) -> dict[str, int]:
-        with self.ledger.locked():
+        """The VF types recorded, as on disk now (the host is not read)."""
+        with self.ledger.locked(view=False):
             return dict(self.ledger.vf_types)
 
     def claimed_devices(self) -> list[tuple[str, str, str]]:
