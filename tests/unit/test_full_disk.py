@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import Node
 from vgpu_driver.records.store import StateStoreError
-from vgpu_driver.service import release
+from vgpu_driver.service.ledger import Ledger
 
 PF = "pci_0000_41_00_0"  # l40-sriov
 
@@ -82,7 +82,7 @@ def test_a_release_cut_short_is_finished_at_the_next_start(
     [fresh] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
     assert fresh.created
     # the process dies after the decision is recorded
-    monkeypatch.setattr(release, "finish", lambda *a: None)
+    monkeypatch.setattr(Ledger, "finish_release", lambda *a: None)
     n.driver.release_mdevs("i1")
     monkeypatch.undo()
     record = json.loads((state / "claims.json").read_text())["claims"]

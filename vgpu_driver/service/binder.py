@@ -64,9 +64,14 @@ class DeviceBinder:
         remove_unused: bool = False,
     ) -> None:
         self.host = host
-        self.ledger = Ledger(host, state, remove_unused=remove_unused)
         # parents whose device fails: their providers are reserved
         self.unschedulable = FailedParents()
+        self.ledger = Ledger(
+            host,
+            state,
+            remove_unused=remove_unused,
+            failed=self.unschedulable,
+        )
 
     # -- the records and the view --------------------------------------
 
@@ -303,9 +308,7 @@ class DeviceBinder:
     ) -> list[str]:
         """Drop an instance's claims and hand its devices back (see
         :mod:`vgpu_driver.service.release`). Returns the ids released."""
-        return release.release(
-            self.ledger, self.unschedulable, instance, guest_devices
-        )
+        return release.release(self.ledger, instance, guest_devices)
 
     def retry_failed(self, interval: float) -> list[str]:
         """Offer failed parents again once ``interval`` seconds passed."""
@@ -341,9 +344,7 @@ class DeviceBinder:
         seen: Mapping[str, tuple[str, str]],
         instances: Iterable[str] | None = None,
     ) -> dict[str, list[str]]:
-        return recovery.recover(
-            self.ledger, self.unschedulable, inventory, seen, instances
-        )
+        return recovery.recover(self.ledger, inventory, seen, instances)
 
     def restore_vf_types(
         self, inventory: HostInventory, failed: list[str] | None = None

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from oslo_log import log as logging
 
@@ -31,8 +31,10 @@ from vgpu_driver.host.base import Host
 from vgpu_driver.model import binding
 from vgpu_driver.model.binding import BoundDevice, Target
 from vgpu_driver.model.claims import (
+    RELEASE,
     SPAWN,
     Claims,
+    claim_of,
     device_of,
     ended_by_guests,
     in_flight_of,
@@ -41,21 +43,32 @@ from vgpu_driver.model.device import Guest, HostInventory, Mdev
 from vgpu_driver.model.device_view import DeviceView, vf_types_in_use
 from vgpu_driver.records.claims import ClaimsRecord
 from vgpu_driver.records.store import StateStore, StateStoreError
+from vgpu_driver.service.failing import FailedParents
 
 LOG = logging.getLogger(__name__)
 
 
 class Ledger:
     def __init__(
-        self, host: Host, state: StateStore | None, *, remove_unused: bool
+        self,
+        host: Host,
+        state: StateStore | None,
+        *,
+        remove_unused: bool,
+        failed: FailedParents,
     ) -> None:
         self.host = host
+        self.failed = failed
         self.record = ClaimsRecord(state)
         self.view = DeviceView.empty()
         self.remove_unused = remove_unused
         self.targets: dict[str, Target] = {}
         self.lock = threading.RLock()
         self._has_view = False  # a reading with guests was taken
+        self._depth = 0  # nested locked() of this thread
+        # devices guests let go of, recorded under the lock, to hand back
+        # to the host once it is left
+        self._handing_back: list[tuple[str, BoundDevice]] = []
 
     @property
     def claims(self) -> Claims:
@@ -77,14 +90,26 @@ class Ledger:
         reads the view, which is built now (guests included) if no
         reading with guests was taken yet, and brought up to date with
         the guests domain events reported since."""
-        with self.lock, self.record.locked():
-            if fresh_view and self.record.stale:
-                self.rebuild_view("another process changed the claims")
-            elif view and not self._has_view:
-                self.rebuild_view("the first operation needs it")
-            elif view and self.host.guests_changed():
-                self.apply_guest_changes()
-            yield
+        handing_back: list[tuple[str, BoundDevice]] = []
+        with self.lock:
+            self._depth += 1
+            try:
+                with self.record.locked():
+                    if fresh_view and self.record.stale:
+                        self.rebuild_view("another process changed the claims")
+                    elif view and not self._has_view:
+                        self.rebuild_view("the first operation needs it")
+                    elif view and self.host.guests_changed():
+                        self.apply_guest_changes()
+                    yield
+            finally:
+                self._depth -= 1
+                if not self._depth:
+                    handing_back, self._handing_back = self._handing_back, []
+        # outside both locks: the host is changed for devices guests let
+        # go of (recorded as release claims under the lock)
+        for instance, device in handing_back:
+            self.finish_release(instance, [device])
 
     def save(
         self,
@@ -218,8 +243,10 @@ class Ledger:
 
     def let_go(self, instance: str, keep: set[str]) -> list[str]:
         """Hand back what the instance's guest had and no longer has
-        (inside :meth:`locked`). Returns the device ids freed."""
-        freed = []
+        (inside :meth:`locked`): a device whose host state must change
+        gets a release claim, saved now; the host is changed once the
+        lock is left. Returns the device ids freed."""
+        freed: list[BoundDevice] = []
         for device_id, guest in list(self.view.used.items()):
             if guest != instance or device_id in keep:
                 continue
@@ -227,29 +254,64 @@ class Ledger:
             if device_id in self.claims:
                 continue
             device = self.view.device(device_id, None)
-            if device is not None:
-                try:
-                    self.hand_back(device)
-                except VgpuDriverError as exc:
-                    LOG.error("Freeing %s: %s", device_id, exc)
-                freed.append(device_id)
-        return freed
+            if device is None:
+                continue
+            if device.kind == "mdev" and device.id not in self.view.mdevs:
+                continue  # gone already
+            freed.append(device)
+        if not freed:
+            return []
+        claims, vf_types = dict(self.claims), dict(self.vf_types)
+        changing = [d for d in freed if self.changes_host(d)]
+        for device in freed:
+            if device.kind == "vf":
+                vf_types.pop(device.id, None)
+        for device in changing:
+            claims[device.id] = claim_of(device, instance, RELEASE)
+        try:
+            self.save(claims, vf_types)
+        except StateStoreError as exc:
+            # nothing recorded, nothing changed on the host: the devices
+            # are free in the view as they are (a typed VF, an mdev)
+            LOG.warning(
+                "Could not record the devices %s let go: %s", instance, exc
+            )
+            changing = []
+        for device in freed:
+            if device in changing:
+                self._handing_back.append((instance, device))
+            else:
+                self.view.released(device, done=True)
+        return [d.id for d in freed]
 
     # -- handing devices back to the host ------------------------------
 
     def changes_host(self, device: BoundDevice) -> bool:
         return self.view.changes_host(device, self.remove_unused)
 
-    def hand_back(self, device: BoundDevice) -> None:
-        """Give a device no claim holds back, changing the host in place
-        (inside :meth:`locked`; a guest let go of it)."""
-        if device.kind == "mdev" and device.id not in self.view.mdevs:
-            return  # gone already
-        if device.kind == "vf":
-            self.vf_types.pop(device.id, None)
-        if self.changes_host(device):
-            self.unmake(device)
-        self.view.released(device, done=True)
+    def finish_release(
+        self, instance: str, devices: Iterable[BoundDevice]
+    ) -> None:
+        """Outside the lock: change the host for each device under a
+        release claim of ``instance``, then drop that claim (if it is
+        still that claim)."""
+        for device in devices:
+            try:
+                if self.changes_host(device):
+                    self.unmake(device)
+                done = True
+            except VgpuDriverError as exc:
+                LOG.error("Releasing %s: %s", device.id, exc)
+                self.failed.mark(device.parent)
+                done = False
+            with self.locked(view=False):
+                if self.claims.get(device.id) == claim_of(
+                    device, instance, RELEASE
+                ):
+                    claims = dict(self.claims)
+                    del claims[device.id]
+                    self.save(claims)
+                self.view.released(device, done)
 
     def unmake(self, device: BoundDevice) -> None:
         """Clear a VF's type, or remove an mdev (from the view too)."""

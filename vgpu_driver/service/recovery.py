@@ -18,7 +18,6 @@ from vgpu_driver.exception import VgpuDriverError
 from vgpu_driver.model.claims import SPAWN
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.service import release
-from vgpu_driver.service.failing import FailedParents
 from vgpu_driver.service.ledger import Ledger
 
 LOG = logging.getLogger(__name__)
@@ -26,7 +25,6 @@ LOG = logging.getLogger(__name__)
 
 def recover(
     ledger: Ledger,
-    failed: FailedParents,
     inventory: HostInventory,
     seen: Mapping[str, tuple[str, str]],
     instances: Iterable[str] | None = None,
@@ -36,7 +34,7 @@ def recover(
     ones are dropped (live-migration claims stay: an incoming
     migration's instance is still the source host's)."""
     done: dict[str, list[str]] = {
-        "released": release.finish_interrupted(ledger, failed),
+        "released": release.finish_interrupted(ledger),
         "recreated": [],
         "started": [],
         "vf_types": [],

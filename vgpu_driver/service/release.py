@@ -15,10 +15,8 @@ from collections.abc import Iterable
 
 from oslo_log import log as logging
 
-from vgpu_driver.exception import VgpuDriverError
 from vgpu_driver.model.binding import BoundDevice
 from vgpu_driver.model.claims import RELEASE, claim_of, device_of
-from vgpu_driver.service.failing import FailedParents
 from vgpu_driver.service.ledger import Ledger
 
 LOG = logging.getLogger(__name__)
@@ -26,7 +24,6 @@ LOG = logging.getLogger(__name__)
 
 def release(
     ledger: Ledger,
-    failed: FailedParents,
     instance: str,
     guest_devices: Iterable[str] = (),
 ) -> list[str]:
@@ -60,7 +57,7 @@ def release(
             if device not in changing:
                 view.returned(device, made=False)
     ledger.host.forget_guest(instance)
-    finish(ledger, failed, instance, changing)
+    ledger.finish_release(instance, changing)
     if released:
         LOG.info(
             "Released %s of instance %s",
@@ -70,35 +67,7 @@ def release(
     return [d.id for d in released]
 
 
-def finish(
-    ledger: Ledger,
-    failed: FailedParents,
-    instance: str,
-    devices: Iterable[BoundDevice],
-) -> None:
-    """Outside the lock: change the host for each device under a release
-    claim of ``instance``, then drop that claim (if it is still that
-    claim)."""
-    for device in devices:
-        try:
-            if ledger.changes_host(device):
-                ledger.unmake(device)
-            done = True
-        except VgpuDriverError as exc:
-            LOG.error("Releasing %s: %s", device.id, exc)
-            failed.mark(device.parent)
-            done = False
-        with ledger.locked(view=False):
-            if ledger.claims.get(device.id) == claim_of(
-                device, instance, RELEASE
-            ):
-                claims = dict(ledger.claims)
-                del claims[device.id]
-                ledger.save(claims)
-            ledger.view.released(device, done)
-
-
-def finish_interrupted(ledger: Ledger, failed: FailedParents) -> list[str]:
+def finish_interrupted(ledger: Ledger) -> list[str]:
     """Releases cut short (the process died between recording them and
     changing the host): done now. Returns their device ids."""
     with ledger.locked():
@@ -109,5 +78,5 @@ def finish_interrupted(ledger: Ledger, failed: FailedParents) -> list[str]:
         ]
     for instance, device in leftover:
         LOG.info("Finishing the release of %s (%s)", device.id, instance)
-        finish(ledger, failed, instance, [device])
+        ledger.finish_release(instance, [device])
     return [device.id for _, device in leftover]

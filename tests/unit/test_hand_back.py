@@ -1,0 +1,52 @@
+"""A device a guest let go of is handed back as a release is: decided and
+recorded under the records' lock, the host changed outside it."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+
+from tests.helpers import Node
+from vgpu_driver.model.device import Guest
+from vgpu_driver.records.store import LOCK_FILE
+
+PF = "pci_0000_41_00_0"  # l40-sriov
+
+
+def _lock_is_free(state) -> bool:
+    """Can another open file description take the records' lock now?"""
+    fd = os.open(state / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def test_a_vf_a_guest_let_go_of_is_cleared_outside_the_lock(
+    make_conf, tmp_path
+):
+    state = tmp_path / "state"
+    n = Node(make_conf, state, "l40-sriov")
+    [vf] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
+    n.host.note_guest(Guest("i1", "instance-1", (), (vf.id,)))
+    n.driver.guest_defined("i1")
+    seen = []
+    set_vf_type = n.host.set_vf_type
+
+    def watched(address, number):
+        seen.append((address, number, _lock_is_free(state)))
+        set_vf_type(address, number)
+
+    n.host.set_vf_type = watched
+    n.host.forget_guest("i1")
+    assert n.driver.guest_undefined("i1") == [vf.id]
+    assert seen == [(vf.id, 0, True)]
+    # the record says so too: the type is not restored after a reboot
+    assert vf.id not in json.loads((state / "vf-types.json").read_text())
+    assert n.driver.binder.claims() == {}
+    vfs = {v.address: v for v in n.host.discover().pfs[0].vfs}
+    assert vfs[vf.id].current_type == 0
