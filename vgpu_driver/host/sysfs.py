@@ -6,6 +6,11 @@ NVIDIA SR-IOV cards, whose VFs carry their vGPU type in
 ``<VF>/nvidia/current_vgpu_type`` instead of being mdev parents. It also
 writes what libvirt cannot do: ``create`` and ``remove`` of mdevs on
 older libvirt, and a VF's vGPU type.
+
+:class:`SysfsTree` owns what it probed and keeps between refreshes (the
+links it resolved, which devices are SR-IOV physical functions and their
+VFs); :meth:`SysfsTree.forget_probes` drops them when the devices are
+listed again.
 """
 
 from __future__ import annotations

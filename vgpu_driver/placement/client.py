@@ -5,6 +5,11 @@ openstacksdk's placement proxy is a keystoneauth ``Adapter``: its raw
 return the response without raising, so every call here checks the
 status code and Placement's ``errors[].code`` itself. Connection failures
 and 5xx answers are retried with exponential backoff, within a bound.
+
+:class:`PlacementClient` owns the count of requests sent (what the sync
+figures report) and the resource classes and traits it knows Placement
+has (so each is ensured once; forgotten when Placement is re-read, since
+a Placement restarted empty has none).
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """The library's own records on disk, under ``[devices] state_path``.
 
+:class:`StateStore` owns the files and the lock (with its nesting depth,
+so a thread holding it may take it again); each record's content is
+owned by its own module in :mod:`vgpu_driver.records`.
+
 Several processes of one host share these records (the compute service,
 a periodic ``vgpu-driver sync``, ``restore`` at boot, an operator's
 ``audit``), so every change is a read-modify-write under one lock that
