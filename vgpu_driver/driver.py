@@ -36,6 +36,7 @@ from vgpu_driver.placement.handshake import sync_placement
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.records.store import StateStore
 from vgpu_driver.records.traits import OwnedTraits
+from vgpu_driver.records.writers import Writers
 from vgpu_driver.service import lifecycle
 from vgpu_driver.service.binder import DeviceBinder
 from vgpu_driver.service.refresh import Refresher
@@ -55,15 +56,18 @@ class VgpuDriver:
         *,
         persist: bool = True,
         state_path: str | None = None,
+        yields: bool = False,
     ) -> None:
         """``persist=False`` keeps no records on disk (for a report on a
         throwaway tree). ``state_path``: where the records are kept, if
         not ``[devices] state_path`` (e.g. one directory per node when a
-        process serves several)."""
+        process serves several). ``yields``: an operator's tool, which
+        refuses to write over providers another configuration wrote after
+        it (WriterConflict); a compute service warns and writes on."""
         self.conf = conf
         self.host = host
         self.settings = Settings(
-            conf, config or loader.load_device_config(conf)
+            conf, config or loader.load_device_config(conf), yields=yields
         )
         # capability traits come from the enabled types' descriptions
         # alone: the others' sysfs files are not read (a GRID pGPU lists
@@ -83,7 +87,12 @@ class VgpuDriver:
         self._seen = SeenMdevs(self.state)
         self._traits = OwnedTraits(self.state)
         self._refresher = Refresher(
-            self.settings, host, self.binder, self._seen, self._traits
+            self.settings,
+            host,
+            self.binder,
+            self._seen,
+            self._traits,
+            Writers(self.state),
         )
 
     @property

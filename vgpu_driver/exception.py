@@ -106,6 +106,17 @@ class DeviceCapacityExhausted(VgpuDriverError):
     code = "vgpu_driver.bind.exhausted"
 
 
+class WriterConflict(VgpuDriverError):
+    msg_fmt = (
+        "Provider %(provider)s was written by another configuration "
+        "(%(theirs)s, from %(their_source)s) after this one (%(ours)s, from "
+        "%(our_source)s) wrote it: two writers with different "
+        "configurations serve node %(nodename)s. Nothing was written; stop "
+        "one of them or give both the same configuration."
+    )
+    code = "vgpu_driver.placement.writer_conflict"
+
+
 class ClaimConflict(VgpuDriverError):
     msg_fmt = (
         "Instance %(instance)s already holds %(held)s from an earlier bind, "

@@ -61,7 +61,7 @@ def run(context: Context) -> int:
     while True:
         try:
             if driver is None:
-                driver = VgpuDriver(conf, context.host)
+                driver = VgpuDriver(conf, context.host, yields=True)
             if syncer is None:
                 syncer = PlacementSync(
                     client_from_conf(conf),

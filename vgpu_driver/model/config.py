@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 
 from vgpu_driver.model import naming
@@ -268,3 +270,29 @@ def build_device_config(
             )
         )
     return DeviceConfig(tuple(types), tuple(warnings)), errors
+
+
+CONFIG_TRAIT_PREFIX = "CUSTOM_VGPU_CONF_"
+
+
+def config_trait(config: DeviceConfig, owner_trait: str) -> str:
+    """The trait that says which configuration wrote a provider: a digest
+    of everything in it that shapes a provider (the types, their
+    addresses, caps, classes and traits, and the owner trait)."""
+    shape = [
+        owner_trait,
+        [
+            [
+                t.type_id,
+                t.resource_class,
+                sorted(t.addresses),
+                t.max_instances,
+                sorted(t.traits),
+                t.is_default,
+            ]
+            for t in sorted(config.types, key=lambda t: t.type_id)
+        ],
+    ]
+    text = json.dumps(shape, separators=(",", ":"))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:8].upper()
+    return f"{CONFIG_TRAIT_PREFIX}{digest}"

@@ -45,7 +45,7 @@ class MergedRecord:
         return dict(self.state.update(self.key, merge, {}, self.validate))
 
 
-def keep(what: str, save: Callable[[], None]) -> bool:
+def keep(what: str, save: Callable[[], object]) -> bool:
     """Save a record that only helps: one that cannot be written now (a
     full ``state_path``) is logged and written by a later pass; the
     caller goes on. Returns whether it was written."""

@@ -9,6 +9,9 @@ keeps no driver alive).
 
 from __future__ import annotations
 
+import os
+import sys
+
 import os_resource_classes as orc
 from oslo_config import cfg
 
@@ -16,9 +19,24 @@ from vgpu_driver.model.config import DeviceConfig
 
 
 class Settings:
-    def __init__(self, conf: cfg.ConfigOpts, config: DeviceConfig) -> None:
+    def __init__(
+        self,
+        conf: cfg.ConfigOpts,
+        config: DeviceConfig,
+        *,
+        yields: bool = False,
+    ) -> None:
+        """``yields``: this writer gives way to another one with a
+        different configuration (an operator's tool) instead of writing
+        over it (a compute service does not)."""
         self.conf = conf
         self.config = config
+        self.yields = yields
+        files = [*_option(conf, "config_file"), *_option(conf, "config_dir")]
+        program = os.path.basename(sys.argv[0]) if sys.argv else ""
+        self.source = f"{program or 'python'} (pid {os.getpid()}) with " + (
+            ", ".join(files) or "no configuration file"
+        )
 
     def __call__(self) -> frozenset[str]:
         """The ids of the enabled types (what the host describes)."""
@@ -27,3 +45,15 @@ class Settings:
     def managed_classes(self) -> set[str]:
         """Resource classes of the devices this library manages."""
         return {str(orc.VGPU), *self.config.resource_classes()}
+
+
+def _option(conf: cfg.ConfigOpts, name: str) -> list[str]:
+    """A command-line option of the caller's, if it has it (Nova's CONF
+    in a test was never given a command line)."""
+    try:
+        value = getattr(conf, name)
+    except cfg.NoSuchOptError:
+        return []
+    if not value:
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]

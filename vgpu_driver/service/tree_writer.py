@@ -15,7 +15,11 @@ from typing import Any, NamedTuple
 from oslo_log import log as logging
 
 from vgpu_driver.model import naming, trait
-from vgpu_driver.model.config import DeviceConfig
+from vgpu_driver.model.config import (
+    CONFIG_TRAIT_PREFIX,
+    DeviceConfig,
+    config_trait,
+)
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.inventory import ProviderPlan
 from vgpu_driver.records.traits import OwnedTraits
@@ -34,6 +38,7 @@ class Placed(NamedTuple):
 class ConfiguredTraits(NamedTuple):
     owner: str  # [devices] owner_trait
     names: frozenset[str]  # it, the enabled types' and their extra traits
+    config: str  # the trait saying which configuration wrote a provider
 
 
 def configured_traits(owner: str, config: DeviceConfig) -> ConfiguredTraits:
@@ -43,7 +48,9 @@ def configured_traits(owner: str, config: DeviceConfig) -> ConfiguredTraits:
     for type_cfg in config.types:
         names.add(naming.type_trait(type_cfg.type_id))
         names.update(type_cfg.traits)
-    return ConfiguredTraits(owner, frozenset(names))
+    return ConfiguredTraits(
+        owner, frozenset(names), config_trait(config, owner)
+    )
 
 
 class TreeWriter:
@@ -74,6 +81,12 @@ class TreeWriter:
         managed.update(self.traits.managed(plan.name))
         return managed
 
+    @staticmethod
+    def _config_traits(current: set[str]) -> set[str]:
+        """Configuration traits (ours of before, or another writer's):
+        each pass sets its own alone."""
+        return {t for t in current if t.startswith(CONFIG_TRAIT_PREFIX)}
+
     def write(
         self,
         tree: Any,
@@ -103,15 +116,17 @@ class TreeWriter:
                 plan.type_id,
             )
         managed = self._managed(plan, inventory, configured)
+        managed |= self._config_traits(current)
         kept = {
             t for t in current - managed if not trait.is_capability_trait(t)
         }
-        placed = Placed(uuid, plan.inventory(), frozenset(kept | plan.traits))
+        planned = plan.traits | {configured.config}
+        placed = Placed(uuid, plan.inventory(), frozenset(kept | planned))
         # by uuid: Nova's tree finds a name by walking the tree. (The tree
         # gets its own inventory: what a pass remembers is not shared.)
         tree.update_inventory(uuid, plan.inventory())
         tree.update_traits(uuid, placed.traits)
-        self.traits.plan(plan.name, plan.traits)
+        self.traits.plan(plan.name, frozenset(planned))
         self._tell_reason(plan)
         return placed
 
