@@ -416,3 +416,21 @@ def test_lost_claims_hold_a_spawn_in_flight_read_from_placement(
     assert done["records_moved_aside"]
     assert done["held_in_flight"] == [f"{spawning}: {FREE_ON_86}"]
     assert FREE_ON_86 not in adapter.free_mdevs(None)
+
+
+def test_nova_s_own_pci_passthrough_devices_are_never_reported_as_mdevs(nova):
+    """A guest with a PCI device Nova passed through (a NIC, not a VF of
+    a vGPU card) has that device reported by Nova, not by the library."""
+    from vgpu_driver.model.device import Guest
+
+    adapter, _tree, _root = nova
+    instance = str(uuid.uuid4())
+    nic = "0000:3b:00.1"
+    adapter.driver.discover()  # every guest read once
+    adapter.driver.host.note_guest(
+        Guest(instance, "instance-000000aa", (FREE_ON_86,), (nic,))
+    )
+    adapter.driver.discover()  # the view takes the guest in
+    assert adapter.assigned(instance) == {FREE_ON_86: instance}
+    assert nic not in adapter.assigned()
+    assert adapter.vfs_of(instance) == []

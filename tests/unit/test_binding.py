@@ -434,3 +434,30 @@ def test_an_undefine_event_older_than_the_caller_s_define_is_ignored(
     # and the host's reading agrees at the next periodic
     assert guest in n.driver.discover().guests
     assert device not in n.driver.free_mdevs()
+
+
+def test_a_same_host_resize_keeps_the_devices_the_resized_guest_runs_on(
+    node,
+):
+    """Same host: the instance binds the new flavor's device while its
+    guest still has the old one; the guest redefined with the new device
+    hands the old one back, and nothing the guest runs on is released."""
+    n = node()
+    guest = next(
+        g for g in n.host.discover().guests if g.name == "instance-00000021"
+    )
+    [old] = guest.mdevs
+    [new] = n.driver.finish_migration(
+        guest.uuid, n.alloc(("pci_0000_85_00_0", 1))
+    )
+    assert new.id != old
+    assert old not in n.driver.free_mdevs()  # still the guest's until now
+    n.host.note_guest(Guest(guest.uuid, guest.name, (new.id,)))
+    n.driver.guest_defined(guest.uuid)
+    assert n.driver.binder.claims() == {}  # the domain holds the new one
+    assert old in n.driver.free_mdevs()  # the old one is free again
+    assert new.id not in n.driver.free_mdevs()
+    assert n.driver.instance_devices()[guest.uuid] == {
+        "in_use": [new.id],
+        "claimed": [],
+    }
