@@ -220,3 +220,27 @@ def test_a_parent_offered_again_is_reported_at_once_on_a_steady_host(
     assert n.update()[parent].reserved == 4
     n.conf.set_override("failed_device_retry_interval", 0, "devices")
     assert n.update()[parent].reserved == 0
+
+
+def test_a_bind_that_reuses_a_free_mdev_is_counted_by_the_next_pass(
+    make_conf, tmp_path
+):
+    """Reusing a free mdev changes nothing on the host (the reading keeps
+    its generation), only the claims: the no-change shortcut must see the
+    new claim. Here it fills [vgpu_nvidia-35] max_instances = 2, so the
+    provider takes nothing more."""
+    parent = "pci_0000_84_00_0"  # m10: one nvidia-35 mdev, in use
+    n = Node(
+        make_conf,
+        tmp_path / "state",
+        extra="[vgpu_nvidia-35]\nmax_instances = 2\n",
+    )
+    spare = n.driver.create_free_mdev(parent)
+    before = n.update()[parent]
+    assert (before.total, before.reserved) == (2, 0)
+    generation = n.host.discover().generation
+    [device] = n.driver.allocate_mdevs("i1", n.alloc((parent, 1)))
+    assert device.id == spare and not device.created
+    assert n.host.discover().generation == generation
+    after = n.update()[parent]
+    assert (after.total, after.reserved) == (2, 2)
