@@ -304,3 +304,27 @@ def test_two_configopts_do_not_share_overrides():
     assert second.placement.auth_type is None
     assert second.devices.state_path == "/var/lib/vgpu-driver"
     assert second.libvirt.sysfs_root == "/sys"
+
+
+def test_a_listed_parent_that_lacks_its_type_gets_none_not_the_default(
+    make_conf,
+):
+    """0000:86:00.0 is listed for nvidia-37 but does not support it: it
+    serves nothing, it does not fall back to the default nvidia-35 (the
+    operator said what it is for)."""
+    conf = make_conf(
+        """
+        [devices]
+        enabled_mdev_types = nvidia-35,nvidia-37
+        [mdev_nvidia-37]
+        device_addresses = 0000:86:00.0
+        """
+    )
+    config = loader.load_device_config(conf)
+    assert config.default_type.type_id == "nvidia-35"
+    supported = ["nvidia-35", "nvidia-36"]
+    assert config.type_for_parent(["0000:86:00.0"], supported) is None
+    assert (
+        config.type_for_parent(["0000:87:00.0"], supported).type_id
+        == "nvidia-35"
+    )
