@@ -189,6 +189,23 @@ BAD_CASES = [
         """,
         "[vgpu_a] max_instances = many: must be a whole number",
     ),
+    (
+        """
+        [devices]
+        enabled_mdev_types = a
+        owner_trait = owned by me
+        """,
+        "[devices] owner_trait = owned by me: unknown trait",
+    ),
+    (
+        """
+        [devices]
+        enabled_mdev_types = a
+        [placement]
+        max_attempts = many
+        """,
+        "[placement] max_attempts: cannot be read",
+    ),
 ]
 
 
