@@ -294,3 +294,18 @@ def test_a_409_that_is_not_a_generation_conflict_is_reported_at_once(
         node.sync()
     assert "inventory.inuse" in str(caught.value)
     assert "still conflicting" not in str(caught.value)
+
+
+def test_a_4xx_answer_is_not_retried_and_is_reported_as_itself(
+    placement_url, tmp_path
+):
+    from tests.helpers import placement_conf
+    from vgpu_driver.exception import PlacementError, PlacementUnavailable
+
+    client = client_from_conf(placement_conf(placement_url, tmp_path))
+    missing = str(uuid.uuid4())
+    with pytest.raises(PlacementError) as caught:
+        client.request("GET", f"/resource_providers/{missing}")
+    assert not isinstance(caught.value, PlacementUnavailable)
+    assert "404" in str(caught.value) and missing in str(caught.value)
+    assert client.statuses[404] == 1  # asked once
