@@ -43,6 +43,9 @@ def test_placement_restarted_empty_is_filled_again(
             assert view["pci_0000_3b_00_0"][0]["CUSTOM_MLX5"][0] > 0
             assert "CUSTOM_GOLD" in view["pci_0000_84_00_0"][1]
             assert node.sync().requests == 0  # and it is steady again
+            # the re-read forgot the names it knew: nothing was sent
+            # naming one Placement no longer had
+            assert node.syncer.client.statuses[400] == 0
 
 
 def test_a_vanished_device_with_an_allocation_is_reserved(
@@ -309,3 +312,25 @@ def test_a_4xx_answer_is_not_retried_and_is_reported_as_itself(
     assert not isinstance(caught.value, PlacementUnavailable)
     assert "404" in str(caught.value) and missing in str(caught.value)
     assert client.statuses[404] == 1  # asked once
+
+
+def test_a_trait_deleted_behind_the_client_s_back_is_made_again(
+    placement_url, tmp_path, client
+):
+    """Without a re-read of Placement, the client still believes in a
+    trait someone deleted: the 400 naming it makes it forget what it knew
+    and the write succeeds on the next attempt."""
+    trait = f"CUSTOM_GOLD_{uuid.uuid4().hex[:8].upper()}"  # this test's
+    node = Node(placement_url, tmp_path)
+    config = node.description.config.replace("CUSTOM_GOLD", trait)
+    node.configure(config)
+    node.sync()
+    node.configure(config.replace(f"traits = {trait}\n", ""))
+    node.sync()
+    assert trait not in str(placement_view(client, node.nodename))
+    client.request("DELETE", f"/traits/{trait}", ok=(204,))
+    node.configure(config)
+    node.sync()
+    view = placement_view(client, node.nodename)
+    assert trait in view["pci_0000_84_00_0"][1]
+    assert node.syncer.client.statuses[400] == 1  # the one that told
