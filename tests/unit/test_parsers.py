@@ -432,3 +432,24 @@ def test_sysfs_attributes_are_read_whole_or_not_at_all(tmp_path):
     assert sysfs._read_int(tmp_path / "available_instances") == 12
     for unreadable in ("missing", "latin1", "a_directory"):
         assert sysfs._read(tmp_path / unreadable) is None
+
+
+def test_a_vf_list_read_while_vfs_are_being_enabled_is_not_kept(tmp_path):
+    """``sriov_numvfs`` already says 32 while a ``virtfn`` link is not
+    there yet: that listing is incomplete, so the next scan reads the
+    links again (the count alone has not changed)."""
+    from tests.helpers import load
+    from vgpu_driver.host.sysfs import SysfsTree
+    from vgpu_driver.sim.description import materialize
+
+    _uri, root = materialize(load("l40-sriov"), tmp_path)
+    pf_dir = root / "bus/pci/devices/0000:41:00.0"
+    link = pf_dir / "virtfn5"
+    target = link.readlink()
+    link.unlink()  # the kernel has not made it yet
+    tree = SysfsTree(root)
+    [pf] = tree.sriov_functions()
+    complete = len(pf.vfs) + 1
+    link.symlink_to(target)
+    [pf] = tree.sriov_functions()
+    assert len(pf.vfs) == complete
