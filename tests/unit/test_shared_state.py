@@ -300,3 +300,30 @@ def test_a_pass_plans_with_one_reading_of_the_claims(
     reads.clear()
     n.update()  # nothing changed
     assert len(reads) == 1
+
+
+def test_a_type_switch_never_removes_an_mdev_another_process_claimed(
+    make_conf, tmp_path
+):
+    """Process A bound the free nvidia-36 mdev of 86 (no guest yet); B
+    runs with 86 switched to nvidia-35 and removes the old type's free
+    mdevs: never A's."""
+    from tests.helpers import M10_FREE_ON_86
+
+    state = tmp_path / "state"
+    host = helpers.simulated_host("m10")
+    a = Node(make_conf, state, host=host)
+    [device] = a.driver.allocate_mdevs("i1", a.alloc((PARENT, 1)))
+    assert device.id == M10_FREE_ON_86
+    switched = textwrap.dedent(
+        """
+        [devices]
+        enabled_mdev_types = nvidia-35
+        [mdev_nvidia-35]
+        device_addresses = 0000:84:00.0,0000:85:00.0,0000:86:00.0
+        """
+    )
+    b = Node(make_conf, state, config=switched, host=host)
+    b.update()
+    assert M10_FREE_ON_86 in {m.uuid for m in host.discover().mdevs}
+    assert a.driver.binder.claims()[M10_FREE_ON_86]["instance"] == "i1"
