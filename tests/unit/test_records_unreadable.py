@@ -130,3 +130,31 @@ def test_a_reader_never_sees_an_epoch_it_knew_after_a_record_moved_aside(
     epoch = json.loads((state / "claims.json").read_text())["epoch"]
     assert epoch != 1
     assert reader.driver.binder.view_is_stale()
+
+
+def test_two_writers_of_the_placement_record_keep_the_newer_generation(
+    tmp_path,
+):
+    """Two syncers of one node save what Placement holds: each save is
+    merged into the record as it is on disk, under the lock, and for a
+    provider both know the newer generation wins; other nodes' entries
+    stay."""
+    from vgpu_driver.records.placement import PlacementRecord
+
+    def entry(generation):
+        return {
+            "name": "node1_p",
+            "parent_uuid": None,
+            "generation": generation,
+            "inventory": {},
+            "traits": [],
+        }
+
+    first = PlacementRecord(StateStore(tmp_path), "node1")
+    late = PlacementRecord(StateStore(tmp_path), "node1")  # another process
+    other_node = PlacementRecord(StateStore(tmp_path), "node2")
+    other_node.save({"n2": entry(1)})
+    first.save({"u1": entry(5)})
+    late.save({"u1": entry(3), "u2": entry(1)})
+    assert first.load() == {"u1": entry(5), "u2": entry(1)}
+    assert other_node.load() == {"n2": entry(1)}
