@@ -80,7 +80,10 @@ class VgpuDriver:
             else None
         )
         self.binder = DeviceBinder(
-            host, self.state, remove_unused=conf.devices.remove_unused_mdevs
+            host,
+            self.state,
+            remove_unused=conf.devices.remove_unused_mdevs,
+            enabled=self.settings,
         )
         # parents whose device fails: their providers are reserved
         self.unschedulable = self.binder.unschedulable

@@ -10,7 +10,7 @@ which the view does not hold: they are passed in.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from vgpu_driver.model import naming
 from vgpu_driver.model.binding import BoundDevice, ParentView, PfView
@@ -25,13 +25,19 @@ class DeviceView:
     pfs: dict[str, PfView]
     mdevs: dict[str, Mdev]  # uuid -> mdev, made since the reading included
     used: dict[str, str]  # device id -> guest uuid
+    # devices another manager made (an mdev this library did not create,
+    # a VF it did not type): never handed out, removed or retyped
+    foreign: set[str] = dataclasses.field(default_factory=set)
 
     @classmethod
     def empty(cls) -> DeviceView:
         return cls({}, {}, {}, {}, {})
 
     @classmethod
-    def of(cls, inventory: HostInventory) -> DeviceView:
+    def of(
+        cls, inventory: HostInventory, ours: Collection[str] | None = None
+    ) -> DeviceView:
+        """``ours``: the devices this library made (None: all are)."""
         used = {**inventory.mdev_users(), **inventory.pci_users()}
         free: dict[str, dict[str, list[str]]] = {
             p.name: {} for p in inventory.parents
@@ -64,11 +70,15 @@ class DeviceView:
             },
             mdevs={m.uuid: m for m in inventory.mdevs},
             used=used,
+            foreign=set()
+            if ours is None
+            else foreign_devices(inventory, ours),
         )
 
     def busy(self, claims: Claims) -> set[str]:
-        """Device ids a guest uses or someone claimed."""
-        return set(self.used) | set(claims)
+        """Device ids a guest uses, someone claimed, or another manager
+        made: none is handed out."""
+        return set(self.used) | set(claims) | self.foreign
 
     def device(
         self, device_id: str, claim: Claim | None
@@ -88,6 +98,8 @@ class DeviceView:
     def changes_host(self, device: BoundDevice, remove_unused: bool) -> bool:
         """Does handing ``device`` back change the host (a VF's type is
         cleared; an mdev is removed when unused ones are not kept)?"""
+        if device.id in self.foreign:
+            return False  # another manager's: left as it is
         if device.kind == "vf":
             pf = self.pfs.get(device.parent)
             return pf is None or pf.vfs.get(device.id) != 0
@@ -200,7 +212,7 @@ class DeviceView:
             for type_id, uuids in view.free.items()
             if type_id != configured[parent]
             for uuid in list(uuids)
-            if uuid not in claims
+            if uuid not in claims and uuid not in self.foreign
         ]
 
     def instance_devices(
@@ -232,3 +244,61 @@ def vf_types_in_use(
         for vf in pf.vfs
         if vf.current_type and vf.address in used and vf.address not in known
     }
+
+
+def foreign_devices(
+    inventory: HostInventory, ours: Collection[str]
+) -> set[str]:
+    """The mdevs and typed VFs on the host that this library did not make
+    (``ours``: those it did)."""
+    found = {m.uuid for m in inventory.mdevs if m.uuid not in ours}
+    found.update(
+        vf.address
+        for pf in inventory.pfs
+        for vf in pf.vfs
+        if vf.current_type and vf.address not in ours
+    )
+    return found
+
+
+def adopted(
+    inventory: HostInventory, enabled: Collection[str], recorded: Iterable[str]
+) -> set[str]:
+    """At the library's first start on a host: the devices taken as its
+    own: mdevs and typed VFs of the enabled types (made for this
+    service's guests, e.g. by Nova's own vGPU code before) and the VFs
+    whose type it recorded; any other device stays another manager's."""
+    found = {m.uuid for m in inventory.mdevs if m.type_id in enabled}
+    found.update(
+        vf.address
+        for pf in inventory.pfs
+        for vf in pf.vfs
+        if vf.current_type and naming.sriov_type_id(vf.current_type) in enabled
+    )
+    found.update(recorded)
+    return found
+
+
+def foreign_free(
+    inventory: HostInventory, ours: Collection[str], claimed: Collection[str]
+) -> dict[str, dict[str, int]]:
+    """Device (parent or PF) name -> type id -> free devices another
+    manager made there: not ours, no guest uses them, nobody claims
+    them."""
+    busy = {*inventory.mdev_users(), *inventory.pci_users(), *claimed}
+    found: dict[str, dict[str, int]] = {}
+    for mdev in inventory.mdevs:
+        if mdev.uuid not in ours and mdev.uuid not in busy:
+            counts = found.setdefault(mdev.parent, {})
+            counts[mdev.type_id] = counts.get(mdev.type_id, 0) + 1
+    for pf in inventory.pfs:
+        for vf in pf.vfs:
+            if (
+                vf.current_type
+                and vf.address not in ours
+                and vf.address not in busy
+            ):
+                counts = found.setdefault(pf.name, {})
+                type_id = naming.sriov_type_id(vf.current_type)
+                counts[type_id] = counts.get(type_id, 0) + 1
+    return found

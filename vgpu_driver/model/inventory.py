@@ -133,6 +133,7 @@ def plan_providers(
     existing: Mapping[str, Iterable[str]] | None = None,
     unschedulable: Iterable[str] = (),
     owner_trait: str = "OWNER_NOVA",
+    foreign: Mapping[str, Mapping[str, int]] | None = None,
 ) -> list[ProviderPlan]:
     """The providers to report, in name order.
 
@@ -141,7 +142,9 @@ def plan_providers(
     Placement (when the caller knows them). ``existing``: provider name ->
     resource classes of the device providers the tree has now (those
     dropped from the host are kept while in use). ``unschedulable``:
-    device names whose device is failing.
+    device names whose device is failing. ``foreign``: device name ->
+    type id -> free devices another manager made there (an mdev made
+    with mdevctl, a VF an operator typed): never handed out, so reserved.
     """
     allocated = allocated or {}
     existing = existing or {}
@@ -225,6 +228,14 @@ def plan_providers(
             reserved = total
         else:
             reason = None
+        outside = (foreign or {}).get(device.name, {}).get(type_id, 0)
+        if outside and reserved < total:
+            reserved = min(total, reserved + outside)
+            if reserved == total and not reason:
+                reason = (
+                    f"its free {type_id} device(s) were made by another "
+                    "manager (left alone)"
+                )
         if total == 0:
             continue
         caps = device.capabilities(type_id)

@@ -27,6 +27,10 @@ from vgpu_driver.records.store import (
 
 CLAIMS_RECORD = "claims"
 VF_TYPES_RECORD = "vf-types"
+# the devices this library made: mdev uuids it created, VF addresses it
+# gave a type; any other device is another manager's (an operator's
+# mdevctl, Cyborg...) and is never removed, retyped or handed out
+MADE_RECORD = "made"
 
 
 class ClaimsRecord:
@@ -38,6 +42,11 @@ class ClaimsRecord:
         # across operations (each re-reads them)
         self.claims: Claims = {}
         self.vf_types: dict[str, int] = {}
+        self.made: set[str] = set()
+        # False until the made record exists (the library's first start
+        # on this host: the devices it finds are adopted once)
+        self.made_known = state is None
+        self._made_on_disk: set[str] = set()
         self._epoch: int | None = None  # the claims epoch we last saw
         # another process wrote since we last saw (reset by the reader
         # once it has read the host again)
@@ -57,6 +66,10 @@ class ClaimsRecord:
             self.vf_types = dict(
                 self.state.load(VF_TYPES_RECORD, {}, _validate_vf_types)
             )
+            made = self.state.load(MADE_RECORD, None, _validate_made)
+            self.made_known = made is not None
+            self.made = set(made or ())
+            self._made_on_disk = set(self.made)
             if self._epoch is not None and epoch != self._epoch:
                 self.stale = True
             self._epoch = epoch
@@ -67,12 +80,18 @@ class ClaimsRecord:
         claims: Claims | None = None,
         vf_types: dict[str, int] | None = None,
     ) -> None:
-        """Write both records (inside :meth:`locked`): ours as they are,
+        """Write the records (inside :meth:`locked`): ours as they are,
         or ``claims`` and ``vf_types``, which become ours once written (a
-        write that fails leaves what we hold as it was on disk)."""
+        write that fails leaves what we hold as it was on disk). The
+        devices made are written first: a device is never claimed as
+        ours on disk before it is recorded as made."""
         claims = self.claims if claims is None else claims
         vf_types = self.vf_types if vf_types is None else vf_types
         if self.state is not None:
+            if not self.made_known or self.made != self._made_on_disk:
+                self.state.save(MADE_RECORD, sorted(self.made))
+                self._made_on_disk = set(self.made)
+                self.made_known = True
             # a fresh random number, not a counter: after a record was
             # moved aside, a reader must never see its old value again
             epoch = secrets.randbits(62) + 1
@@ -92,6 +111,7 @@ class ClaimsRecord:
             for key, validate in (
                 (CLAIMS_RECORD, _validate_claims),
                 (VF_TYPES_RECORD, _validate_vf_types),
+                (MADE_RECORD, _validate_made),
             ):
                 try:
                     self.state.load(key, {}, validate)
@@ -144,3 +164,10 @@ _validate_vf_types = validate_str_map(
     lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0,
     "a vGPU type number",
 )
+
+
+def _validate_made(record: Any) -> None:
+    expect(
+        isinstance(record, list) and all(isinstance(d, str) for d in record),
+        "not a list of device ids",
+    )

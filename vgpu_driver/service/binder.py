@@ -23,7 +23,7 @@ its :class:`~vgpu_driver.service.ledger.Ledger` and its
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from oslo_log import log as logging
@@ -35,7 +35,7 @@ from vgpu_driver.exception import (
     VgpuDriverError,
 )
 from vgpu_driver.host.base import Host
-from vgpu_driver.model import binding, naming
+from vgpu_driver.model import naming
 from vgpu_driver.model.binding import BoundDevice, Target
 from vgpu_driver.model.claims import (
     SPAWN,
@@ -48,7 +48,7 @@ from vgpu_driver.model.claims import (
 )
 from vgpu_driver.model.device import Guest, HostInventory
 from vgpu_driver.records.store import StateStore
-from vgpu_driver.service import recovery, release, repairs
+from vgpu_driver.service import guests, recovery, release, repairs
 from vgpu_driver.service.failing import FailedParents
 from vgpu_driver.service.ledger import Ledger
 
@@ -62,7 +62,9 @@ class DeviceBinder:
         state: StateStore | None,
         *,
         remove_unused: bool = False,
+        enabled: Callable[[], Collection[str]] = frozenset,
     ) -> None:
+        """``enabled``: the enabled types' ids (see :class:`Ledger`)."""
         self.host = host
         # parents whose device fails: their providers are reserved
         self.unschedulable = FailedParents()
@@ -71,6 +73,7 @@ class DeviceBinder:
             state,
             remove_unused=remove_unused,
             failed=self.unschedulable,
+            enabled=enabled,
         )
 
     # -- the records and the view --------------------------------------
@@ -94,6 +97,13 @@ class DeviceBinder:
         """The VF types recorded, as on disk now (the host is not read)."""
         with self.ledger.locked(view=False):
             return dict(self.ledger.vf_types)
+
+    def owned(self) -> frozenset[str] | None:
+        """The devices this library made, as on disk now (None before
+        its first start on the host took stock)."""
+        with self.ledger.locked(view=False):
+            record = self.ledger.record
+            return frozenset(record.made) if record.made_known else None
 
     def claimed_devices(self) -> list[tuple[str, str, str]]:
         """(device id, parent, type id) of every claim, as on disk now."""
@@ -148,7 +158,7 @@ class DeviceBinder:
         domain now has end (the domain itself keeps them from now on).
         Returns the device ids whose claims ended."""
         with self.ledger.locked(fresh_view=True):
-            ended = self.ledger.note_guest(guest)
+            ended = guests.note(self.ledger, guest)
             if ended:
                 self.ledger.save()
         return ended
@@ -158,34 +168,19 @@ class DeviceBinder:
         except those still claimed for it (e.g. held across a hard
         reboot). Returns the device ids freed."""
         with self.ledger.locked():
-            freed = self.ledger.let_go(instance, keep=set())
+            freed = guests.let_go(self.ledger, instance, keep=set())
         self.host.forget_guest(instance)
         return freed
+
+    def made(self, device_id: str) -> None:
+        """A device this library made outside a bind (a free mdev made
+        ahead of need): it is ours to hand out and remove."""
+        repairs.record_made(self.ledger, device_id)
 
     def hold(self, instance: str) -> list[str]:
         return repairs.hold(self.ledger, instance)
 
     # -- binding -------------------------------------------------------
-
-    def wanted(
-        self, allocations: Mapping[str, Any], classes: Iterable[str]
-    ) -> list[tuple[str, str, int]]:
-        """(device, type, units) for the allocations this library
-        manages; other resource classes are ignored."""
-        return binding.wanted_from_allocations(
-            allocations, classes, self.ledger.targets
-        )
-
-    def spread(
-        self, resource_class: str, units: int, candidates: Mapping[str, str]
-    ) -> list[tuple[str, str, int]]:
-        """(device, type, 1) for ``units`` not tied to a device:
-        ``candidates`` maps parent -> its configured type. Parents with a
-        free mdev first, then the one with the most room."""
-        with self.ledger.locked():
-            view = self.ledger.view
-            room = view.room(candidates, view.busy(self.ledger.claims))
-        return binding.spread(resource_class, units, candidates, room)
 
     def bind(
         self,
@@ -214,6 +209,8 @@ class DeviceBinder:
                 return mine  # the same bind again: idempotent
             chosen = ledger.choose(wanted)
             for device in chosen:
+                if device.created:  # recorded as ours before it exists
+                    ledger.record.made.add(device.id)
                 ledger.claims[device.id] = claim_of(device, instance, purpose)
                 if device.kind == "vf":  # restored after a reboot
                     number = naming.sriov_type_number(device.type_id)
@@ -280,7 +277,11 @@ class DeviceBinder:
             except VgpuDriverError as cleanup:
                 LOG.error("Could not undo %s: %s", device.id, cleanup)
         with ledger.locked():
+            for device in chosen:
+                if device.created and device not in done:
+                    ledger.record.made.discard(device.id)  # never made
             for device in done:
+                ledger.record.made.discard(device.id)  # unmade again
                 if device.kind == "vf":
                     ledger.vf_types.pop(device.id, None)
             for device in chosen:

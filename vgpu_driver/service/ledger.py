@@ -22,7 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import (
+    Callable,
+    Collection,
+    Iterable,
+    Iterator,
+    Mapping,
+)
 
 from oslo_log import log as logging
 
@@ -32,17 +38,20 @@ from vgpu_driver.model import binding
 from vgpu_driver.model.binding import BoundDevice, Target
 from vgpu_driver.model.claims import (
     RELEASE,
-    SPAWN,
     Claims,
     claim_of,
-    device_of,
     ended_by_guests,
-    in_flight_of,
 )
 from vgpu_driver.model.device import Guest, HostInventory, Mdev
-from vgpu_driver.model.device_view import DeviceView, vf_types_in_use
+from vgpu_driver.model.device_view import (
+    DeviceView,
+    adopted,
+    foreign_devices,
+    vf_types_in_use,
+)
 from vgpu_driver.records.claims import ClaimsRecord
 from vgpu_driver.records.store import StateStore, StateStoreError
+from vgpu_driver.service import guests
 from vgpu_driver.service.failing import FailedParents
 
 LOG = logging.getLogger(__name__)
@@ -56,9 +65,13 @@ class Ledger:
         *,
         remove_unused: bool,
         failed: FailedParents,
+        enabled: Callable[[], Collection[str]] = frozenset,
     ) -> None:
+        """``enabled``: the enabled types' ids, for the devices adopted at
+        the library's first start on the host."""
         self.host = host
         self.failed = failed
+        self.enabled = enabled
         self.record = ClaimsRecord(state)
         self.view = DeviceView.empty()
         self.remove_unused = remove_unused
@@ -100,7 +113,7 @@ class Ledger:
                     elif view and not self._has_view:
                         self.rebuild_view("the first operation needs it")
                     elif view and self.host.guests_changed():
-                        self.apply_guest_changes()
+                        guests.apply_changes(self)
                     yield
             finally:
                 self._depth -= 1
@@ -152,7 +165,21 @@ class Ledger:
     def take_view(self, inventory: HostInventory) -> None:
         self._has_view = True
         self.record.stale = False
-        self.view = DeviceView.of(inventory)
+        adopting = not self.record.made_known
+        if adopting:
+            self.record.made = adopted(
+                inventory, self.enabled(), self.vf_types
+            )
+            foreign = foreign_devices(inventory, self.record.made)
+            LOG.info(
+                "First start on this host: %d existing device(s) of the "
+                "enabled types are taken as this library's; %d made by "
+                "another manager are left alone%s",
+                len(self.record.made),
+                len(foreign),
+                f" ({', '.join(sorted(foreign))})" if foreign else "",
+            )
+        self.view = DeviceView.of(inventory, self.record.made)
         # a spawn claim ends when the guest's domain has the device
         ended = ended_by_guests(self.claims, self.view.used)
         for device_id in ended:
@@ -160,7 +187,7 @@ class Ledger:
         # every VF a guest uses keeps its type across reboots
         in_use = vf_types_in_use(inventory, self.view.used, self.vf_types)
         self.vf_types.update(in_use)
-        if ended or in_use:
+        if ended or in_use or adopting:
             # ending claims the domains now hold and recording VF types in
             # use can wait for a later reading: never stop one for it
             try:
@@ -201,90 +228,12 @@ class Ledger:
         with self.lock:
             self.view.mdevs[mdev.uuid] = mdev
 
-    # -- guests --------------------------------------------------------
-
-    def note_guest(self, guest: Guest) -> list[str]:
-        """The guest as defined now: its devices are in use, what it no
-        longer has is handed back, its spawn claims on what it has end
-        (returned; inside :meth:`locked`, the caller saves)."""
-        has = {*guest.mdevs, *guest.pci_devices}
-        self.let_go(guest.uuid, keep=has)
-        for device_id in has:
-            self.view.used[device_id] = guest.uuid
-            self.view.take_off_free_list(device_id)
-        ended = [
-            device_id
-            for device_id, claim in self.claims.items()
-            if claim["purpose"] == SPAWN
-            and claim["instance"] == guest.uuid
-            and self.view.used.get(device_id) == guest.uuid
-        ]
-        for device_id in ended:
-            del self.claims[device_id]
-        # its guest has its devices: what was held for it in flight, and
-        # it does not have, goes back
-        for device_id in in_flight_of(self.claims, guest.uuid):
-            self.view.returned(device_of(self.claims.pop(device_id)), False)
-            ended.append(device_id)
-        return ended
-
-    def apply_guest_changes(self) -> None:
-        """Guests someone else defined or undefined (domain events): only
-        those domains are read, and the view follows (inside
-        :meth:`locked`)."""
-        ended = []
-        for uuid, guest in self.host.take_guest_changes():
-            if guest is None:
-                self.let_go(uuid, keep=set())
-            else:
-                ended += self.note_guest(guest)
-        if ended:
-            self.save()
-
-    def let_go(self, instance: str, keep: set[str]) -> list[str]:
-        """Hand back what the instance's guest had and no longer has
-        (inside :meth:`locked`): a device whose host state must change
-        gets a release claim, saved now; the host is changed once the
-        lock is left. Returns the device ids freed."""
-        freed: list[BoundDevice] = []
-        for device_id, guest in list(self.view.used.items()):
-            if guest != instance or device_id in keep:
-                continue
-            del self.view.used[device_id]
-            if device_id in self.claims:
-                continue
-            device = self.view.device(device_id, None)
-            if device is None:
-                continue
-            if device.kind == "mdev" and device.id not in self.view.mdevs:
-                continue  # gone already
-            freed.append(device)
-        if not freed:
-            return []
-        claims, vf_types = dict(self.claims), dict(self.vf_types)
-        changing = [d for d in freed if self.changes_host(d)]
-        for device in freed:
-            if device.kind == "vf":
-                vf_types.pop(device.id, None)
-        for device in changing:
-            claims[device.id] = claim_of(device, instance, RELEASE)
-        try:
-            self.save(claims, vf_types)
-        except StateStoreError as exc:
-            # nothing recorded, nothing changed on the host: the devices
-            # are free in the view as they are (a typed VF, an mdev)
-            LOG.warning(
-                "Could not record the devices %s let go: %s", instance, exc
-            )
-            changing = []
-        for device in freed:
-            if device in changing:
-                self._handing_back.append((instance, device))
-            else:
-                self.view.released(device, done=True)
-        return [d.id for d in freed]
-
     # -- handing devices back to the host ------------------------------
+
+    def hand_back_later(self, instance: str, device: BoundDevice) -> None:
+        """``device`` is under a release claim of ``instance`` (saved):
+        the host is changed once the outermost :meth:`locked` is left."""
+        self._handing_back.append((instance, device))
 
     def changes_host(self, device: BoundDevice) -> bool:
         return self.view.changes_host(device, self.remove_unused)
@@ -305,11 +254,20 @@ class Ledger:
                 self.failed.mark(device.parent)
                 done = False
             with self.locked(view=False):
-                if self.claims.get(device.id) == claim_of(
-                    device, instance, RELEASE
-                ):
-                    claims = dict(self.claims)
+                # cleared or removed: nothing of ours any more (a VF typed
+                # again by a bind is ours again)
+                unmade = done and (
+                    device.kind == "vf" or device.id not in self.view.mdevs
+                )
+                changed = unmade and device.id in self.record.made
+                if unmade:
+                    self.record.made.discard(device.id)
+                claims = dict(self.claims)
+                mine = claim_of(device, instance, RELEASE)
+                if claims.get(device.id) == mine:
                     del claims[device.id]
+                    changed = True
+                if changed:
                     self.save(claims)
                 self.view.released(device, done)
 

@@ -13,10 +13,11 @@ from vgpu_driver.exception import (
     DeviceCapacityExhausted,
     MigrationTypeMismatch,
 )
-from vgpu_driver.model import usage
+from vgpu_driver.model import binding, usage
 from vgpu_driver.model.binding import BoundDevice
 from vgpu_driver.model.claims import MIGRATION
 from vgpu_driver.model.device import HostInventory
+from vgpu_driver.service.binder import DeviceBinder
 from vgpu_driver.service.refresh import Refresher
 
 Wanted = list[tuple[str, str, int]]  # (device, type id, units)
@@ -34,7 +35,9 @@ def wanted(
     classes = refresher.settings.managed_classes()
     roots = refresher.roots
     ours = {rp: a for rp, a in allocations.items() if rp not in roots}
-    found = binder.wanted(ours, classes)
+    found = binding.wanted_from_allocations(
+        ours, classes, binder.ledger.targets
+    )
     on_root: Counter[str] = Counter()
     for rp_uuid in set(allocations) & roots:
         resources = allocations[rp_uuid].get("resources", {})
@@ -51,8 +54,24 @@ def wanted(
                 if (cfg := config.get(type_id)) is not None
                 and cfg.resource_class == rc
             }
-            found.extend(binder.spread(rc, amount, candidates))
+            found.extend(_spread(binder, rc, amount, candidates))
     return found, bool(on_root)
+
+
+def _spread(
+    binder: DeviceBinder,
+    resource_class: str,
+    units: int,
+    candidates: Mapping[str, str],
+) -> Wanted:
+    """(parent, type, 1) for ``units`` not tied to a device
+    (``candidates``: parent -> its configured type): parents with a free
+    mdev first, then the one with the most room."""
+    ledger = binder.ledger
+    with ledger.locked():
+        view = ledger.view
+        room = view.room(candidates, view.busy(ledger.claims))
+    return binding.spread(resource_class, units, candidates, room)
 
 
 def recover_guest(refresher: Refresher, instance: str) -> list[BoundDevice]:
@@ -130,6 +149,7 @@ def create_free_mdev(
         mdev = refresher.host.create_mdev(
             found, type_id, uuid or str(uuidlib.uuid4())
         )
+        refresher.binder.made(mdev.uuid)
         refresher.discover()
         return mdev.uuid
     return None

@@ -25,6 +25,7 @@ from vgpu_driver.model.binding import Target
 from vgpu_driver.model.check import host_problems
 from vgpu_driver.model.config import CONFIG_TRAIT_PREFIX
 from vgpu_driver.model.device import HostInventory
+from vgpu_driver.model.device_view import foreign_free
 from vgpu_driver.model.inventory import ProviderPlan, plan_providers
 from vgpu_driver.model.usage import Allocations
 from vgpu_driver.records.merged import keep
@@ -150,17 +151,23 @@ class Refresher:
             mine = reshape.device_providers(
                 under, root.uuid, nodename, classes
             )
-            if not inventory.guests_known and usage.guests_matter(
-                config,
-                self.seen.snapshot(),
-                mine,
-                nodename,
-                inventory,
-                allocations,
+            owned = self.binder.owned()
+            foreign = self._foreign(inventory, owned, claims)
+            if not inventory.guests_known and (
+                foreign
+                or usage.guests_matter(
+                    config,
+                    self.seen.snapshot(),
+                    mine,
+                    nodename,
+                    inventory,
+                    allocations,
+                )
             ):
                 inventory = self.discover()
                 # the guests read may have ended spawn claims
                 claims = tuple(self.binder.claimed_devices())
+                foreign = self._foreign(inventory, owned, claims)
             self._check_writers(mine, nodename, traits.config)
             self.roots.add(root.uuid)
             old = reshape.old_layout(under, root, nodename, inventory, classes)
@@ -205,6 +212,7 @@ class Refresher:
                 existing={n: list(d.inventory) for n, d in mine.items()},
                 unschedulable=failing,
                 owner_trait=traits.owner,
+                foreign=foreign,
             )
             saved = self.traits.saved()
             placed = [
@@ -260,6 +268,18 @@ class Refresher:
                 failing,
             )
             return plans
+
+    @staticmethod
+    def _foreign(
+        inventory: HostInventory,
+        owned: frozenset[str] | None,
+        claims: Claimed,
+    ) -> dict[str, dict[str, int]]:
+        """Free devices another manager made, per device and type (none
+        known before the library's first start took stock)."""
+        if owned is None:
+            return {}
+        return foreign_free(inventory, owned, {d for d, _, _ in claims})
 
     def _check_writers(
         self, mine: dict[str, Any], nodename: str, ours: str

@@ -61,8 +61,8 @@ def remove_free_mdevs(ledger: Ledger, uuids: Iterable[str]) -> list[str]:
         view = ledger.view
         for uuid in uuids:
             mdev = view.mdevs.get(uuid)
-            if mdev is None or uuid in view.used or uuid in ledger.claims:
-                continue
+            if mdev is None or uuid in view.busy(ledger.claims):
+                continue  # in use, claimed, or another manager's
             try:
                 ledger.host.remove_mdev(mdev)
             except VgpuDriverError as exc:
@@ -196,6 +196,24 @@ def hold_in_flight(
             ", ".join(sorted(devices)),
         )
     return held
+
+
+def record_made(ledger: Ledger, device_id: str) -> None:
+    """A device this library made outside a bind: recorded as ours (if
+    that cannot be written, it stays another manager's: left alone)."""
+    with ledger.locked(view=False):
+        ledger.record.made.add(device_id)
+        try:
+            ledger.save()
+        except StateStoreError as exc:
+            LOG.warning(
+                "%s is made but cannot be recorded as this library's (%s): "
+                "it is left alone, as another manager's",
+                device_id,
+                exc,
+            )
+            return
+        ledger.view.foreign.discard(device_id)
 
 
 def end_migration(ledger: Ledger, instance: str) -> None:

@@ -1,0 +1,123 @@
+"""Never touch what is not ours: mdevs and VF types another manager made
+(an operator's mdevctl, Cyborg, another VF manager) are never handed out,
+removed or retyped, and count as used capacity; the library records what
+it made, and at its first start on a host takes the devices of the
+enabled types as its own (#20)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from tests.helpers import M10_FREE_ON_86, Node
+from vgpu_driver.model.device import Guest
+
+P85 = "pci_0000_85_00_0"  # m10: nvidia-35, no mdev
+PF = "pci_0000_41_00_0"  # l40-sriov
+SWITCHED = """
+[devices]
+enabled_mdev_types = nvidia-35,nvidia-36
+[mdev_nvidia-35]
+device_addresses = 0000:84:00.0
+[mdev_nvidia-36]
+device_addresses = 0000:86:00.0,0000:85:00.0
+"""
+
+
+def _foreign_mdev(n, parent=P85, type_id="nvidia-35"):
+    """An mdev made behind the library's back (mdevctl, Cyborg)."""
+    inventory = n.host.discover()
+    mdev = n.host.create_mdev(
+        inventory.parent(parent), type_id, str(uuid.uuid4())
+    )
+    return mdev
+
+
+def test_the_first_start_adopts_the_devices_of_the_enabled_types(
+    make_conf, tmp_path
+):
+    state = tmp_path / "state"
+    n = Node(make_conf, state)
+    made = set(json.loads((state / "made.json").read_text()))
+    assert made == {m.uuid for m in n.host.discover().mdevs}  # all enabled
+    assert M10_FREE_ON_86 in n.driver.free_mdevs()
+
+
+def test_an_mdev_made_by_another_manager_is_never_handed_out(
+    make_conf, tmp_path
+):
+    n = Node(make_conf, tmp_path / "state")
+    theirs = _foreign_mdev(n)
+    plan = n.update()[P85]
+    assert plan.reserved == 1  # counted as used: Placement offers 3 of 4
+    assert theirs.uuid not in n.driver.free_mdevs()
+    devices = [
+        d
+        for i in range(3)
+        for d in n.driver.allocate_mdevs(f"i{i}", n.alloc((P85, 1)))
+    ]
+    assert theirs.uuid not in {d.id for d in devices}
+    assert all(d.created for d in devices)
+
+
+def test_an_mdev_of_another_manager_is_never_removed(make_conf, tmp_path):
+    """Not by a type switch, not by remove_unused when a guest of ours
+    that used it goes, not by audit --fix."""
+    state = tmp_path / "state"
+    n = Node(make_conf, state, extra="[devices]\nremove_unused_mdevs = true\n")
+    theirs = _foreign_mdev(n)
+    n.update()
+    # a guest of ours had it (an operator attached it) and is deleted
+    n.host.note_guest(Guest("g1", "instance-1", (theirs.uuid,)))
+    n.driver.guest_defined("g1")
+    n.host.forget_guest("g1")
+    n.driver.guest_undefined("g1")
+    n.driver.release_mdevs("g1")
+    assert theirs.uuid in {m.uuid for m in n.host.discover().mdevs}
+    # 85 switched to nvidia-36: the old type's free mdevs go, not theirs
+    switched = Node(
+        make_conf,
+        state,
+        config=SWITCHED,
+        host=n.host,
+    )
+    switched.update()
+    assert theirs.uuid in {m.uuid for m in n.host.discover().mdevs}
+    assert n.driver.binder.remove_free_mdevs([theirs.uuid]) == []
+
+
+def test_ours_are_still_removed_when_unused(make_conf, tmp_path):
+    n = Node(
+        make_conf,
+        tmp_path / "state",
+        extra="[devices]\nremove_unused_mdevs = true\n",
+    )
+    [mine] = n.driver.allocate_mdevs("i1", n.alloc((P85, 1)))
+    assert mine.created
+    n.driver.release_mdevs("i1")
+    assert mine.id not in {m.uuid for m in n.host.discover().mdevs}
+
+
+def test_a_vf_another_manager_typed_is_never_used_nor_cleared(
+    make_conf, tmp_path
+):
+    n = Node(make_conf, tmp_path / "state", "l40-sriov")
+    pf = n.host.discover().pf(PF)
+    free = [vf for vf in pf.vfs if not vf.current_type]
+    theirs = free[0].address
+    n.host.set_vf_type(theirs, 1157)  # an operator, by hand
+    n.update()
+    got = {
+        d.id
+        for i in range(3)
+        for d in n.driver.allocate_mdevs(f"i{i}", n.alloc((PF, 1)))
+    }
+    assert theirs not in got
+    # a guest of ours had it and goes: its type stays
+    n.host.note_guest(Guest("g1", "instance-1", (), (theirs,)))
+    n.driver.guest_defined("g1")
+    n.host.forget_guest("g1")
+    n.driver.guest_undefined("g1")
+    n.driver.release_mdevs("g1")
+    vfs = {vf.address: vf for vf in n.host.discover().pf(PF).vfs}
+    assert vfs[theirs].current_type == 1157
