@@ -121,3 +121,28 @@ def test_a_vf_another_manager_typed_is_never_used_nor_cleared(
     n.driver.release_mdevs("g1")
     vfs = {vf.address: vf for vf in n.host.discover().pf(PF).vfs}
     assert vfs[theirs].current_type == 1157
+
+
+def test_discover_and_audit_show_another_manager_s_devices(tmp_path, capsys):
+    """m10 with nvidia-35 alone enabled: at the first start its free
+    nvidia-36 mdev is another manager's; discover says who made each
+    mdev, audit lists it as left alone (no fixable finding)."""
+    from vgpu_driver.cmd import main as cli
+
+    conf = tmp_path / "nova.conf"
+    conf.write_text(
+        "[devices]\nenabled_mdev_types = nvidia-35\n"
+        f"state_path = {tmp_path / 'state'}\n"
+    )
+    args = ["--config-file", str(conf), "--host-description", "m10"]
+    assert cli.main([*args, "audit", "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert M10_FREE_ON_86 in report["foreign"]
+    assert M10_FREE_ON_86 not in {f["subject"] for f in report["findings"]}
+    assert cli.main([*args, "discover", "--format", "json"]) == 0
+    made_by = {
+        m["uuid"]: m["made_by"]
+        for m in json.loads(capsys.readouterr().out)["mdevs"]
+    }
+    assert made_by[M10_FREE_ON_86] == "another manager"
+    assert "vgpu-driver" in made_by.values()

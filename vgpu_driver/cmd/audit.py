@@ -21,6 +21,7 @@ from vgpu_driver.cmd.context import Context
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.model.audit import Finding, audit
 from vgpu_driver.model.device import HostInventory
+from vgpu_driver.model.device_view import foreign_devices
 from vgpu_driver.placement.allocations import device_allocations
 
 
@@ -82,6 +83,10 @@ def run(context: Context) -> int:
         )
     except exception.VgpuDriverError as exc:
         note = f"Placement not checked: {exc}"
+    owned = driver.binder.owned()
+    foreign = (
+        sorted(foreign_devices(inventory, owned)) if owned is not None else []
+    )
     findings = audit(
         inventory,
         claims=claims,
@@ -90,6 +95,7 @@ def run(context: Context) -> int:
         device_of=device_of,
         parent_of=_parent_of(driver, inventory),
         allocations=allocations,
+        ours=owned,
     )
     fixed = (
         fix(driver, inventory, findings, claims) if conf.command.fix else []
@@ -106,6 +112,7 @@ def run(context: Context) -> int:
             "note": note,
             "findings": [f.as_dict() for f in findings],
             "fixed": fixed,
+            "foreign": foreign,
         }
         output.dump_json(report)
     else:
@@ -124,4 +131,9 @@ def run(context: Context) -> int:
             print("No mismatch: none")
         for line in fixed:
             print(f"Fixed: {line}")
+        if foreign:
+            print(
+                "Made by another manager (left alone, counted as used): "
+                + ", ".join(foreign)
+            )
     return 1 if remaining else 0

@@ -6,11 +6,14 @@ import dataclasses
 from collections import Counter
 from typing import Any
 
+from vgpu_driver import exception
 from vgpu_driver.cmd import output
 from vgpu_driver.cmd.context import Context
 from vgpu_driver.conf import loader
 from vgpu_driver.model import check, naming, trait
 from vgpu_driver.model.device import HostInventory, MdevType
+from vgpu_driver.records.claims import MADE_RECORD
+from vgpu_driver.records.store import StateStore
 
 
 def _details(mdev_type: MdevType) -> dict[str, Any]:
@@ -37,7 +40,26 @@ def _details_text(entry: dict[str, Any]) -> str:
     return ", ".join(parts) or "-"
 
 
-def report(inventory: HostInventory) -> dict[str, Any]:
+def _made(conf: Any) -> frozenset[str] | None:
+    """The devices the library made on this host, as its records say
+    (None: no record yet, or it cannot be read)."""
+    try:
+        made = StateStore(conf.devices.state_path).load(MADE_RECORD, None)
+    except exception.VgpuDriverError:
+        return None
+    return frozenset(made) if isinstance(made, list) else None
+
+
+def _made_by(device_id: str, made: frozenset[str] | None) -> str | None:
+    if made is None:
+        return None
+    return "vgpu-driver" if device_id in made else "another manager"
+
+
+def report(
+    inventory: HostInventory, made: frozenset[str] | None = None
+) -> dict[str, Any]:
+    """``made``: the devices the library made (None: unknown)."""
     users = inventory.mdev_users()
     pci_users = inventory.pci_users()
     names = {g.uuid: g.name for g in inventory.guests}
@@ -60,12 +82,18 @@ def report(inventory: HostInventory) -> dict[str, Any]:
         entry["guest"] = (
             {"uuid": guest, "name": names.get(guest)} if guest else None
         )
+        entry["made_by"] = _made_by(mdev.uuid, made)
         mdevs.append(entry)
     sriov = []
     for pf in inventory.pfs:
         entry = dataclasses.asdict(pf)
         for vf_entry in entry["vfs"]:
             vf_entry["guest"] = pci_users.get(vf_entry["address"])
+            vf_entry["made_by"] = (
+                _made_by(vf_entry["address"], made)
+                if vf_entry["current_type"]
+                else None
+            )
         sriov.append(entry)
     return {
         "parents": parents,
@@ -80,7 +108,7 @@ def run(context: Context) -> int:
     config = loader.load_device_config(conf)
     inventory = context.host.discover()
     problems = [str(p) for p in check.host_problems(config, inventory)]
-    data = report(inventory)
+    data = report(inventory, _made(conf))
     if conf.command.format == "json":
         output.dump_json({**data, "problems": problems})
         return 0
@@ -159,7 +187,7 @@ def run(context: Context) -> int:
         return 0
     spelled = {p["name"]: p["config_name"] for p in data["parents"]}
     output.table(
-        ["UUID", "Type", "Parent", "State", "Guest"],
+        ["UUID", "Type", "Parent", "State", "Guest", "Made by"],
         [
             [
                 m["uuid"],
@@ -167,6 +195,7 @@ def run(context: Context) -> int:
                 spelled.get(m["parent"], m["parent"]),
                 "active" if m["active"] else "defined",
                 m["guest"]["name"] if m["guest"] else None,
+                m["made_by"] or "unknown",
             ]
             for m in data["mdevs"]
         ],

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from vgpu_driver.model.device import HostInventory
@@ -49,13 +49,15 @@ def audit(
     device_of: Mapping[str, str],
     parent_of: Mapping[str, str],
     allocations: Mapping[str, Mapping[str, int]] | None,
+    ours: Collection[str] | None = None,
 ) -> list[Finding]:
     """``configured``: parent -> the type it serves. ``device_of``:
     provider uuid -> device (parent or PF) name. ``parent_of``: device id
     (mdev uuid, VF address) -> the parent or PF it is on.
     ``allocations``: consumer -> provider uuid -> units of device
     classes, or None when Placement could not be read (those checks are
-    then skipped)."""
+    then skipped). ``ours``: the devices the library made (None: all);
+    another manager's free mdevs are no finding: they are left alone."""
     findings: list[Finding] = []
     guests = {g.uuid: g for g in inventory.guests}
     claimed_for = {c["instance"] for c in claims.values()}
@@ -114,6 +116,8 @@ def audit(
     for mdev in inventory.mdevs:
         if mdev.uuid in used or mdev.uuid in claims:
             continue
+        if ours is not None and mdev.uuid not in ours:
+            continue  # another manager's
         serves = configured.get(mdev.parent)
         if serves != mdev.type_id:
             findings.append(
