@@ -434,3 +434,37 @@ def test_nova_s_own_pci_passthrough_devices_are_never_reported_as_mdevs(nova):
     assert adapter.assigned(instance) == {FREE_ON_86: instance}
     assert nic not in adapter.assigned()
     assert adapter.vfs_of(instance) == []
+
+
+def test_a_failing_destination_check_rolls_the_claims_back(nova, monkeypatch):
+    """The library claims the destination's mdevs, then Nova's own
+    destination checks refuse the migration: the claims go again."""
+    from nova.objects import migrate_data as nova_migrate_data
+    from nova.virt import fake
+    from nova.virt.libvirt import driver as nova_driver
+
+    from vgpu_driver.nova import driver as vgpu_nova
+
+    adapter, tree, _root = nova
+    adapter.update_provider_tree(tree, NODE)
+    driver = vgpu_nova.LibvirtDriver(fake.FakeVirtAPI(), False)
+    driver._vgpu_adapter = adapter
+
+    def refuse(*_args, **_kwargs):
+        raise nova_exception.MigrationPreCheckError(reason="a NUMA check")
+
+    monkeypatch.setattr(
+        nova_driver.LibvirtDriver, "check_source_migrate_data_at_dest", refuse
+    )
+    source = {str(uuid.uuid4()): "nvidia-36"}
+    data = nova_migrate_data.LibvirtLiveMigrateData(
+        source_mdev_types=dict(source)
+    )
+    instance = type("Instance", (), {"uuid": str(uuid.uuid4())})()
+    rp = tree.data(f"{NODE}_pci_0000_86_00_0").uuid
+    with pytest.raises(nova_exception.MigrationPreCheckError):
+        driver.check_source_migrate_data_at_dest(
+            None, instance, data, None, None, {rp: {"resources": {"VGPU": 1}}}
+        )
+    assert adapter.driver.binder.claims() == {}
+    assert dict(data.source_mdev_types) == source
