@@ -83,7 +83,6 @@ class VgpuDriver:
             host,
             self.state,
             remove_unused=conf.devices.remove_unused_mdevs,
-            enabled=self.settings,
         )
         # parents whose device fails: their providers are reserved
         self.unschedulable = self.binder.unschedulable

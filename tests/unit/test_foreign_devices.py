@@ -33,14 +33,15 @@ def _foreign_mdev(n, parent=P85, type_id="nvidia-35"):
     return mdev
 
 
-def test_the_first_start_adopts_the_devices_of_the_enabled_types(
-    make_conf, tmp_path
-):
+def test_the_first_start_adopts_the_devices_already_there(make_conf, tmp_path):
+    """Even of a type enabled only later: Nova reuses an mdev an operator
+    or its own vGPU code made before (Nova's reshape test relies on it)."""
     state = tmp_path / "state"
-    n = Node(make_conf, state)
+    n = Node(make_conf, state, config="[devices]\nenabled_mdev_types =\n")
     made = set(json.loads((state / "made.json").read_text()))
-    assert made == {m.uuid for m in n.host.discover().mdevs}  # all enabled
-    assert M10_FREE_ON_86 in n.driver.free_mdevs()
+    assert made == {m.uuid for m in n.host.discover().mdevs}
+    enabled = Node(make_conf, state, host=n.host)
+    assert M10_FREE_ON_86 in enabled.driver.free_mdevs()
 
 
 def test_an_mdev_made_by_another_manager_is_never_handed_out(
@@ -124,19 +125,27 @@ def test_a_vf_another_manager_typed_is_never_used_nor_cleared(
 
 
 def test_discover_and_audit_show_another_manager_s_devices(tmp_path, capsys):
-    """m10 with nvidia-35 alone enabled: at the first start its free
-    nvidia-36 mdev is another manager's; discover says who made each
-    mdev, audit lists it as left alone (no fixable finding)."""
+    """The records say the m10's free nvidia-36 mdev is not the
+    library's (another manager made it after the first start): discover
+    says who made each mdev, audit lists it as left alone (no fixable
+    finding)."""
     from vgpu_driver.cmd import main as cli
 
+    state = tmp_path / "state"
     conf = tmp_path / "nova.conf"
     conf.write_text(
-        "[devices]\nenabled_mdev_types = nvidia-35\n"
-        f"state_path = {tmp_path / 'state'}\n"
+        f"[devices]\nenabled_mdev_types = nvidia-35\nstate_path = {state}\n"
     )
     args = ["--config-file", str(conf), "--host-description", "m10"]
+    # the first start takes stock (its free nvidia-36 mdev, of a type 86
+    # no longer serves, is a fixable finding then)
+    assert cli.main([*args, "audit"]) == 1
+    made = set(json.loads((state / "made.json").read_text()))
+    made.discard(M10_FREE_ON_86)
+    (state / "made.json").write_text(json.dumps(sorted(made)))
+    capsys.readouterr()
     assert cli.main([*args, "audit", "--format", "json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    report = json.loads(capsys.readouterr().out)  # another's: no finding
     assert M10_FREE_ON_86 in report["foreign"]
     assert M10_FREE_ON_86 not in {f["subject"] for f in report["findings"]}
     assert cli.main([*args, "discover", "--format", "json"]) == 0

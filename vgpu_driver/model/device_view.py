@@ -261,19 +261,15 @@ def foreign_devices(
     return found
 
 
-def adopted(
-    inventory: HostInventory, enabled: Collection[str], recorded: Iterable[str]
-) -> set[str]:
+def adopted(inventory: HostInventory, recorded: Iterable[str]) -> set[str]:
     """At the library's first start on a host: the devices taken as its
-    own: mdevs and typed VFs of the enabled types (made for this
-    service's guests, e.g. by Nova's own vGPU code before) and the VFs
-    whose type it recorded; any other device stays another manager's."""
-    found = {m.uuid for m in inventory.mdevs if m.type_id in enabled}
+    own, every mdev and typed VF already there (made for this service's
+    guests, by Nova's own vGPU code or an operator preparing the host, as
+    Nova reuses them) and the VFs whose type it recorded. Whatever
+    another manager makes from then on stays that manager's."""
+    found = {m.uuid for m in inventory.mdevs}
     found.update(
-        vf.address
-        for pf in inventory.pfs
-        for vf in pf.vfs
-        if vf.current_type and naming.sriov_type_id(vf.current_type) in enabled
+        vf.address for pf in inventory.pfs for vf in pf.vfs if vf.current_type
     )
     found.update(recorded)
     return found

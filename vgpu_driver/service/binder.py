@@ -23,7 +23,7 @@ its :class:`~vgpu_driver.service.ledger.Ledger` and its
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from oslo_log import log as logging
@@ -62,9 +62,7 @@ class DeviceBinder:
         state: StateStore | None,
         *,
         remove_unused: bool = False,
-        enabled: Callable[[], Collection[str]] = frozenset,
     ) -> None:
-        """``enabled``: the enabled types' ids (see :class:`Ledger`)."""
         self.host = host
         # parents whose device fails: their providers are reserved
         self.unschedulable = FailedParents()
@@ -73,7 +71,6 @@ class DeviceBinder:
             state,
             remove_unused=remove_unused,
             failed=self.unschedulable,
-            enabled=enabled,
         )
 
     # -- the records and the view --------------------------------------

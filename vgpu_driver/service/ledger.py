@@ -22,13 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import (
-    Callable,
-    Collection,
-    Iterable,
-    Iterator,
-    Mapping,
-)
+from collections.abc import Iterable, Iterator, Mapping
 
 from oslo_log import log as logging
 
@@ -46,7 +40,6 @@ from vgpu_driver.model.device import Guest, HostInventory, Mdev
 from vgpu_driver.model.device_view import (
     DeviceView,
     adopted,
-    foreign_devices,
     vf_types_in_use,
 )
 from vgpu_driver.records.claims import ClaimsRecord
@@ -65,13 +58,9 @@ class Ledger:
         *,
         remove_unused: bool,
         failed: FailedParents,
-        enabled: Callable[[], Collection[str]] = frozenset,
     ) -> None:
-        """``enabled``: the enabled types' ids, for the devices adopted at
-        the library's first start on the host."""
         self.host = host
         self.failed = failed
-        self.enabled = enabled
         self.record = ClaimsRecord(state)
         self.view = DeviceView.empty()
         self.remove_unused = remove_unused
@@ -167,17 +156,12 @@ class Ledger:
         self.record.stale = False
         adopting = not self.record.made_known
         if adopting:
-            self.record.made = adopted(
-                inventory, self.enabled(), self.vf_types
-            )
-            foreign = foreign_devices(inventory, self.record.made)
+            self.record.made = adopted(inventory, self.vf_types)
             LOG.info(
-                "First start on this host: %d existing device(s) of the "
-                "enabled types are taken as this library's; %d made by "
-                "another manager are left alone%s",
+                "First start on this host: the %d mdev(s) and typed VF(s) "
+                "already here are taken as this library's; any another "
+                "manager makes from now on is left alone",
                 len(self.record.made),
-                len(foreign),
-                f" ({', '.join(sorted(foreign))})" if foreign else "",
             )
         self.view = DeviceView.of(inventory, self.record.made)
         # a spawn claim ends when the guest's domain has the device
