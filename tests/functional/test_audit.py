@@ -120,17 +120,7 @@ def test_restore_holds_the_devices_of_a_spawn_in_flight(
         "GET", f"/resource_providers?name={host}_pci_0000_86_00_0"
     ).body["resource_providers"]
     spawning = str(uuid.uuid4())
-    client.request(
-        "PUT",
-        f"/allocations/{spawning}",
-        body={
-            "allocations": {rp["uuid"]: {"resources": {"VGPU": 1}}},
-            "project_id": str(uuid.uuid4()),
-            "user_id": str(uuid.uuid4()),
-            "consumer_generation": None,
-        },
-        ok=(204,),
-    )
+    helpers.allocate(client, spawning, rp["uuid"])
     (tmp_path / "state" / "claims.json").write_text("\xff not json")
     code, out = _cli(capsys, conf, "restore", "--format", "json")
     report = json.loads(out)

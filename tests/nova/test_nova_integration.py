@@ -397,17 +397,7 @@ def test_lost_claims_hold_a_spawn_in_flight_read_from_placement(
             syncer.flush(tree)
             rp = tree.data(f"{NODE}_pci_0000_86_00_0").uuid
             spawning = str(uuid.uuid4())
-            client.request(
-                "PUT",
-                f"/allocations/{spawning}",
-                body={
-                    "allocations": {rp: {"resources": {"VGPU": 1}}},
-                    "project_id": str(uuid.uuid4()),
-                    "user_id": str(uuid.uuid4()),
-                    "consumer_generation": None,
-                },
-                ok=(204,),
-            )
+            helpers.allocate(client, spawning, rp)
             adapter.driver.state.path("claims").write_text("{ damaged")
             done = adapter.init_host([])
         finally:
