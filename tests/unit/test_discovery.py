@@ -10,6 +10,7 @@ import pytest
 
 from tests import helpers
 from vgpu_driver.cmd import main as cli
+from vgpu_driver.conf import loader
 from vgpu_driver.exception import DeviceOperationFailed, HostUnreachable
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model import check
@@ -382,3 +383,24 @@ def test_discover_says_none_for_empty_sections(tmp_path, capsys):
     assert cli.main(["--host-description", str(path), "discover"]) == 0
     out = capsys.readouterr().out
     assert out.count("\nnone\n") == 2
+
+
+def test_a_vf_address_in_device_addresses_names_the_gpu_to_list_instead(
+    make_conf,
+):
+    """Nova's docs have operators list the VFs of an SR-IOV vGPU card;
+    here the physical GPU is listed: the problem says which one."""
+    conf = make_conf(
+        """
+        [devices]
+        enabled_mdev_types = nvidia-1157
+        [mdev_nvidia-1157]
+        device_addresses = 0000:41:00.5
+        """
+    )
+    config = loader.load_device_config(conf)
+    inventory = helpers.simulated_host("l40-sriov").discover()
+    [problem] = check.unknown_addresses(config, inventory)
+    assert problem.value == "0000:41:00.5"
+    assert "VF of the SR-IOV GPU 0000:41:00.0" in problem.message
+    assert "(0000:41:00.0)" in problem.message

@@ -12,20 +12,29 @@ def unknown_addresses(
     """``device_addresses`` entries that are not mdev parents of this host
     (the spec's "fat-fingered PCI ID")."""
     present = inventory.addresses()
+    # a VF's address -> its physical GPU's (as Nova's docs have operators
+    # list VFs for SR-IOV vGPUs; here the physical GPU is listed)
+    pf_of = {vf.address: pf.address for pf in inventory.pfs for vf in pf.vfs}
     problems = []
     for type_cfg in config.types:
         for address in type_cfg.addresses:
-            if address not in present:
-                problems.append(
-                    Problem(
-                        type_cfg.group,
-                        "device_addresses",
-                        address,
-                        "no mdev-capable device or SR-IOV GPU with this "
-                        "address is on the host; check the address with "
-                        "'vgpu-driver discover'",
-                    )
+            if address in present:
+                continue
+            if address in pf_of:
+                reason = (
+                    f"is a VF of the SR-IOV GPU {pf_of[address]}: list the "
+                    f"GPU's own address ({pf_of[address]}), and the library "
+                    "gives its VFs the type"
                 )
+            else:
+                reason = (
+                    "no mdev-capable device or SR-IOV GPU with this "
+                    "address is on the host; check the address with "
+                    "'vgpu-driver discover'"
+                )
+            problems.append(
+                Problem(type_cfg.group, "device_addresses", address, reason)
+            )
     return problems
 
 
