@@ -404,3 +404,33 @@ def test_a_vf_address_in_device_addresses_names_the_gpu_to_list_instead(
     assert problem.value == "0000:41:00.5"
     assert "VF of the SR-IOV GPU 0000:41:00.0" in problem.message
     assert "(0000:41:00.0)" in problem.message
+
+
+def test_an_sriov_gpu_whose_vfs_are_not_enabled_says_how_to_enable_them(
+    tmp_path, make_conf
+):
+    """NVIDIA's vGPU manager is installed but ``sriov_numvfs`` is still
+    0: the GPU is discovered with no VF and its address in
+    device_addresses gets the command that enables them, not 'no device
+    with this address'."""
+    from pathlib import Path
+
+    host = helpers.libvirt_host(helpers.load("l40-sriov"), tmp_path)
+    pf = Path(host.sysfs.root) / "bus/pci/devices/0000:41:00.0"
+    (pf / "sriov_numvfs").write_text("0\n")  # as before sriov-manage -e
+    for link in pf.glob("virtfn*"):
+        link.unlink()
+    inventory = host.discover()
+    [found] = inventory.pfs
+    assert found.address == "0000:41:00.0" and found.vfs == ()
+    conf = make_conf(
+        """
+        [devices]
+        enabled_mdev_types = nvidia-1157
+        [mdev_nvidia-1157]
+        device_addresses = 0000:41:00.0
+        """
+    )
+    problems = check.host_problems(loader.load_device_config(conf), inventory)
+    [problem] = [p for p in problems if p.option == "device_addresses"]
+    assert "sriov-manage -e 0000:41:00.0" in problem.message

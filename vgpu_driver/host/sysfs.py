@@ -223,6 +223,11 @@ class SysfsTree:
             if count is None:  # a VF, a GPU without SR-IOV, or `bind`
                 self._not_pf.add(entry)
                 continue
+            if count == 0:
+                # SR-IOV not enabled yet (sriov-manage -e): reported with
+                # no VF, so the operator is told what to do
+                current_of.setdefault(entry, {})
+                continue
             for vf in self._vfs_of(devices, entry, count):
                 current = _read_int(f"{devices}/{vf}/nvidia/current_vgpu_type")
                 if current is not None:

@@ -54,6 +54,15 @@ def host_problems(
         for key in pf.keys:
             offered[key] = types
     everywhere = sorted({t for types in offered.values() for t in types})
+    disabled = {
+        k: pf.address for pf in inventory.pfs if not pf.vfs for k in pf.keys
+    }
+    for type_cfg in config.types:
+        for address in type_cfg.addresses:
+            if address in disabled:
+                problems.append(
+                    _sriov_disabled(type_cfg.group, address, disabled)
+                )
     for type_cfg in config.types:
         if type_cfg.type_id not in everywhere:
             problems.append(
@@ -69,6 +78,8 @@ def host_problems(
             continue
         for address in type_cfg.addresses:
             here = offered.get(address)
+            if address in disabled:
+                continue  # told above
             if here is not None and type_cfg.type_id not in here:
                 problems.append(
                     Problem(
@@ -80,3 +91,17 @@ def host_problems(
                     )
                 )
     return problems
+
+
+def _sriov_disabled(
+    group: str, address: str, disabled: dict[str, str]
+) -> Problem:
+    command = f"/usr/lib/nvidia/sriov-manage -e {disabled[address]}"
+    return Problem(
+        group,
+        "device_addresses",
+        address,
+        "this SR-IOV GPU has no VF enabled (sriov_numvfs is 0), so it "
+        f"offers no vGPU: enable its VFs ('{command}' with NVIDIA's vGPU "
+        "manager), then restart the service",
+    )
