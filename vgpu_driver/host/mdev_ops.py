@@ -75,12 +75,7 @@ class MdevOperations:
         if path is None:
             path = self.sysfs.resolve(None, parent.address)
         self.sysfs.create_mdev(path, type_id, uuid)
-        return Mdev(
-            uuid=uuid,
-            type_id=type_id,
-            parent=parent.name,
-            name="mdev_" + uuid.replace("-", "_"),
-        )
+        return _named_by_libvirt(uuid, type_id, parent)
 
     def _create_with_creator(
         self, parent: Parent, type_id: str, uuid: str
@@ -96,12 +91,7 @@ class MdevOperations:
             ) from exc
         # read (with its libvirt name) at the next discovery
         self.devices.listed_at = float("-inf")
-        return Mdev(
-            uuid=uuid,
-            type_id=type_id,
-            parent=parent.name,
-            name="mdev_" + uuid.replace("-", "_"),
-        )
+        return _named_by_libvirt(uuid, type_id, parent)
 
     def _create_with_libvirt(
         self, conn: Any, parent: Parent, type_id: str, uuid: str
@@ -202,3 +192,13 @@ def _create_error(exc: BaseException) -> type[DeviceOperationFailed]:
     EDQUOT, however libvirt, mdevctl or the caller tell it) or it
     failed."""
     return DeviceNoRoom if says_no_room(exc) else DeviceOperationFailed
+
+
+def _named_by_libvirt(uuid: str, type_id: str, parent: Parent) -> Mdev:
+    """An mdev made outside libvirt, under the name libvirt gives it."""
+    return Mdev(
+        uuid=uuid,
+        type_id=type_id,
+        parent=parent.name,
+        name="mdev_" + uuid.replace("-", "_"),
+    )
