@@ -32,6 +32,7 @@ from vgpu_driver.model.device import (
     PhysicalFunction,
     SriovType,
     VirtualFunction,
+    remember_types,
 )
 
 LOG = logging.getLogger(__name__)
@@ -94,6 +95,8 @@ class SysfsTree:
         # PF address -> the PF as last read: read again when its VFs'
         # current types change (a VF's creatable types depend on them)
         self._pfs: dict[str, PhysicalFunction] = {}
+        # PF address -> every vGPU type its VFs listed (see remember_types)
+        self._types_seen: dict[str, dict[int, SriovType]] = {}
 
     def real_path(self, path: Path) -> Path:
         """``path`` with its links resolved (cached)."""
@@ -286,7 +289,7 @@ class SysfsTree:
         )
         pf_dir = f"{devices}/{address}"
         numa = _read_int(f"{pf_dir}/numa_node")
-        return PhysicalFunction(
+        pf = PhysicalFunction(
             name=naming.libvirt_pci_name(address),
             address=address,
             vendor_id=_read(f"{pf_dir}/vendor"),
@@ -295,6 +298,7 @@ class SysfsTree:
             numa_node=None if numa is None or numa < 0 else numa,
             vfs=vfs,
         )
+        return remember_types(pf, self._types_seen)
 
     # -- writing -------------------------------------------------------
 

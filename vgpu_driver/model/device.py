@@ -96,6 +96,9 @@ class PhysicalFunction:
     driver: str | None = None
     numa_node: int | None = None
     vfs: tuple[VirtualFunction, ...] = ()
+    # types the card listed in earlier readings: a placed vGPU's type may
+    # be listed by no VF any more, and its size still counts
+    seen_types: tuple[SriovType, ...] = ()
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -103,11 +106,24 @@ class PhysicalFunction:
 
     def known_types(self) -> tuple[SriovType, ...]:
         """Types the card lists, in order of first appearance."""
-        seen: dict[int, SriovType] = {}
+        seen: dict[int, SriovType] = {t.id: t for t in self.seen_types}
         for vf in self.vfs:
             for sriov_type in vf.creatable:
                 seen.setdefault(sriov_type.id, sriov_type)
         return tuple(seen.values())
+
+
+def remember_types(
+    pf: PhysicalFunction, memory: dict[str, dict[int, SriovType]]
+) -> PhysicalFunction:
+    """``pf`` with the types its card listed before (``memory``, kept by
+    the host adapter per PF address, is updated): once every VF that
+    could take a type has one, no VF lists it, yet its size counts."""
+    seen = memory.setdefault(pf.address, {})
+    for vf in pf.vfs:
+        for sriov_type in vf.creatable:
+            seen[sriov_type.id] = sriov_type
+    return dataclasses.replace(pf, seen_types=tuple(seen.values()))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import os_resource_classes as orc
 
-from vgpu_driver.model import naming, trait
+from vgpu_driver.model import capacity, naming, trait
 from vgpu_driver.model.config import DeviceConfig, TypeConfig
 from vgpu_driver.model.device import (
     HostInventory,
@@ -43,6 +43,7 @@ class ProviderPlan:
     reserved: int
     traits: frozenset[str]
     reason: str | None = None  # why it is reserved
+    limit: str | None = None  # why its total is less than the host lists
 
     def inventory(self) -> dict[str, dict[str, int | float]]:
         return {
@@ -69,6 +70,8 @@ class _Device:
     # type id -> what it offers, asked for the type a plan reports only
     # (a GRID pGPU lists about 18 types)
     capabilities: Callable[[str], trait.Capabilities]
+    # type id -> why it offers less than the host lists (capacity.Room)
+    limits: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _from_parent(parent: Parent, existing: Counter[str]) -> _Device:
@@ -86,22 +89,14 @@ def _from_parent(parent: Parent, existing: Counter[str]) -> _Device:
     )
 
 
-def _from_pf(pf: PhysicalFunction) -> _Device:
+def _from_pf(pf: PhysicalFunction, vouched: frozenset[str]) -> _Device:
     existing = Counter(
         naming.sriov_type_id(vf.current_type)
         for vf in pf.vfs
         if vf.current_type
     )
-    available: Counter[str] = Counter()
-    for vf in pf.vfs:
-        for sriov_type in vf.creatable:
-            available[sriov_type.type_id] += 1
+    available, limits = capacity.sriov_room(pf, vouched)
     names = {t.type_id: t.name for t in pf.known_types()}
-    for type_id, name in names.items():
-        limit = trait.sriov_type_limit(pf.product_id, name)
-        if limit is not None:
-            room = max(0, limit - existing[type_id])
-            available[type_id] = min(available[type_id], room)
     supported = tuple(dict.fromkeys([*names, *existing]))
     return _Device(
         name=pf.name,
@@ -112,6 +107,7 @@ def _from_pf(pf: PhysicalFunction) -> _Device:
         capabilities=lambda type_id: trait.CATALOGUE.get(
             names.get(type_id, ""), trait.NOTHING_KNOWN
         ),
+        limits=limits,
     )
 
 
@@ -159,7 +155,8 @@ def plan_providers(
         _from_parent(p, by_parent.get(p.name, Counter()))
         for p in inventory.parents
     ]
-    devices += [_from_pf(pf) for pf in inventory.pfs]
+    vouched = frozenset(t.type_id for t in config.types if t.max_instances)
+    devices += [_from_pf(pf, vouched) for pf in inventory.pfs]
 
     chosen: list[tuple[_Device, TypeConfig]] = []
     plans: dict[str, ProviderPlan] = {}
@@ -254,6 +251,7 @@ def plan_providers(
             reserved=reserved,
             traits=traits,
             reason=reason,
+            limit=device.limits.get(type_id),
         )
 
     # Providers whose device is gone from the host (or no longer serves a

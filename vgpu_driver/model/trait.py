@@ -55,31 +55,6 @@ CATALOGUE: dict[str, Capabilities] = {
 }
 
 
-# Framebuffer of NVIDIA boards whose vGPUs are SR-IOV VFs, by PCI product
-# id (GiB). A VF lists a type as creatable until the board is full, but
-# not how many fit: that is the board's framebuffer over the type's.
-SRIOV_BOARD_FRAMEBUFFER_GB: dict[str, int] = {
-    "0x26b5": 48,  # L40
-    "0x26b9": 48,  # L40S
-    "0x27b8": 24,  # L4
-    "0x2230": 48,  # RTX A6000
-    "0x2236": 24,  # A10
-    "0x20b5": 80,  # A100 80GB PCIe
-    "0x2331": 80,  # H100 PCIe
-}
-NVIDIA_TYPE_FB_RE = re.compile(r"-(\d+)[A-Z]$")
-
-
-def sriov_type_limit(product_id: str | None, type_name: str) -> int | None:
-    """How many vGPUs of an NVIDIA type fit on a board, if known:
-    ``NVIDIA L40-4Q`` (4 GiB) on an L40 (48 GiB) gives 12."""
-    board = SRIOV_BOARD_FRAMEBUFFER_GB.get((product_id or "").lower())
-    match = NVIDIA_TYPE_FB_RE.search(type_name.strip())
-    if board is None or match is None or int(match.group(1)) == 0:
-        return None
-    return board // int(match.group(1))
-
-
 @functools.lru_cache(maxsize=1024)
 def parse_description(text: str | None) -> Capabilities:
     """Figures from a vendor's type description (NVIDIA or i915 style).

@@ -58,11 +58,14 @@ class TreeWriter:
         self.traits = traits
         # provider name -> why it takes no new guests (None: it does)
         self._reasons: dict[str, str | None] = {}
+        # provider name -> why it offers less than the host lists
+        self._limits: dict[str, str | None] = {}
 
     def forget(self, name: str) -> None:
         """Provider ``name`` was removed from the tree."""
         self.traits.forget(name)
         self._reasons.pop(name, None)
+        self._limits.pop(name, None)
 
     def _managed(
         self,
@@ -128,6 +131,7 @@ class TreeWriter:
         tree.update_traits(uuid, placed.traits)
         self.traits.plan(plan.name, frozenset(planned))
         self._tell_reason(plan)
+        self._tell_limit(plan)
         return placed
 
     def _tell_reason(self, plan: ProviderPlan) -> None:
@@ -144,3 +148,18 @@ class TreeWriter:
         elif plan.name in self._reasons:
             LOG.info("Provider %s takes guests again", plan.name)
         self._reasons[plan.name] = plan.reason
+
+    def _tell_limit(self, plan: ProviderPlan) -> None:
+        """Once per change: a total kept below what the host lists (what
+        the card really holds is not known) is a warning with the fix."""
+        if self._limits.get(plan.name) == plan.limit:
+            return
+        if plan.limit:
+            LOG.warning(
+                "Provider %s offers %d %s (what it can prove): %s",
+                plan.name,
+                plan.total,
+                plan.type_id,
+                plan.limit,
+            )
+        self._limits[plan.name] = plan.limit

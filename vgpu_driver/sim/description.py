@@ -38,7 +38,9 @@ Format (every key not marked optional is required)::
                  "numa_node": 0, "vf_count": 32,
                  "types": [{"id": 1155, "name": "NVIDIA L40-1B",
                             "capacity": 32}],
-                 "vf_types": {"0000:41:00.4": 1155}}]
+                 "vf_types": {"0000:41:00.4": 1155},
+                 "mixed_size": false,  # optional; if true, give
+                 "framebuffer_gb": 48}]  # it and each type's
     }
 
 Parents are named as libvirt names them (``pci_0000_84_00_0``,
@@ -49,8 +51,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import uuid as uuidlib
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ from typing import Any
 from vgpu_driver.exception import HostDescriptionInvalid
 from vgpu_driver.host.sysfs import NVIDIA_DRIVER
 from vgpu_driver.model import naming
+from vgpu_driver.sim.checks import check_names, check_over_capacity
 from vgpu_driver.sim.dense import dense_raw
 from vgpu_driver.sim.render import (
     materialize,
@@ -156,7 +157,7 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
 
     if not isinstance(raw, dict):
         raise bad("the top level must be a JSON object")
-    _check_names(raw, bad)
+    check_names(raw, bad)
 
     parents: list[ParentSpec] = []
     for index, p in enumerate(raw.get("parents", [])):
@@ -233,7 +234,12 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
             address=str(naming.normalize_pci_address(s["address"])),
             vf_count=int(s["vf_count"]),
             types=[
-                SriovTypeSpec(int(t["id"]), t["name"], int(t["capacity"]))
+                SriovTypeSpec(
+                    int(t["id"]),
+                    t["name"],
+                    int(t["capacity"]),
+                    t.get("framebuffer_gb"),
+                )
                 for t in s["types"]
             ],
             vendor_id=s.get("vendor_id"),
@@ -243,6 +249,8 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
             vf_types={
                 k.lower(): int(v) for k, v in s.get("vf_types", {}).items()
             },
+            mixed_size=bool(s.get("mixed_size", False)),
+            framebuffer_gb=s.get("framebuffer_gb"),
         )
         for s in raw.get("sriov", [])
     ]
@@ -265,121 +273,10 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
         hostname=raw.get("hostname", "compute1"),
         config="\n".join(raw.get("config", [])) + "\n",
     )
-    _check_over_capacity(description, bad)
+    check_over_capacity(description, bad)
     return description
 
 
 # Bounds that keep a description to what a host can have (and keep a
 # rendering small): NVIDIA cards expose at most 32 VFs per GPU, SR-IOV
 # itself allows more, so the bound is generous.
-MAX_VFS = 256
-MAX_CAPACITY = 65535  # vfio_ap reports this many
-MAX_NUMA_NODE = 1023  # the kernel's largest NODES_SHIFT gives 1024 nodes
-_PCI_ID = re.compile(r"0x[0-9a-fA-F]{4}")
-
-
-def _check_names(raw: dict[str, Any], bad: Any) -> None:
-    """Names become file names in the rendered sysfs tree and XML: they
-    must be plain names, and counts must be of a real host's size."""
-
-    def plain(where: str, value: Any) -> None:
-        if not isinstance(value, str) or not naming.is_device_name(value):
-            raise bad(
-                f"{where} {value!r} must be a plain name (letters, digits, "
-                "'_', '.', '-'; no '/' and not starting with '.')"
-            )
-
-    def count(where: str, value: Any, low: int, high: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad(f"{where} {value!r} must be a whole number")
-        if not low <= value <= high:
-            raise bad(f"{where} {value} must be between {low} and {high}")
-
-    def uuid(where: str, value: Any) -> None:
-        try:
-            uuidlib.UUID(str(value))
-        except ValueError:
-            raise bad(f"{where} {value!r} is not a UUID") from None
-
-    def text(where: str, value: Any) -> None:
-        if value is not None and not isinstance(value, str):
-            raise bad(f"{where} {value!r} must be a string")
-
-    def pci_id(where: str, value: Any) -> None:
-        if not isinstance(value, str) or not _PCI_ID.fullmatch(value):
-            raise bad(
-                f"{where} {value!r} must be a PCI id such as '0x10de' "
-                "(lspci -n shows it)"
-            )
-
-    def numa(where: str, value: Any) -> None:
-        if value is not None:
-            count(where, value, -1, MAX_NUMA_NODE)
-
-    for i, p in enumerate(raw.get("parents", [])):
-        if p.get("kind", "pci") != "pci":
-            plain(f"parents[{i}].name", p["name"])
-        else:
-            pci_id(f"parents[{i}].vendor_id", p.get("vendor_id"))
-            pci_id(f"parents[{i}].product_id", p.get("product_id"))
-        for field in ("vendor", "product", "driver"):
-            text(f"parents[{i}].{field}", p.get(field))
-        numa(f"parents[{i}].numa_node", p.get("numa_node"))
-        for j, t in enumerate(p["types"]):
-            plain(f"parents[{i}].types[{j}].id", t["id"])
-            for field in ("name", "description", "device_api"):
-                text(f"parents[{i}].types[{j}].{field}", t.get(field))
-            count(
-                f"parents[{i}].types[{j}].capacity",
-                t["capacity"],
-                0,
-                MAX_CAPACITY,
-            )
-    for i, m in enumerate(raw.get("mdevs", [])):
-        uuid(f"mdevs[{i}].uuid", m["uuid"])
-    given: dict[str, str] = {}  # device -> the guest that has it
-    for i, g in enumerate(raw.get("guests", [])):
-        uuid(f"guests[{i}].uuid", g["uuid"])
-        for j, u in enumerate(g.get("mdevs", [])):
-            uuid(f"guests[{i}].mdevs[{j}]", u)
-        for field in ("mdevs", "pci"):
-            for j, device in enumerate(g.get(field, [])):
-                key = str(device).lower()
-                if key in given:
-                    raise bad(
-                        f"guests[{i}].{field}[{j}] {device!r} is already "
-                        f"the hostdev of {given[key]}: a device has one "
-                        "guest, once"
-                    )
-                given[key] = f"guests[{i}]"
-    for i, sriov in enumerate(raw.get("sriov", [])):
-        count(f"sriov[{i}].vf_count", sriov["vf_count"], 1, MAX_VFS)
-        if naming.normalize_pci_address(str(sriov["address"])) is None:
-            raise bad(
-                f"sriov[{i}].address {sriov['address']!r} is not a PCI address"
-            )
-        text(f"sriov[{i}].driver", sriov.get("driver"))
-        numa(f"sriov[{i}].numa_node", sriov.get("numa_node"))
-        for j, t in enumerate(sriov["types"]):
-            text(f"sriov[{i}].types[{j}].name", t.get("name"))
-            count(
-                f"sriov[{i}].types[{j}].capacity",
-                t["capacity"],
-                0,
-                MAX_CAPACITY,
-            )
-
-
-def _check_over_capacity(description: HostDescription, bad: Any) -> None:
-    for parent in description.parents:
-        for spec in parent.types:
-            used = sum(
-                1
-                for m in description.mdevs
-                if m.parent == parent.name and m.type == spec.id
-            )
-            if used > spec.capacity:
-                raise bad(
-                    f"{parent.name} has {used} {spec.id} mdevs but "
-                    f"room for {spec.capacity}"
-                )

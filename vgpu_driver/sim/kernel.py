@@ -10,6 +10,10 @@ sysfs) and by the in-process simulated host, so all three agree.
 * An NVIDIA SR-IOV card carries one vGPU per VF. Once one VF has a type,
   the others can only take that same type, up to the type's capacity on
   the card; a VF that has a type lists nothing as creatable.
+* In mixed-size mode (vGPU 17+ on Ada and later) the VFs may hold types
+  of different framebuffer sizes: a free VF lists every type of which
+  fewer than its capacity exist and whose size fits in the framebuffer
+  the placed vGPUs leave, while fewer than 32 time-sliced vGPUs run.
 """
 
 from __future__ import annotations
@@ -31,15 +35,31 @@ def available_instances(
     return max(0, capacity - counts[type_id])
 
 
+MAX_TIME_SLICED = 32
+
+
 def creatable_types(
     vf_type: int,
     vf_types: Iterable[int],
     capacities: Mapping[int, int],
+    *,
+    sizes: Mapping[int, int] | None = None,
+    board_gb: int = 0,
 ) -> list[int]:
-    """Type ids a VF lists as creatable, given every VF's current type."""
+    """Type ids a VF lists as creatable, given every VF's current type
+    (``sizes``: framebuffer GB per type, in mixed-size mode only)."""
     if vf_type:
         return []
     counts = Counter(t for t in vf_types if t)
+    if sizes is not None:
+        free_gb = board_gb - sum(sizes[t] * n for t, n in counts.items())
+        if sum(counts.values()) >= MAX_TIME_SLICED:
+            return []
+        return [
+            t
+            for t, capacity in capacities.items()
+            if counts[t] < capacity and 0 < sizes[t] <= free_gb
+        ]
     if counts:
         [(in_use, used)] = counts.most_common(1)
         return [in_use] if used < capacities.get(in_use, 0) else []

@@ -15,6 +15,7 @@ itself, for :meth:`reboot`).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import Counter
@@ -31,6 +32,7 @@ from vgpu_driver.model.device import (
     PhysicalFunction,
     SriovType,
     VirtualFunction,
+    remember_types,
     sort_inventory,
 )
 from vgpu_driver.sim.specs import (
@@ -118,6 +120,7 @@ class SimulatedHost:
         self._last: HostInventory | None = None
         self._generation = 0
         self._persistent: set[str] = set()
+        self._types_seen: dict[str, dict[int, SriovType]] = {}
         self.operations: Counter[str] = Counter()
         # Fault injection: operation name -> predicate on its argument.
         self.failures: dict[str, Callable[[str], bool]] = {}
@@ -137,6 +140,12 @@ class SimulatedHost:
         with self._lock:
             self.operations["discover"] += 1
             reading = inventory_of(self._state)
+            reading = dataclasses.replace(
+                reading,
+                pfs=tuple(
+                    remember_types(pf, self._types_seen) for pf in reading.pfs
+                ),
+            )
             if self._last is not None and reading == self._last:
                 return self._last  # as libvirt's adapter: same generation
             self._generation += 1

@@ -83,7 +83,8 @@ class GuestSpec:
 class SriovTypeSpec:
     id: int
     name: str
-    capacity: int
+    capacity: int  # NVIDIA's "maximum vGPUs per GPU" for the type
+    framebuffer_gb: int | None = None  # needed in mixed-size mode
 
 
 @dataclasses.dataclass
@@ -96,6 +97,10 @@ class PfSpec:
     driver: str | None = None
     numa_node: int | None = None
     vf_types: dict[str, int] = dataclasses.field(default_factory=dict)
+    # mixed-size mode (vGPU 17+): VFs may hold types of different sizes
+    # while the board's framebuffer lasts
+    mixed_size: bool = False
+    framebuffer_gb: int | None = None
 
     @property
     def name(self) -> str:
@@ -116,10 +121,15 @@ class PfSpec:
         return {t.id: min(t.capacity, self.vf_count) for t in self.types}
 
     def creatable(self, vf: str) -> list[SriovTypeSpec]:
+        sizes = None
+        if self.mixed_size:
+            sizes = {t.id: t.framebuffer_gb or 0 for t in self.types}
         ids = kernel.creatable_types(
             self.vf_types.get(vf, 0),
             self.vf_types.values(),
             self.capacities(),
+            sizes=sizes,
+            board_gb=self.framebuffer_gb or 0,
         )
         by_id = {t.id: t for t in self.types}
         return [by_id[i] for i in ids]

@@ -1,0 +1,256 @@
+"""A provider never promises more vGPUs than the card can hold.
+
+The figures a card can really hold are NVIDIA's ("maximum vGPUs per
+GPU"), which the shipped simulated hosts carry as each type's capacity;
+the library must not exceed them, whatever the VF count says."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests import helpers
+from vgpu_driver.model import capacity, naming
+from vgpu_driver.model.config import DeviceConfig, TypeConfig
+from vgpu_driver.model.device import (
+    HostInventory,
+    PhysicalFunction,
+    SriovType,
+    VirtualFunction,
+    remember_types,
+)
+from vgpu_driver.model.inventory import plan_providers
+from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim.simulated import SimulatedHost
+
+
+def enabled(type_id: str, max_instances: int | None = None) -> DeviceConfig:
+    return DeviceConfig(
+        (
+            TypeConfig(
+                type_id,
+                "VGPU",
+                (),
+                max_instances,
+                (),
+                True,
+                f"mdev_{type_id}",
+            ),
+        )
+    )
+
+
+def totals(
+    inventory: HostInventory, config: DeviceConfig
+) -> dict[str, tuple[int, str | None]]:
+    plans = plan_providers("cn", config, inventory, held={})
+    return {p.device: (p.total, p.limit) for p in plans}
+
+
+def total_of(
+    inventory: HostInventory, type_id: str, device: str, **kwargs: int
+) -> tuple[int, str | None]:
+    """The total and limit of ``device``'s provider with ``type_id``
+    enabled alone (0 when it gets no provider)."""
+    found = totals(inventory, enabled(type_id, **kwargs))
+    return found.get(device, (0, None))
+
+
+def sriov_cases() -> list[tuple[str, int, int]]:
+    return [
+        (name, i, spec.id)
+        for name in hostdesc.shipped_names()
+        for i, pf in enumerate(hostdesc.load(name).pfs)
+        for spec in pf.types
+    ]
+
+
+@pytest.mark.parametrize(("host", "pf_index", "number"), sriov_cases())
+def test_no_shipped_card_is_promised_more_than_nvidia_figure(
+    host, pf_index, number
+):
+    """Each type of each shipped SR-IOV card, enabled alone, on the card
+    as shipped and emptied: its total never exceeds the vendor's figure."""
+    description = hostdesc.load(host)
+    spec = description.pfs[pf_index]
+    figure = {t.id: t.capacity for t in spec.types}[number]
+    empty = description.copy()
+    empty.pfs[pf_index].vf_types.clear()
+    empty.guests = []
+    for state in (description, empty):
+        inventory = SimulatedHost(state).discover()
+        total, _ = total_of(inventory, naming.sriov_type_id(number), spec.name)
+        assert total <= figure, (host, number, total, figure)
+
+
+RTX = "pci_0001_c8_00_0"
+
+
+@pytest.mark.parametrize(
+    ("number", "figure"),
+    [(1531, 24), (1540, 2), (1515, 32), (1523, 16), (1519, 32)],
+)
+def test_rtx_pro_6000_blackwell_gets_nvidia_figures_not_its_48_vfs(
+    number, figure
+):
+    empty = helpers.load("rtx6000")
+    empty.pfs[0].vf_types.clear()
+    empty.guests = []
+    inventory = SimulatedHost(empty).discover()
+    assert len(inventory.pfs[0].vfs) == 48
+    assert total_of(inventory, f"nvidia-{number}", RTX) == (figure, None)
+
+
+def test_a_placed_vgpu_counts_and_the_total_stays_the_card_figure():
+    inventory = helpers.simulated_host("rtx6000").discover()
+    assert total_of(inventory, "nvidia-1531", RTX) == (24, None)
+
+
+def l40s(
+    *placed: tuple[int, str], free: tuple[SriovType, ...]
+) -> PhysicalFunction:
+    """An L40S (48 GB) in mixed-size mode: ``placed`` VFs hold those
+    types, the others list ``free``."""
+    vfs = [
+        VirtualFunction(f"0000:41:00.{4 + i}", number)
+        for i, (number, _) in enumerate(placed)
+    ]
+    vfs += [
+        VirtualFunction(f"0000:41:{1 + i // 8:02x}.{i % 8}", 0, free)
+        for i in range(32 - len(vfs))
+    ]
+    seen = tuple(SriovType(n, name) for n, name in placed)
+    return PhysicalFunction(
+        "pci_0000_41_00_0",
+        "0000:41:00.0",
+        "0x10de",
+        "0x26b9",
+        "nvidia",
+        vfs=tuple(vfs),
+        seen_types=seen,
+    )
+
+
+Q4 = SriovType(1157, "NVIDIA L40S-4Q")
+Q24 = SriovType(1159, "NVIDIA L40S-24Q")
+
+
+def test_mixed_size_counts_the_framebuffer_other_types_hold():
+    """An L40S with a 24Q and a 4Q placed holds 5 more 4Q (6 in all),
+    not 12."""
+    pf = l40s((1159, Q24.name), (1157, Q4.name), free=(Q4,))
+    rooms, notes = capacity.sriov_room(pf)
+    assert rooms["nvidia-1157"] == 5 and not notes
+    inventory = HostInventory(pfs=(pf,))
+    assert total_of(inventory, "nvidia-1157", pf.name) == (6, None)
+
+
+def test_a_placed_type_no_vf_lists_any_more_is_remembered():
+    """Once placed, a type may be listed by no VF; its size still counts,
+    from what the card listed before."""
+    memory: dict[str, dict[int, SriovType]] = {}
+    before = l40s(free=(Q4, Q24))
+    remember_types(before, memory)
+    after = l40s((1159, ""), free=(Q4,))
+    after = dataclasses.replace(after, seen_types=())
+    rooms, notes = capacity.sriov_room(remember_types(after, memory))
+    assert rooms["nvidia-1157"] == 6 and not notes
+    # without the memory, the 24Q's size is unknown: one at a time, said
+    rooms, notes = capacity.sriov_room(after)
+    assert rooms["nvidia-1157"] == 1
+    assert "framebuffer" in notes["nvidia-1157"]
+
+
+def unknown_board(free: tuple[SriovType, ...]) -> PhysicalFunction:
+    return dataclasses.replace(l40s(free=free), product_id="0x9999")
+
+
+def test_a_board_nobody_can_size_offers_one_more_and_says_why():
+    pf = unknown_board((Q4,))
+    inventory = HostInventory(pfs=(pf,))
+    total, why = total_of(inventory, "nvidia-1157", pf.name)
+    assert total == 1
+    assert why is not None and "0x10de:0x9999" in why
+    assert "max_instances" in why
+
+
+def test_max_instances_vouches_for_a_board_nobody_can_size():
+    pf = unknown_board((Q4,))
+    inventory = HostInventory(pfs=(pf,))
+    assert total_of(inventory, "nvidia-1157", pf.name, max_instances=12) == (
+        12,
+        None,
+    )
+
+
+def test_time_sliced_vgpus_stop_at_32_per_gpu_whatever_the_framebuffer():
+    small = SriovType(1155, "NVIDIA L40S-1B")
+    pf = l40s(free=(small,))
+    rooms, _ = capacity.sriov_room(
+        dataclasses.replace(pf, vfs=pf.vfs * 2)  # 64 VFs listing it
+    )
+    assert rooms["nvidia-1155"] == 32
+
+
+def test_a_mig_backed_type_is_never_sized_by_framebuffer_division():
+    mig = SriovType(700, "NVIDIA A100D-1-10C")
+    pf = dataclasses.replace(l40s(free=(mig,)), product_id="0x20b5")
+    rooms, notes = capacity.sriov_room(pf)
+    assert rooms["nvidia-700"] == 1
+    assert "MIG-backed" in notes["nvidia-700"]
+
+
+@pytest.mark.parametrize(
+    ("name", "size"),
+    [
+        ("NVIDIA L40-4Q", capacity.TypeSize(4, False)),
+        ("NVIDIA RTX Pro 6000 Blackwell DC-48Q", capacity.TypeSize(48, False)),
+        ("NVIDIA A100D-1-10C", capacity.TypeSize(10, True)),
+        (
+            "NVIDIA RTX Pro 6000 Blackwell DC-2-24Q",
+            capacity.TypeSize(24, True),
+        ),
+        ("NVIDIA L40S-1B", capacity.TypeSize(1, False)),
+        ("mystery", None),
+    ],
+)
+def test_type_sizes_are_read_from_nvidia_names(name, size):
+    assert capacity.type_size(name) == size
+
+
+def test_mixed_size_on_the_simulated_card_follows_the_same_rule():
+    """The simulated RTX PRO 6000 in mixed-size mode, with a DC-48Q
+    placed beside the DC-4Q: 44 GB are left, so DC-4Q's total is 1 + 11
+    (the VF count says 47), and after 11 more no VF lists anything."""
+    description = helpers.load("rtx6000")
+    description.pfs[0].mixed_size = True
+    host = SimulatedHost(description)
+    host.discover()  # the card listed DC-48Q: its size is known
+    host.set_vf_type("0001:c8:00.5", 1540)
+    inventory = host.discover()
+    assert total_of(inventory, "nvidia-1531", RTX) == (12, None)
+    free = [vf.address for vf in inventory.pfs[0].vfs if vf.creatable]
+    for vf in free[:11]:
+        host.set_vf_type(vf, 1531)
+    assert not any(vf.creatable for vf in host.discover().pfs[0].vfs)
+
+
+def test_the_service_warns_once_why_it_offers_less(
+    make_conf, tmp_path, caplog
+):
+    """Through the whole refresh: the provider of a board nobody can size
+    gets one more than in use, and the log says why, once."""
+    description = helpers.load("rtx6000")
+    description.pfs[0].product_id = "0x9999"
+    node = helpers.Node(
+        make_conf, tmp_path, "rtx6000", host=SimulatedHost(description)
+    )
+    provider = node.tree.data(f"node1_{RTX}")
+    assert provider.inventory["VGPU"]["total"] == 2
+    node.host.set_vf_type("0001:c8:00.5", 1531)  # the tree changes
+    node.update()
+    provider = node.tree.data(f"node1_{RTX}")
+    assert provider.inventory["VGPU"]["total"] == 3
+    warnings = [r for r in caplog.records if "what it can prove" in r.message]
+    assert len(warnings) == 1 and "0x10de:0x9999" in warnings[0].message
