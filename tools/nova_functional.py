@@ -6,7 +6,9 @@ changes is what an operator changes in nova.conf, applied in each test's
 set-up after Nova's own:
 
 * ``[DEFAULT] compute_driver = vgpu_libvirt.LibvirtDriver`` (Nova's
-  suite sets ``libvirt.LibvirtDriver``);
+  suite sets ``libvirt.LibvirtDriver``), loaded by Nova's own
+  ``load_compute_driver`` from ``nova.virt.vgpu_libvirt`` as the wheel
+  installs it (no alias, no wrapper);
 * ``[devices] state_path``: a temporary directory per test;
 * the library's sysfs root: an empty directory per test (Nova's suite
   forbids reading the machine's ``/sys``; its fake libvirt describes
@@ -61,9 +63,10 @@ def integrate() -> None:
 
     import vgpu_driver.conf
     import vgpu_driver.nova
-    import vgpu_driver.nova.driver
 
-    vgpu_driver.nova.enable()
+    # the stock path: Nova's loader finds nova.virt.vgpu_libvirt, the
+    # module the wheel installs; nothing here loads or aliases the driver
+    assert "vgpu_driver.nova.driver" not in sys.modules
     vgpu_driver.conf.register_opts(nova.conf.CONF)
     original = base.ServersTestBase._setup_compute_service
 
@@ -74,7 +77,7 @@ def integrate() -> None:
         self.flags(state_path=state, group="devices")
         self.useFixture(
             fixtures.MonkeyPatch(
-                "vgpu_driver.nova.driver.LibvirtDriver.vgpu_sysfs_root",
+                "nova.virt.vgpu_libvirt.LibvirtDriver.vgpu_sysfs_root",
                 self.useFixture(fixtures.TempDir()).path,
             )
         )

@@ -38,8 +38,9 @@ cli_opts = [
         metavar="NODENAME",
         help="Work on the records nova-compute keeps through "
         "vgpu_driver.nova for this compute node: [devices] state_path/"
-        "NODENAME (e.g. audit or restore on a host running "
-        "nova-compute-vgpu, with --config-file nova.conf).",
+        "NODENAME (e.g. audit or restore on a host whose nova-compute "
+        "runs compute_driver = vgpu_libvirt.LibvirtDriver, with "
+        "--config-file nova.conf).",
     ),
 ]
 

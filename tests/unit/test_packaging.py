@@ -1,0 +1,53 @@
+"""The wheel holds every package of ours, and under Nova's tree only the
+module a stock nova-compute loads."""
+
+from __future__ import annotations
+
+import ast
+import configparser
+from pathlib import Path
+
+import setuptools
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIM = "nova.virt.vgpu_libvirt"
+
+
+def listed() -> tuple[list[str], dict[str, str]]:
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / "setup.cfg")
+    packages = parser["options"]["packages"].split()
+    package_dir = dict(
+        (k.strip(), v.strip())
+        for k, _, v in (
+            line.partition("=")
+            for line in parser["options"]["package_dir"].strip().splitlines()
+        )
+    )
+    return packages, package_dir
+
+
+def test_every_package_of_ours_is_listed_and_nothing_of_nova_s_but_the_shim():
+    packages, package_dir = listed()
+    found = setuptools.find_packages(str(ROOT), include=["vgpu_driver*"])
+    assert sorted(p for p in packages if p != SHIM) == sorted(found)
+    assert [p for p in packages if p.startswith("nova")] == [SHIM]
+    assert (ROOT / package_dir[SHIM] / "__init__.py").is_file()
+
+
+def test_the_shim_is_the_driver_nova_s_loader_asks_for():
+    """``compute_driver = vgpu_libvirt.LibvirtDriver`` resolves to
+    ``nova.virt.vgpu_libvirt.LibvirtDriver``: the shim must export that
+    name from the integration (tests/nova loads it through Nova)."""
+    _, package_dir = listed()
+    source = (ROOT / package_dir[SHIM] / "__init__.py").read_text()
+    tree = ast.parse(source)
+    imported = [
+        (node.module, alias.name)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    ]
+    assert ("vgpu_driver.nova.driver", "LibvirtDriver") in imported
+    setup = (ROOT / "setup.cfg").read_text()
+    assert "nova-compute-vgpu" not in setup  # no renamed binary
