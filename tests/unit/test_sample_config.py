@@ -35,4 +35,4 @@ def test_sample_config_matches_generator(tmp_path):
 def test_sample_documents_per_type_groups():
     shipped = (ROOT / "etc/vgpu-driver.conf.sample").read_text()
     assert "[mdev_nvidia-35]" in shipped
-    assert "mdev_class = mlx5" in shipped
+    assert "mdev_class = CUSTOM_MLX5" in shipped

@@ -41,7 +41,7 @@ tied to the parent devices it is used on by a group named after it::
 
     [mdev_mlx5_core-local]
     device_addresses = 0000:86:00.0
-    mdev_class = mlx5
+    mdev_class = CUSTOM_MLX5
     traits = CUSTOM_FAST_NIC
 
 Options of ``[mdev_<type>]`` (the legacy name ``[vgpu_<type>]`` is read
@@ -52,8 +52,10 @@ too):
   of a non-PCI parent (for example the mtty sample driver's). A parent must
   not be listed under two types.
 ``mdev_class``
-  Placement resource class of this type's inventory: ``VGPU`` (default),
-  ``CUSTOM_<NAME>``, or a bare name turned into ``CUSTOM_<NAME>``.
+  Placement resource class of this type's inventory: ``VGPU`` (default)
+  or ``CUSTOM_<NAME>``, as Nova reads it. Outside Nova a bare name is
+  read as ``CUSTOM_<NAME>`` with a warning; in nova.conf it is an error
+  (nova-compute would not start).
 ``max_instances``
   Host-wide cap on the devices of this type (at least 1); parents are
   filled in address order until it is spent.
@@ -112,7 +114,7 @@ of each NVIDIA SR-IOV virtual function (which the card forgets at reboot;
 # Options of each [mdev_<type>] group; registered per enabled type.
 type_opts_help = {
     "device_addresses": "Parent devices (PCI addresses or names).",
-    "mdev_class": "Resource class: VGPU, CUSTOM_<NAME> or a bare name.",
+    "mdev_class": "Resource class: VGPU or CUSTOM_<NAME> (as Nova reads it).",
     "max_instances": "Host-wide cap on devices of this type (>= 1).",
     "traits": "Extra traits for this type's resource providers.",
 }

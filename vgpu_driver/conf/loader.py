@@ -96,7 +96,9 @@ def read_device_config(
         )
         and s not in known
     )
-    config, problems = build_device_config(enabled, raw_types, stray)
+    config, problems = build_device_config(
+        enabled, raw_types, stray, nova=_for_nova(conf)
+    )
     problems.extend(_unreadable_scalars(conf))
     state_path = _read(conf, "devices", "state_path", {})
     if isinstance(state_path, str) and not state_path.strip():
@@ -210,3 +212,14 @@ def _as_list(value: object) -> list[str]:
 
 def _as_optional_str(value: object) -> str | None:
     return None if value is None else str(value)
+
+
+def _for_nova(conf: cfg.ConfigOpts) -> bool:
+    """The files are nova.conf: read inside nova-compute (Nova registers
+    ``compute_driver``) or by a command given ``--nova-node``."""
+    if "compute_driver" in conf:
+        return True
+    try:
+        return bool(conf.nova_node)
+    except cfg.NoSuchOptError:
+        return False

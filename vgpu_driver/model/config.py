@@ -92,11 +92,14 @@ def build_device_config(
     enabled: Sequence[str],
     raw_types: Sequence[RawType],
     stray_sections: Sequence[str] = (),
+    *,
+    nova: bool = False,
 ) -> tuple[DeviceConfig, list[Problem]]:
     """Validate what the files say; return the config and its errors.
 
     Every problem is collected, so an operator sees them all at once.
-    Warnings travel inside the returned config.
+    Warnings travel inside the returned config. ``nova``: the files are
+    nova.conf, so what Nova's own options refuse is an error here too.
     """
     errors: list[Problem] = []
     warnings: list[Problem] = []
@@ -187,6 +190,19 @@ def build_device_config(
                 )
             )
             ok = False
+        elif not naming.NOVA_CLASS_RE.match(raw.mdev_class.strip()):
+            # Nova's own option reads VGPU or CUSTOM_<NAME> only, and
+            # nova-compute stops on anything else
+            problem = Problem(
+                section,
+                "mdev_class",
+                raw.mdev_class,
+                f"Nova accepts only VGPU or CUSTOM_<NAME> in capitals and "
+                f"will not start with this value: write {resource_class}",
+                "error" if nova else "warning",
+            )
+            (errors if nova else warnings).append(problem)
+            ok = ok and not nova
 
         max_instances: int | None = None
         if raw.max_instances not in (None, ""):

@@ -16,6 +16,8 @@ PCI_ADDRESS_RE = re.compile(
 )
 DEVICE_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 CLASS_VALUE_RE = re.compile(r"^[A-Za-z0-9_]+$")
+# what Nova's own [mdev_<type>] mdev_class option accepts
+NOVA_CLASS_RE = re.compile(r"^(VGPU|CUSTOM_[A-Z0-9_]+)$")
 CUSTOM_NAME_RE = re.compile(r"^CUSTOM_[A-Z0-9_]+$")
 MAX_NAME_LENGTH = 255
 
