@@ -23,7 +23,7 @@ from typing import Any
 from oslo_config import cfg
 from oslo_log import log as logging
 
-from vgpu_driver.conf import loader
+from vgpu_driver.conf import devices, loader
 from vgpu_driver.host import domain_xml
 from vgpu_driver.host.base import Host
 from vgpu_driver.model import usage
@@ -75,7 +75,7 @@ class VgpuDriver:
         if host.described_types is None:
             host.described_types = self.settings
         self.state = (
-            StateStore(state_path or conf.devices.state_path)
+            StateStore(state_path or devices.records_path(conf))
             if persist
             else None
         )

@@ -18,11 +18,14 @@ from pathlib import Path
 from oslo_config import cfg
 from oslo_log import log as logging
 
+from vgpu_driver.conf import devices
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.nova import nova_state_path
 from vgpu_driver.sim import description as hostdesc
 
 LOG = logging.getLogger(__name__)
+# Nova's [DEFAULT] state_path as distributions set it
+NOVA_STATE = "/var/lib/nova"
 
 cli_opts = [
     cfg.StrOpt(
@@ -88,8 +91,14 @@ def register_cli_opts(conf: cfg.ConfigOpts) -> None:
 def open_context(conf: cfg.ConfigOpts, argv: Sequence[str]) -> Context:
     context = _open_context(conf, argv)
     if conf.nova_node:
+        if "state_path" not in conf:
+            # Nova's own option, read from nova.conf as Nova reads it
+            # (distributions set /var/lib/nova)
+            conf.register_opt(cfg.StrOpt("state_path", default=NOVA_STATE))
         try:
-            records = nova_state_path(conf.devices.state_path, conf.nova_node)
+            records = nova_state_path(
+                devices.records_path(conf), conf.nova_node
+            )
         except ValueError as exc:
             context.close()
             raise cfg.Error(str(exc)) from exc

@@ -9,7 +9,7 @@ from typing import Any
 from vgpu_driver import exception
 from vgpu_driver.cmd import output
 from vgpu_driver.cmd.context import Context
-from vgpu_driver.conf import loader
+from vgpu_driver.conf import devices, loader
 from vgpu_driver.model import check, naming, trait
 from vgpu_driver.model.device import HostInventory, MdevType
 from vgpu_driver.records.claims import MADE_RECORD
@@ -44,7 +44,7 @@ def _made(conf: Any) -> frozenset[str] | None:
     """The devices the library made on this host, as its records say
     (None: no record yet, or it cannot be read)."""
     try:
-        made = StateStore(conf.devices.state_path).load(MADE_RECORD, None)
+        made = StateStore(devices.records_path(conf)).load(MADE_RECORD, None)
     except exception.VgpuDriverError:
         return None
     return frozenset(made) if isinstance(made, list) else None

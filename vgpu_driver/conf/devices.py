@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from oslo_config import cfg
 
 from vgpu_driver.conf import group
@@ -12,6 +14,7 @@ devices_group = cfg.OptGroup(
     help="Which mediated device (mdev) types this host offers.",
 )
 
+STANDALONE_STATE_PATH = "/var/lib/vgpu-driver"
 MDEV_GROUP_PREFIX = "mdev_"
 LEGACY_GROUP_PREFIX = "vgpu_"
 
@@ -101,12 +104,20 @@ at the next provider-tree update.
     ),
     cfg.StrOpt(
         "state_path",
-        default="/var/lib/vgpu-driver",
+        sample_default="<[DEFAULT] state_path>/vgpu in nova.conf, "
+        + STANDALONE_STATE_PATH
+        + " otherwise",
         help="""
 Directory of the library's own records: device claims held between a
 bind and the guest's definition, live-migration claims, and the vGPU type
 of each NVIDIA SR-IOV virtual function (which the card forgets at reboot;
 ``vgpu-driver restore`` re-applies them). Files are written atomically.
+Unset, it is ``vgpu`` under Nova's own ``[DEFAULT] state_path`` inside
+nova-compute and for ``--nova-node`` (``/var/lib/nova/vgpu``, which the
+nova user owns), and ``/var/lib/vgpu-driver`` otherwise. Nothing is
+created until there is something to record: a host with no vGPU
+configured never needs it. What root writes there (``restore``,
+``audit --fix``) is given to the directory's owner.
 """,
     ),
 ]
@@ -118,6 +129,17 @@ type_opts_help = {
     "max_instances": "Host-wide cap on devices of this type (>= 1).",
     "traits": "Extra traits for this type's resource providers.",
 }
+
+
+def records_path(conf: cfg.ConfigOpts) -> str:
+    """Where the records are: ``[devices] state_path`` if set, else
+    ``vgpu`` under Nova's ``[DEFAULT] state_path`` when Nova's options
+    are there, else the standalone default."""
+    if conf.devices.state_path is not None:
+        return str(conf.devices.state_path)
+    if "state_path" in conf and conf.state_path:
+        return os.path.join(str(conf.state_path), "vgpu")
+    return STANDALONE_STATE_PATH
 
 
 def type_group_name(type_id: str) -> str:

@@ -108,7 +108,7 @@ def read_device_config(
                 "state_path",
                 "",
                 "is empty: set the directory where the library keeps its "
-                "device claims (default /var/lib/vgpu-driver)",
+                "records, or remove the option for the default",
             )
         )
     unknown = _unknown_options(conf, enabled)

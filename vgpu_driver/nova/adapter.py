@@ -21,6 +21,7 @@ from oslo_log import log as logging
 
 from vgpu_driver import conf as vconf
 from vgpu_driver import exception
+from vgpu_driver.conf import devices as device_opts
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import Creator, LibvirtHost
 from vgpu_driver.nova import nova_state_path
@@ -72,7 +73,9 @@ class NovaAdapter:
         self.driver = VgpuDriver(
             conf,
             host,
-            state_path=nova_state_path(conf.devices.state_path, nodename),
+            state_path=nova_state_path(
+                device_opts.records_path(conf), nodename
+            ),
         )
 
     # -- start and configuration ---------------------------------------

@@ -19,6 +19,18 @@ or killed save are removed. A record that cannot be read (empty,
 truncated, not JSON, the wrong shape) is never taken as empty: loading it
 raises :class:`StateRecordCorrupt`, and :meth:`StateStore.quarantine`
 moves it aside, with a timestamp, for the caller that can rebuild it.
+
+Nothing is created until there is something to record: while
+``state_path`` does not exist every record reads as its default and the
+lock is only the threads' (a host with no vGPU configured never needs
+the directory, nor the right to make it). The first save makes it and
+takes the file lock; if another process made records in between, that
+save fails rather than write over what it never read.
+
+The service runs as its own user (``nova``) while an operator runs
+``restore`` or ``audit`` as root: whatever root makes here (directories,
+the lock, records) is given to the owner of the directory it is made in,
+so neither side is ever locked out by the other.
 """
 
 from __future__ import annotations
@@ -76,6 +88,7 @@ class StateStore:
         self._depth = 0
         self._lock_fd: int | None = None
         self._swept = False
+        self._absent = False  # held without a file: nothing exists yet
 
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.json"
@@ -98,10 +111,34 @@ class StateStore:
                     self._release()
 
     def _acquire(self) -> None:
+        if not self.directory.is_dir():
+            self._absent = True
+            return
+        self._absent = False
+        self._lock_file()
+
+    def _materialize(self) -> None:
+        """The first save: make the directory and take the file lock.
+        Records another process made meanwhile were never read here."""
+        if not self._absent:
+            return
+        made = _make_directory(self.directory)
+        self._lock_file()
+        self._absent = False
+        found = sorted(p.name for p in self.directory.glob("*.json"))
+        if not made and found:
+            raise StateStoreError(
+                action="write",
+                path=str(self.directory),
+                reason=f"another process wrote {', '.join(found)} while "
+                "this one read nothing there; try again",
+            )
+
+    def _lock_file(self) -> None:
         lock_path = self.directory / LOCK_FILE
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            _give_to_owner_of(self.directory, fd)
         except OSError as exc:
             raise StateStoreError(
                 action="lock", path=str(lock_path), reason=str(exc)
@@ -119,6 +156,7 @@ class StateStore:
             self._swept = True
 
     def _release(self) -> None:
+        self._absent = False
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
             os.close(self._lock_fd)
@@ -142,8 +180,8 @@ class StateStore:
         path = self.path(key)
         try:
             data = path.read_bytes()
-        except FileNotFoundError:
-            return default
+        except (FileNotFoundError, NotADirectoryError):
+            return default  # no record (or no state_path) yet
         except OSError as exc:
             raise StateStoreError(
                 action="read", path=str(path), reason=str(exc)
@@ -163,11 +201,13 @@ class StateStore:
         """Replace the record atomically (under the lock)."""
         path = self.path(key)
         with self.locked():
+            self._materialize()
             tmp: str | None = None
             try:
                 fd, tmp = tempfile.mkstemp(
                     dir=self.directory, prefix=f"{TEMP_PREFIX}{key}."
                 )
+                _give_to_owner_of(self.directory, fd)
                 with os.fdopen(fd, "w") as handle:
                     json.dump(value, handle, indent=1, sort_keys=True)
                     handle.flush()
@@ -260,3 +300,37 @@ def validate_str_map(
             )
 
     return validate
+
+
+def _make_directory(directory: Path) -> bool:
+    """Make ``directory`` (and its parents) if missing, each given to the
+    owner of the directory it is made in. True if this call made it."""
+    missing = []
+    probe = directory
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for path in reversed(missing):
+        try:
+            path.mkdir(exist_ok=True)
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                _give_to_owner_of(path.parent, fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise StateStoreError(
+                action="create", path=str(path), reason=str(exc)
+            ) from exc
+    return bool(missing)
+
+
+def _give_to_owner_of(directory: Path, fd: int) -> None:
+    """As root, give what ``fd`` is to ``directory``'s owner (the service
+    user that owns state_path), so the service can rewrite it."""
+    if os.geteuid() != 0:
+        return
+    owner = os.stat(directory)
+    current = os.fstat(fd)
+    if (current.st_uid, current.st_gid) != (owner.st_uid, owner.st_gid):
+        os.fchown(fd, owner.st_uid, owner.st_gid)
