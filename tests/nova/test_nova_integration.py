@@ -446,3 +446,50 @@ def test_a_failing_destination_check_rolls_the_claims_back(nova, monkeypatch):
         )
     assert adapter.driver.binder.claims() == {}
     assert dict(data.source_mdev_types) == source
+
+
+def test_allocate_mdevs_outside_a_bind_keeps_nova_s_contract(nova):
+    """Nova's ``_allocate_mdevs`` returns [] for allocations without a
+    device class, whoever calls it; with device units and no instance
+    being built it refuses rather than guess whose they are."""
+    from nova.virt import fake
+
+    from vgpu_driver.nova import driver as vgpu_nova
+
+    adapter, tree, _root = nova
+    adapter.update_provider_tree(tree, NODE)
+    driver = vgpu_nova.LibvirtDriver(fake.FakeVirtAPI(), False)
+    driver._vgpu_adapter = adapter
+    rp = tree.data(f"{NODE}_pci_0000_86_00_0").uuid
+    assert driver._allocate_mdevs({rp: {"resources": {"VCPU": 2}}}) == []
+    assert driver._allocate_mdevs({}) == []
+    with pytest.raises(RuntimeError, match="outside spawn"):
+        driver._allocate_mdevs({rp: {"resources": {"VGPU": 1}}})
+
+
+def test_a_reshape_finding_device_units_off_the_old_providers_fails(nova):
+    """Nova's own reshape sanity check: before the move, VGPU units are
+    on the compute node's provider only; one elsewhere on the tree is a
+    ReshapeFailed naming it, and nothing is moved."""
+    adapter, tree, root = nova
+    adapter.update_provider_tree(tree, NODE)
+    rp84 = tree.data(f"{NODE}_pci_0000_84_00_0").uuid
+    tree.update_inventory(
+        NODE, {"VGPU": {"total": 2, "max_unit": 2}, "VCPU": {"total": 8}}
+    )
+    guest = "9cfe7035-3a5d-5acd-a42e-254b7382cfa5"
+    allocations = {
+        guest: {
+            "allocations": {
+                root: {"resources": {"VGPU": 1}},
+                rp84: {"resources": {"VGPU": 1}},
+            }
+        }
+    }
+    before = {k: dict(v) for k, v in allocations[guest]["allocations"].items()}
+    with pytest.raises(
+        nova_exception.ReshapeFailed, match=rp84[:0] + "not one"
+    ):
+        adapter.update_provider_tree(tree, NODE, allocations=allocations)
+    assert allocations[guest]["allocations"] == before
+    assert "VGPU" in tree.data(NODE).inventory

@@ -97,8 +97,12 @@ class PhysicalFunction:
     numa_node: int | None = None
     vfs: tuple[VirtualFunction, ...] = ()
     # types the card listed in earlier readings: a placed vGPU's type may
-    # be listed by no VF any more, and its size still counts
-    seen_types: tuple[SriovType, ...] = ()
+    # be listed by no VF any more, and its size still counts. What the
+    # reader remembers, not what the host shows: not compared (it grows
+    # only when the listings, which are compared, change)
+    seen_types: tuple[SriovType, ...] = dataclasses.field(
+        default=(), compare=False
+    )
 
     @property
     def keys(self) -> tuple[str, ...]:

@@ -68,16 +68,29 @@ def plan_moves(
     for consumer, record in allocations.items():
         wanted: Counter[str] = Counter()
         for rp_uuid, alloc in record.get("allocations", {}).items():
+            held = {
+                rc: n
+                for rc, n in alloc.get("resources", {}).items()
+                if rc in classes and n
+            }
             if rp_uuid in old_uuids:
-                for rc, amount in alloc.get("resources", {}).items():
-                    if rc in classes:
-                        wanted[rc] += int(amount)
+                wanted.update({rc: int(n) for rc, n in held.items()})
+            elif held and tree.exists(rp_uuid):
+                # Nova's own sanity check: before a reshape, device units
+                # are on the old providers only
+                raise ReshapeFailed(
+                    nodename=nodename_of(tree, old_uuids),
+                    reason=f"consumer {consumer} holds {held} on provider "
+                    f"{tree.data(rp_uuid).name}, which is not one the "
+                    "reshape moves units from; heal that allocation "
+                    "(or remove the provider), then restart",
+                )
         if not wanted:
             continue
         guest = guests.get(consumer)
         if guest is None:
             raise ReshapeFailed(
-                nodename=tree.data(old_uuids.pop()).name,
+                nodename=nodename_of(tree, old_uuids),
                 reason=f"consumer {consumer} holds "
                 f"{dict(wanted)} but no guest of that uuid is on the "
                 "host, so its devices cannot be placed on a pGPU. "
@@ -107,6 +120,10 @@ def plan_moves(
                 placed.setdefault(device, Counter())[rc] += 1
         moves[consumer] = placed
     return moves
+
+
+def nodename_of(tree: Any, old_uuids: Set[str]) -> str:
+    return str(tree.data(sorted(old_uuids)[0]).name)
 
 
 def move_allocations(

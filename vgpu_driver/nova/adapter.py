@@ -160,6 +160,17 @@ class NovaAdapter:
 
     # -- devices -------------------------------------------------------
 
+    def asks_devices(self, allocations: Mapping[str, Any] | None) -> bool:
+        """Whether ``allocations`` hold units of an enabled type's class
+        (Nova's ``_vgpu_allocations`` is not empty)."""
+        classes = self.driver.config.resource_classes()
+        return any(
+            amount
+            for alloc in (allocations or {}).values()
+            for rc, amount in alloc.get("resources", {}).items()
+            if rc in classes
+        )
+
     def allocate(
         self, instance_uuid: str, allocations: Mapping[str, Any]
     ) -> list[str]:

@@ -93,6 +93,8 @@ class LibvirtDriver(SriovVfs, Moves):
     def _allocate_mdevs(self, allocations: Mapping[str, Any]) -> list[str]:
         instance_uuid = BINDING.get()
         if instance_uuid is None:
+            if not self._vgpu.asks_devices(allocations):
+                return []  # Nova's contract: nothing asked, nothing given
             raise RuntimeError(
                 "vgpu_driver: _allocate_mdevs called outside spawn, hard "
                 "reboot or resize, so the instance is unknown; report "
