@@ -106,3 +106,27 @@ def test_the_sample_file_carries_the_same_example():
     sample = (ROOT / "etc" / "vgpu-driver.conf.sample").read_text()
     assert "mdev_class = CUSTOM_MLX5" in sample
     assert not re.search(r"mdev_class = (?!VGPU|CUSTOM_)", sample)
+
+
+def test_the_openstack_ansible_overrides_make_a_nova_conf_nova_accepts(
+    tmp_path,
+):
+    """The guide's user_variables.yml, rendered as os_nova renders
+    nova_nova_conf_overrides (a section per key), is read by Nova's own
+    options and by the library."""
+    yaml = pytest.importorskip("yaml")
+    text = (ROOT / "doc" / "source" / "admin" / "deploying.rst").read_text()
+    start = text.index("    nova_user_pip_packages:")
+    block = text[start : text.index("\n\n", start)]
+    variables = yaml.safe_load(
+        "\n".join(line[4:] for line in block.splitlines())
+    )
+    assert variables["nova_user_pip_packages"] == ["vgpu-driver"]
+    lines = []
+    for section, options in variables["nova_nova_conf_overrides"].items():
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {v}" for k, v in options.items()]
+    conf = nova_conf(tmp_path, "\n".join(lines))
+    conf.set_override("state_path", str(tmp_path), "devices")
+    [t] = loader.load_device_config(conf).types
+    assert (t.type_id, t.addresses) == ("nvidia-35", ("0000:84:00.0",))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import configparser
+import os
 from pathlib import Path
 
 import setuptools
@@ -51,3 +52,33 @@ def test_the_shim_is_the_driver_nova_s_loader_asks_for():
     assert ("vgpu_driver.nova.driver", "LibvirtDriver") in imported
     setup = (ROOT / "setup.cfg").read_text()
     assert "nova-compute-vgpu" not in setup  # no renamed binary
+
+
+def test_the_sdist_is_complete(tmp_path):
+    """Packagers build from the sdist: it carries the tests, docs,
+    release notes, tools, the devstack plugin and the shim."""
+    import tarfile
+
+    from setuptools import build_meta
+
+    previous = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        name = build_meta.build_sdist(str(tmp_path))
+    finally:
+        os.chdir(previous)
+    with tarfile.open(tmp_path / name) as archive:
+        members = {m.name.split("/", 1)[-1] for m in archive.getmembers()}
+    for needed in (
+        "tests/unit/test_packaging.py",
+        "doc/source/admin/deploying.rst",
+        "releasenotes/notes",
+        "tools/nova-functional",
+        "devstack/plugin.sh",
+        "shims/nova_virt_vgpu_libvirt/__init__.py",
+        "tox.ini",
+        "run",
+    ):
+        assert any(m == needed or m.startswith(needed) for m in members), (
+            needed
+        )
