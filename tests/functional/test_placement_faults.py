@@ -11,9 +11,13 @@ import pytest
 
 from tests.functional.fault_proxy import FaultProxy
 from tests.helpers import PlacementNode as Node
-from tests.helpers import placement_view
+from tests.helpers import placement_conf, placement_view
 from vgpu_driver.cmd import main as cli
-from vgpu_driver.exception import PlacementConfigInvalid
+from vgpu_driver.exception import (
+    PlacementConfigInvalid,
+    PlacementError,
+    PlacementUnavailable,
+)
 from vgpu_driver.placement.client import client_from_conf
 from vgpu_driver.placement.server import EmbeddedPlacement
 
@@ -143,6 +147,33 @@ def test_sync_to_a_closed_port_fails_cleanly(tmp_path, capsys):
         "max_attempts = 2\nretry_delay = 0.01\n",
     )
     assert code == 1 and "did not answer" in err and "Synced" not in out
+    # max_attempts applies to a refused connection too, and is reported
+    assert "after 2 attempts" in err
+    assert err.count("retrying in") == 1
+
+
+def test_a_refused_connection_is_tried_max_attempts_times(tmp_path):
+    url = f"http://127.0.0.1:{_closed_port()}"
+    conf = placement_conf(url, tmp_path)
+    conf.set_override("max_attempts", 3, "placement")
+    conf.set_override("retry_delay", 0.5, "placement")
+    waits = []
+    with pytest.raises(PlacementUnavailable, match="after 3 attempts"):
+        client_from_conf(conf, sleep=waits.append)
+    assert waits == [0.5, 1.0]
+
+
+def test_refused_credentials_name_the_placement_auth_options(
+    placement_url, tmp_path
+):
+    """A 401/403 names [placement] auth, not a bare status."""
+    # noauth2: any token but "admin" is a plain member
+    conf = placement_conf(
+        placement_url, tmp_path, "[placement]\ntoken = user\n"
+    )
+    client = client_from_conf(conf)
+    with pytest.raises(PlacementError, match=r"\[placement\] auth_type"):
+        client.request("GET", "/resource_providers")
 
 
 def test_periodic_sync_backs_off_and_never_claims_success(

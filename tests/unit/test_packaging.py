@@ -82,3 +82,17 @@ def test_the_sdist_is_complete(tmp_path):
         assert any(m == needed or m.startswith(needed) for m in members), (
             needed
         )
+
+
+def test_an_unsupported_nova_is_refused_naming_the_supported_range():
+    import pytest
+
+    from vgpu_driver.nova import check_nova_version
+
+    check_nova_version("34.0.0")
+    check_nova_version("33.0.2")
+    for version in ("32.2.1", "35.0.0", "unknown"):
+        with pytest.raises(ImportError, match=r"supports Nova 33\.x to 34\.x"):
+            check_nova_version(version)
+    setup = (ROOT / "setup.cfg").read_text()
+    assert "nova>=33.0.0,<35" in setup  # the extra says the same

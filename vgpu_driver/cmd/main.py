@@ -8,7 +8,9 @@ last: ``vgpu-driver --config-file nova.conf check-config``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging as std_logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -228,6 +230,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     _ARGV[:] = args
     try:
         conf(args, project="vgpu-driver", version=_version())
+    except FileNotFoundError as exc:
+        # oslo.config's --shell_completion reads a template some of its
+        # installations lack
+        print(
+            f"ERROR: {exc.filename}: missing from this oslo.config "
+            "installation (--shell_completion needs it)",
+            file=sys.stderr,
+        )
+        return 2
     except (cfg.ConfigFilesNotFoundError, cfg.ConfigFileParseError) as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 2
@@ -262,6 +273,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # the reader went away (``discover | head``): not an error, and
+        # nothing more to say; stdout is closed so exit does not fail
+        with contextlib.suppress(OSError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 0
     finally:
         conf.reset()
 

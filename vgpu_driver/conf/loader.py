@@ -170,7 +170,13 @@ def _unknown_options(
     that nothing reads (a typo such as ``device_adresses`` would
     otherwise be silently ignored)."""
     type_options = set(devices.type_opts_help)
-    device_options = set(conf.devices)
+    # an option's deprecated name (enabled_vgpu_types) is read too
+    device_options = set(conf.devices) | {
+        old.name
+        for opt in devices.devices_opts
+        for old in opt.deprecated_opts
+        if old.name
+    }
     found: list[Problem] = []
     for path in _config_files(conf):
         sections: dict[str, dict[str, list[str]]] = {}

@@ -75,7 +75,8 @@ def host_problems(
                     "warning",
                 )
             )
-            continue
+        # a device named for it that offers something else is an error
+        # either way: that device would serve nothing
         for address in type_cfg.addresses:
             here = offered.get(address)
             if address in disabled:

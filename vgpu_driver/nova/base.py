@@ -8,13 +8,18 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
+from importlib import metadata
 from typing import Any
 
 from nova.virt.libvirt import driver as nova_driver
 from nova.virt.libvirt import host as nova_host
 from oslo_log import log as logging
 
+from vgpu_driver.nova import check_nova_version
 from vgpu_driver.nova.adapter import NovaAdapter
+
+# before anything overrides Nova's private methods
+check_nova_version(metadata.version("nova"))
 
 LOG = logging.getLogger(__name__)
 CONF = nova_driver.CONF

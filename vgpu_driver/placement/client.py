@@ -154,11 +154,18 @@ class PlacementClient:
                         reason=f"400 {response.detail}",
                     )
                 if response.status < 500:
+                    reason = (
+                        f"{response.status} {response.error_code or ''}"
+                        f" {response.detail}".strip()
+                    )
+                    if response.status in (401, 403):
+                        reason += (
+                            ": Placement refused these credentials; check "
+                            "[placement] auth_type and its options (a user "
+                            "with the admin or service role, as Nova's)"
+                        )
                     raise PlacementError(
-                        method=method,
-                        url=path,
-                        reason=f"{response.status} {response.error_code or ''}"
-                        f" {response.detail}".strip(),
+                        method=method, url=path, reason=reason
                     )
                 reason = f"{response.status} {response.detail}"
             if attempt < self.max_attempts:
@@ -220,8 +227,37 @@ def _json(raw: Any) -> Any:
         return raw.text
 
 
-def client_from_conf(conf: cfg.ConfigOpts) -> PlacementClient:
-    """A client from ``[placement]``, read exactly like nova.conf's."""
+def client_from_conf(
+    conf: cfg.ConfigOpts, sleep: Callable[[float], None] = time.sleep
+) -> PlacementClient:
+    """A client from ``[placement]``, read exactly like nova.conf's. A
+    Placement that refuses or drops the first connection (found by
+    asking it) is tried ``[placement] max_attempts`` times, as requests
+    are."""
+    attempts = max(1, int(conf.placement.max_attempts))
+    delay = float(conf.placement.retry_delay)
+    for attempt in range(1, attempts + 1):
+        try:
+            return _connect(conf)
+        except PlacementUnavailable as exc:
+            if attempt == attempts:
+                raise PlacementUnavailable(
+                    method="GET",
+                    url=exc.kwargs.get("url", "[placement] endpoint"),
+                    attempts=attempts,
+                    reason=exc.kwargs.get("reason", str(exc)),
+                ) from exc
+            LOG.warning(
+                "Placement did not answer (%s); retrying in %.1fs",
+                exc.kwargs.get("reason", exc),
+                delay,
+            )
+            sleep(delay)
+            delay *= 2
+    raise AssertionError("unreachable")
+
+
+def _connect(conf: cfg.ConfigOpts) -> PlacementClient:
     import openstack.connection
 
     group = "placement"
