@@ -25,6 +25,7 @@ from vgpu_driver.exception import (
     DeviceOperationFailed,
     says_no_room,
 )
+from vgpu_driver.host import privileged
 from vgpu_driver.model import naming
 from vgpu_driver.model.device import (
     MdevType,
@@ -303,9 +304,20 @@ class SysfsTree:
     # -- writing -------------------------------------------------------
 
     def _write(self, path: Path, value: str, action: str, device: str) -> None:
+        """Write one sysfs attribute: through the privileged helper when
+        this is the real /sys and the process is not root."""
         try:
-            with open(path, "w") as handle:
-                handle.write(value)
+            if str(self.root) == privileged.SYSFS and os.geteuid() != 0:
+                privileged.write_sysfs(
+                    os.path.relpath(path, privileged.SYSFS), value
+                )
+            else:
+                with open(path, "w") as handle:
+                    handle.write(value)
+        except ValueError as exc:  # refused by the privileged side
+            raise DeviceOperationFailed(
+                action=action, device=device, reason=str(exc)
+            ) from exc
         except OSError as exc:
             error = (
                 DeviceNoRoom if says_no_room(exc) else DeviceOperationFailed

@@ -1,0 +1,112 @@
+"""sysfs writes of a service not running as root go through an
+oslo.privsep daemon that writes only what the library writes."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from vgpu_driver.exception import DeviceOperationFailed
+from vgpu_driver.host import privileged
+from vgpu_driver.host.sysfs import SysfsTree
+
+MDEV = str(uuid.uuid4())
+
+
+@pytest.mark.parametrize(
+    ("relative", "value"),
+    [
+        (f"bus/mdev/devices/{MDEV}/remove", "1"),
+        ("bus/pci/devices/0000:41:00.4/nvidia/current_vgpu_type", "1157"),
+        ("bus/pci/devices/0000:41:00.4/nvidia/current_vgpu_type", "0"),
+        (
+            "devices/pci0000:80/0000:80:02.0/0000:84:00.0/"
+            "mdev_supported_types/nvidia-35/create",
+            MDEV,
+        ),
+        (
+            "class/mdev_bus/0000:84:00.0/mdev_supported_types/nvidia-35/create",
+            MDEV,
+        ),
+    ],
+)
+def test_the_writes_the_library_makes_are_allowed(relative, value):
+    assert privileged.check(relative, value) == f"/sys/{relative}"
+
+
+@pytest.mark.parametrize(
+    ("relative", "value"),
+    [
+        ("../nonexistent-dir/x", "x"),
+        ("/nonexistent-dir/x", "x"),
+        ("bus/pci/devices/0000:41:00.4/../../../../nonexistent/remove", "1"),
+        ("bus/pci/devices/0000:41:00.4/driver/unbind", "0000:41:00.4"),
+        ("kernel/mm/transparent_hugepage/enabled", "never"),
+        ("bus/pci/devices/0000:41:00.4/nvidia/current_vgpu_type", "1; ls"),
+        (f"bus/mdev/devices/{MDEV}/remove", "0"),
+        ("class/mdev_bus/x/mdev_supported_types/t/create", "not-a-uuid"),
+    ],
+)
+def test_anything_else_is_refused_before_it_is_opened(relative, value):
+    with pytest.raises(ValueError, match="refused"):
+        privileged.check(relative, value)
+
+
+@pytest.fixture
+def daemon():
+    """The privileged daemon, forked as a root helper would start it."""
+    if os.geteuid() != 0:
+        pytest.skip("starting a privsep daemon needs root")
+    privileged.sysfs_writer.set_client_mode(True)
+    privileged.sysfs_writer.start(method=privileged.priv_context.Method.FORK)
+    yield privileged.sysfs_writer
+    privileged.sysfs_writer.stop()
+
+
+def test_a_write_crosses_into_the_daemon_and_its_error_comes_back(
+    daemon, tmp_path
+):
+    """Through the real daemon: a path out of /sys is refused there (the
+    target is a canary file of this test's own, never a system file: a
+    daemon that failed to check would write it as root), and the
+    kernel's error for an allowed one (no such mdev) comes back as the
+    OSError it is, so the library names it."""
+    canary = tmp_path / "canary"
+    canary.write_text("untouched")
+    gone = str(uuid.uuid4())
+    with pytest.raises(ValueError, match="refused"):
+        privileged.write_sysfs(os.path.relpath(canary, "/sys"), "x")
+    assert canary.read_text() == "untouched"
+    with pytest.raises(OSError) as raised:
+        privileged.write_sysfs(f"bus/mdev/devices/{gone}/remove", "1")
+    assert raised.value.errno is not None
+
+
+def test_a_non_root_service_writes_through_the_daemon(daemon, monkeypatch):
+    """SysfsTree on the real /sys, as a service not running as root: the
+    write goes to the daemon (which finds no such mdev) and comes back as
+    DeviceOperationFailed naming it."""
+    calls = []
+    real = privileged.write_sysfs
+
+    def spy(relative: str, value: str) -> None:
+        calls.append(relative)
+        real(relative, value)
+
+    monkeypatch.setattr(privileged, "write_sysfs", spy)
+    monkeypatch.setattr(os, "geteuid", lambda: 4242)
+    gone = str(uuid.uuid4())
+    with pytest.raises(DeviceOperationFailed, match=gone):
+        SysfsTree("/sys").remove_mdev(gone)
+    assert calls == [f"bus/mdev/devices/{gone}/remove"]
+
+
+def test_a_simulated_sysfs_is_written_directly(tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 4242)
+    target = tmp_path / "bus/pci/devices/0000:41:00.4/nvidia"
+    target.mkdir(parents=True)
+    (target / "current_vgpu_type").write_text("0")
+    SysfsTree(str(tmp_path)).set_vf_type("0000:41:00.4", 1157)
+    assert (target / "current_vgpu_type").read_text() == "1157"
