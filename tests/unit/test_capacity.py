@@ -7,6 +7,7 @@ the library must not exceed them, whatever the VF count says."""
 from __future__ import annotations
 
 import dataclasses
+import uuid
 
 import pytest
 
@@ -25,13 +26,17 @@ from vgpu_driver.sim import description as hostdesc
 from vgpu_driver.sim.simulated import SimulatedHost
 
 
-def enabled(type_id: str, max_instances: int | None = None) -> DeviceConfig:
+def enabled(
+    type_id: str,
+    max_instances: int | None = None,
+    addresses: tuple[str, ...] = (),
+) -> DeviceConfig:
     return DeviceConfig(
         (
             TypeConfig(
                 type_id,
                 "VGPU",
-                (),
+                addresses,
                 max_instances,
                 (),
                 True,
@@ -254,3 +259,86 @@ def test_the_service_warns_once_why_it_offers_less(
     assert provider.inventory["VGPU"]["total"] == 3
     warnings = [r for r in caplog.records if "what it can prove" in r.message]
     assert len(warnings) == 1 and "0x10de:0x9999" in warnings[0].message
+
+
+# -- NVIDIA Ampere before kernel 6.8: each VF an mdev parent --------------
+
+A2_GPU = "0000:3b:00.0"
+
+
+def a2_totals(inventory, **kwargs):
+    plans = plan_providers(
+        "cn",
+        enabled("nvidia-744", **kwargs),
+        inventory,
+        held={"pci_0000_3b_00_4": {"nvidia-744": 1}},
+    )
+    return plans
+
+
+def test_the_vfs_of_one_gpu_share_what_the_gpu_holds():
+    """An A2 (16 VFs, each an mdev parent of one vGPU) with one A2-4Q in
+    use: the type's description says max_instance=4, so the VFs offer 4
+    in all, not 16; the one in use counts first."""
+    inventory = helpers.simulated_host("a2-vf-parents").discover()
+    assert len(inventory.parents) == 16
+    plans = a2_totals(inventory)
+    assert sum(p.total for p in plans) == 4
+    assert {p.device: p.total for p in plans}["pci_0000_3b_00_4"] == 1
+    assert all(p.total <= 1 for p in plans)
+
+
+def test_the_simulated_kernel_refuses_a_fifth_as_the_driver_does():
+    host = helpers.simulated_host("a2-vf-parents")
+    for plan in a2_totals(host.discover()):
+        parent = host.discover().parent(plan.device)
+        if parent.type("nvidia-744").available:
+            host.create_mdev(parent, "nvidia-744", str(uuid.uuid4()))
+    inventory = host.discover()
+    assert sum(1 for m in inventory.mdevs if m.type_id == "nvidia-744") == 4
+    assert not any(p.type("nvidia-744").available for p in inventory.parents)
+
+
+def test_the_gpu_address_in_device_addresses_means_its_vfs():
+    from vgpu_driver.model import check
+
+    inventory = helpers.simulated_host("a2-vf-parents").discover()
+    config = enabled("nvidia-744", addresses=(A2_GPU,))
+    assert check.host_problems(config, inventory) == []
+    plans = plan_providers("cn", config, inventory, held={})
+    assert sum(p.total for p in plans) == 4
+
+
+def test_without_max_instance_the_gpu_offers_one_more_and_says_why():
+    inventory = helpers.simulated_host("a2-vf-parents").discover()
+    stripped = dataclasses.replace(
+        inventory,
+        parents=tuple(
+            dataclasses.replace(
+                p,
+                types=tuple(
+                    dataclasses.replace(t, description=None) for t in p.types
+                ),
+            )
+            for p in inventory.parents
+        ),
+    )
+    plans = a2_totals(stripped)
+    assert sum(p.total for p in plans) == 2  # the one in use + one
+    assert any(p.limit and "no max_instance" in p.limit for p in plans)
+
+
+def test_through_libvirt_the_vfs_are_known_as_one_gpu_s(tmp_path):
+    """libvirt's test driver reports each VF's phys_function; both
+    parsers read it."""
+    from vgpu_driver.host import nodedev_xml
+
+    host = helpers.libvirt_host(helpers.load("a2-vf-parents"), tmp_path)
+    inventory = host.discover()
+    assert {p.physical_function for p in inventory.parents} == {A2_GPU}
+    xml = (
+        host.connection().nodeDeviceLookupByName("pci_0000_3b_00_5").XMLDesc(0)
+    )
+    fast, _ = nodedev_xml.read_parent(xml)
+    reference, _ = nodedev_xml.read_parent_tree(xml)
+    assert fast == reference and fast.physical_function == A2_GPU

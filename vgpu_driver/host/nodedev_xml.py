@@ -119,7 +119,11 @@ _PCI_PARENT = _shape(
     r"(?:/>|>(?P<product>[^<]*)</product>)\s*)?"
     r"(?:<vendor id='(?P<vendor_id>[^'< \t\n]*)'\s*"
     r"(?:/>|>(?P<vendor>[^<]*)</vendor>)\s*)?"
-    r"(?:<capability type='(?:phys_function|virt_functions)'"
+    r"(?:<capability type='phys_function'>\s*<address "
+    rf"domain='(?P<pf_domain>{_HEX})' bus='(?P<pf_bus>{_HEX})' "
+    rf"slot='(?P<pf_slot>{_HEX})' function='(?P<pf_function>{_HEX})'/>"
+    r"\s*</capability>\s*"
+    r"|<capability type='(?:phys_function|virt_functions)'"
     r"(?: maxCount='[0-9]+')?\s*(?:/>|>" + _ADDRESSES + r"</capability>)\s*"
     r"|<capability type='[\w-]+'\s*/>\s*)*"
     r"<capability type='mdev_types'>(?P<types>(?:\s*<type id='[^'< \t\n]+'>"
@@ -170,6 +174,14 @@ def _read_pci_parent_shape(text: str) -> tuple[Parent, str | None] | None:
         )
         numa = fields["numa"]
         numa_node = int(numa, 0) if numa is not None else None
+        physical_function = None
+        if fields["pf_domain"] is not None:
+            physical_function = naming.pci_address(
+                *(
+                    int(fields[f"pf_{f}"], 16)
+                    for f in ("domain", "bus", "slot", "function")
+                )
+            )
     except ValueError:
         return None  # a number XML reads but Python's int() does not
     if name is None or not all(t.device_api for t in types):
@@ -185,6 +197,7 @@ def _read_pci_parent_shape(text: str) -> tuple[Parent, str | None] | None:
             driver=_stripped(fields["driver"]),
             numa_node=numa_node,
             types=types,
+            physical_function=physical_function,
         ),
         _stripped(fields["path"]),
     )
@@ -230,7 +243,7 @@ def read_parent_tree(text: str) -> tuple[Parent | None, str | None]:
                     available=_required_int(available, what),
                 )
             )
-    address = None
+    address = physical_function = None
     vendor_id = vendor = product_id = product = None
     numa_node = None
     pci = next(
@@ -256,6 +269,7 @@ def read_parent_tree(text: str) -> tuple[Parent | None, str | None]:
         numa = pci.find("numa")
         if numa is not None:
             numa_node = _int(numa.get("node"), what, "numa node")
+        physical_function = _physical_function(pci, what)
     driver = root.find("driver")
     return (
         Parent(
@@ -268,9 +282,30 @@ def read_parent_tree(text: str) -> tuple[Parent | None, str | None]:
             driver=_text(driver.find("name")) if driver is not None else None,
             numa_node=numa_node,
             types=tuple(types),
+            physical_function=physical_function,
         ),
         path,
     )
+
+
+def _physical_function(pci: ET.Element, what: str) -> str | None:
+    """The PF address of a VF (``<capability type='phys_function'>``)."""
+    for cap in pci.iterfind("capability"):
+        if cap.get("type") != "phys_function":
+            continue
+        element = cap.find("address")
+        if element is None:
+            return None
+        parts = [
+            _int(element.get(f), what, f"phys_function {f}")
+            for f in ("domain", "bus", "slot", "function")
+        ]
+        if any(p is None for p in parts):
+            raise DeviceXMLInvalid(
+                what=what, reason="its phys_function address is incomplete"
+            )
+        return naming.pci_address(*(int(p or 0) for p in parts))
+    return None
 
 
 def _required_int(value: int | None, what: str) -> int:

@@ -37,11 +37,19 @@ class Parent:
     driver: str | None = None
     numa_node: int | None = None
     types: tuple[MdevType, ...] = ()
+    # the PF's address when this parent is a VF (an NVIDIA Ampere GPU on
+    # a kernel before 6.8: each VF is an mdev parent of one vGPU)
+    physical_function: str | None = None
 
     @property
     def keys(self) -> tuple[str, ...]:
-        """What ``device_addresses`` may call it: its address or name."""
-        return (self.address, self.name) if self.address else (self.name,)
+        """What ``device_addresses`` may call it: its address or name,
+        and for a VF its GPU's address (which means all its VFs)."""
+        if not self.address:
+            return (self.name,)
+        if self.physical_function:
+            return (self.address, self.name, self.physical_function)
+        return (self.address, self.name)
 
     def type(self, type_id: str) -> MdevType | None:
         return next((t for t in self.types if t.id == type_id), None)

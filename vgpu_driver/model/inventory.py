@@ -72,6 +72,7 @@ class _Device:
     capabilities: Callable[[str], trait.Capabilities]
     # type id -> why it offers less than the host lists (capacity.Room)
     limits: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    gpu: str | None = None  # a VF parent's GPU (whose room its VFs share)
 
 
 def _from_parent(parent: Parent, existing: Counter[str]) -> _Device:
@@ -86,6 +87,7 @@ def _from_parent(parent: Parent, existing: Counter[str]) -> _Device:
         existing=existing,
         available={t.id: t.available for t in parent.types},
         capabilities=caps,
+        gpu=parent.physical_function,
     )
 
 
@@ -203,12 +205,38 @@ def plan_providers(
         type_id: max(0, cap - used_total[type_id])
         for type_id, cap in budgets.items()
     }
+    gpu_free = capacity.gpu_room(
+        [
+            (
+                d.gpu,
+                t.type_id,
+                max(
+                    d.existing[t.type_id],
+                    _used(d, t, held, allocated, nodename),
+                ),
+                d.available.get(t.type_id, 0),
+                d.capabilities(t.type_id).max_instance,
+            )
+            for d, t in chosen
+            if d.gpu
+        ]
+    )
     type_traits_of: dict[tuple[str, trait.Capabilities], frozenset[str]] = {}
     for device, type_cfg in sorted(chosen, key=lambda c: c[0].name):
         type_id = type_cfg.type_id
         total = device.existing[type_id] + device.available.get(type_id, 0)
         used = _used(device, type_cfg, held, allocated, nodename)
         reason = None
+        limit = device.limits.get(type_id)
+        if device.gpu:
+            # the VFs of one GPU share what the GPU holds, in name order
+            occupied = max(device.existing[type_id], used)
+            free_here = max(0, total - occupied)
+            room, why = gpu_free.get((device.gpu, type_id), (0, None))
+            granted = min(free_here, room)
+            gpu_free[(device.gpu, type_id)] = (room - granted, why)
+            total = occupied + granted
+            limit = limit or why
         if type_id in free_budget:
             free_here = max(0, total - used)
             granted = min(free_here, free_budget[type_id])
@@ -251,7 +279,7 @@ def plan_providers(
             reserved=reserved,
             traits=traits,
             reason=reason,
-            limit=device.limits.get(type_id),
+            limit=limit,
         )
 
     # Providers whose device is gone from the host (or no longer serves a

@@ -38,6 +38,8 @@ class Capabilities:
     heads: int | None = None
     max_resolution: tuple[int, int] | None = None
     framebuffer_mb: int | None = None
+    # vGPUs of the type one physical GPU holds (NVIDIA's max_instance)
+    max_instance: int | None = None
 
 
 NOTHING_KNOWN = Capabilities()
@@ -81,9 +83,10 @@ def parse_description(text: str | None) -> Capabilities:
         .rstrip("MmBb")
         .strip()
     )
-    if heads is None and resolution is None and framebuffer is None:
+    max_instance = _int(fields.get("max_instance"))
+    if (heads, resolution, framebuffer, max_instance) == (None,) * 4:
         return NOTHING_KNOWN
-    return Capabilities(heads, resolution, framebuffer)
+    return Capabilities(heads, resolution, framebuffer, max_instance)
 
 
 def _int(value: str | None) -> int | None:

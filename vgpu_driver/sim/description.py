@@ -202,6 +202,9 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
                 numa_node=p.get("numa_node"),
                 iommu_group=p.get("iommu_group", 10 + index),
                 homogeneous=bool(p.get("homogeneous", True)),
+                physical_function=naming.normalize_pci_address(
+                    p.get("physical_function") or ""
+                ),
             )
         )
     by_key = {p.name: p for p in parents}

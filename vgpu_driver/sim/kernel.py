@@ -10,6 +10,9 @@ sysfs) and by the in-process simulated host, so all three agree.
 * An NVIDIA SR-IOV card carries one vGPU per VF. Once one VF has a type,
   the others can only take that same type, up to the type's capacity on
   the card; a VF that has a type lists nothing as creatable.
+* On a kernel before 6.8 an NVIDIA Ampere GPU's VFs are mdev parents of
+  one vGPU each; together they hold what the GPU holds: the type's
+  ``max_instance`` (its description), one type at a time per GPU.
 * In mixed-size mode (vGPU 17+ on Ada and later) the VFs may hold types
   of different framebuffer sizes: a free VF lists every type of which
   fewer than its capacity exist and whose size fits in the framebuffer
@@ -18,6 +21,7 @@ sysfs) and by the in-process simulated host, so all three agree.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
@@ -64,3 +68,13 @@ def creatable_types(
         [(in_use, used)] = counts.most_common(1)
         return [in_use] if used < capacities.get(in_use, 0) else []
     return [t for t, capacity in capacities.items() if capacity > 0]
+
+
+def gpu_room(type_id: str, description: str | None, on_gpu: list[str]) -> int:
+    """Room for ``type_id`` on a GPU whose VFs hold ``on_gpu``."""
+    if any(t != type_id for t in on_gpu):
+        return 0
+    found = re.search(r"max_instance=(\d+)", description or "")
+    if found is None:
+        return 0
+    return max(0, int(found.group(1)) - len(on_gpu))

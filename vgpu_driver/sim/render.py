@@ -99,6 +99,15 @@ def _render_parent(description: HostDescription, parent: ParentSpec) -> str:
                 f"<vendor id={quoteattr(parent.vendor_id)}>"
                 f"{escape(parent.vendor or '')}</vendor>\n"
             )
+        if parent.physical_function:
+            pf_domain, pf_bus, pf_rest = parent.physical_function.split(":")
+            pf_slot, pf_function = pf_rest.split(".")
+            body += (
+                "<capability type='phys_function'>\n"
+                f"<address domain='0x{pf_domain}' bus='0x{pf_bus}' "
+                f"slot='0x{pf_slot}' function='0x{pf_function}'/>\n"
+                "</capability>\n"
+            )
         body += types + "\n"
         body += (
             f"<iommuGroup number='{parent.iommu_group}'>"

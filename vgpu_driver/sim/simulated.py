@@ -58,6 +58,7 @@ def inventory_of(description: HostDescription) -> HostInventory:
                 product=spec.product if pci and spec.product_id else None,
                 driver=spec.driver,
                 numa_node=spec.numa_node if pci else None,
+                physical_function=spec.physical_function,
                 types=tuple(
                     MdevType(
                         id=t.id,

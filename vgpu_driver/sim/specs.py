@@ -36,6 +36,9 @@ class ParentSpec:
     numa_node: int | None = None
     iommu_group: int | None = None
     homogeneous: bool = True
+    # a VF of this GPU (Ampere before kernel 6.8): its VFs share the
+    # GPU's max_instance of each type
+    physical_function: str | None = None
 
     @property
     def sysfs_path(self) -> str:
@@ -156,8 +159,22 @@ class HostDescription:
         used = [
             m.type for m in self.mdevs if m.parent == parent.name and m.active
         ]
-        return kernel.available_instances(
+        available = kernel.available_instances(
             type_id, spec.capacity, used, parent.homogeneous
+        )
+        if parent.physical_function is None or not available:
+            return available
+        siblings = {
+            p.name
+            for p in self.parents
+            if p.physical_function == parent.physical_function
+        }
+        on_gpu = [
+            m.type for m in self.mdevs if m.parent in siblings and m.active
+        ]
+        return min(
+            available,
+            kernel.gpu_room(type_id, spec.description, on_gpu),
         )
 
     def copy(self) -> HostDescription:
