@@ -382,7 +382,7 @@ def test_discover_says_none_for_empty_sections(tmp_path, capsys):
     path.write_text('{"parents": []}')
     assert cli.main(["--host-description", str(path), "discover"]) == 0
     out = capsys.readouterr().out
-    assert out.count("\nnone\n") == 2
+    assert out.count("\nnone\n") == 3  # parents, GPUs, mdevs
 
 
 def test_a_vf_address_in_device_addresses_names_the_gpu_to_list_instead(

@@ -10,7 +10,8 @@ from vgpu_driver import exception
 from vgpu_driver.cmd import output
 from vgpu_driver.cmd.context import Context
 from vgpu_driver.conf import devices, loader
-from vgpu_driver.model import check, naming, trait
+from vgpu_driver.host.pci_scan import scan_gpus
+from vgpu_driver.model import check, gpus, naming, trait
 from vgpu_driver.model.device import HostInventory, MdevType
 from vgpu_driver.records.claims import MADE_RECORD
 from vgpu_driver.records.store import StateStore
@@ -103,12 +104,31 @@ def report(
     }
 
 
+def _gpu_rows(conf: Any, inventory: HostInventory, config: Any) -> list[Any]:
+    """Every GPU on the host, supported or not, and what is done with it."""
+    cards = scan_gpus(str(conf.libvirt.sysfs_root))
+    return [
+        {
+            "address": r.gpu.address,
+            "vendor": r.gpu.vendor,
+            "product_id": r.gpu.product_id,
+            "driver": r.gpu.driver,
+            "vfs": r.vfs,
+            "role": r.role,
+            "note": r.note,
+            "offered": r.offered,
+        }
+        for r in gpus.roles(cards, inventory, config)
+    ]
+
+
 def run(context: Context) -> int:
     conf = context.conf
     config = loader.load_device_config(conf)
     inventory = context.host.discover()
     problems = [str(p) for p in check.host_problems(config, inventory)]
     data = report(inventory, _made(conf))
+    data["gpus"] = _gpu_rows(conf, inventory, config)
     if conf.command.format == "json":
         output.dump_json({**data, "problems": problems})
         return 0
@@ -178,6 +198,25 @@ def run(context: Context) -> int:
             ["Physical GPU", "NUMA", "VFs", "In use", "Creatable"],
             sriov_rows,
         )
+    print("\nGPUs on the host")
+    if data["gpus"]:
+        output.table(
+            ["Address", "Vendor", "Device", "Driver", "VFs", "Role", "Note"],
+            [
+                [
+                    g["address"],
+                    g["vendor"],
+                    g["product_id"],
+                    g["driver"],
+                    g["vfs"] or "",
+                    g["role"],
+                    g["note"],
+                ]
+                for g in data["gpus"]
+            ],
+        )
+    else:
+        print("none")
     print("\nmdevs")
     if not data["mdevs"]:
         print("none")

@@ -137,6 +137,12 @@ def _audit_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _doctor(context: Context) -> int:
+    from vgpu_driver.cmd import doctor
+
+    return doctor.run(context)
+
+
 def _restore(context: Context) -> int:
     from vgpu_driver.cmd import restore
 
@@ -152,6 +158,12 @@ COMMANDS: dict[str, tuple[str, Handler, Callable[..., None]]] = {
     "discover": (
         "Show the host's mdev parents, types, mdevs and their guests.",
         _with_context(_discover),
+        _format_arg,
+    ),
+    "doctor": (
+        "Check the host is ready for vGPUs (IOMMU, vfio, NVIDIA's vGPU "
+        "manager, SR-IOV, every GPU and what is done with it).",
+        _with_context(_doctor),
         _format_arg,
     ),
     "inventory": (

@@ -91,7 +91,7 @@ def check_names(raw: dict[str, Any], bad: Any) -> None:
                     )
                 given[key] = f"guests[{i}]"
     for i, sriov in enumerate(raw.get("sriov", [])):
-        count(f"sriov[{i}].vf_count", sriov["vf_count"], 1, MAX_VFS)
+        count(f"sriov[{i}].vf_count", sriov["vf_count"], 0, MAX_VFS)
         if naming.normalize_pci_address(str(sriov["address"])) is None:
             raise bad(
                 f"sriov[{i}].address {sriov['address']!r} is not a PCI address"

@@ -71,6 +71,7 @@ from vgpu_driver.sim.specs import (
     GuestSpec,
     HostDescription,
     MdevSpec,
+    OtherGpuSpec,
     ParentSpec,
     PfSpec,
     SriovTypeSpec,
@@ -275,6 +276,21 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
         summary=raw.get("summary", ""),
         hostname=raw.get("hostname", "compute1"),
         config="\n".join(raw.get("config", [])) + "\n",
+        other_gpus=[
+            OtherGpuSpec(
+                address=str(naming.normalize_pci_address(g["address"])),
+                vendor_id=g["vendor_id"],
+                product_id=g["product_id"],
+                pci_class=g.get("class", "0x030000"),
+                driver=g.get("driver"),
+                total_vfs=g.get("total_vfs"),
+                vf_addresses=[str(a).lower() for a in g.get("vfs", [])],
+                vf_product_id=g.get("vf_product_id"),
+            )
+            for g in raw.get("other_gpus", [])
+        ],
+        modules=raw.get("modules"),
+        iommu=bool(raw.get("iommu", True)),
     )
     check_over_capacity(description, bad)
     return description

@@ -11,6 +11,7 @@ from xml.sax.saxutils import escape, quoteattr
 from vgpu_driver.sim.specs import (
     GuestSpec,
     HostDescription,
+    OtherGpuSpec,
     ParentSpec,
     PfSpec,
     css_bus_id,
@@ -171,6 +172,7 @@ def render_sysfs(description: HostDescription, root: Path) -> None:
             _link(root / "bus/pci/devices" / base.name, base)
             _write(base / "vendor", parent.vendor_id or "")
             _write(base / "device", parent.product_id or "")
+            _write(base / "class", "0x030000")
             numa = -1 if parent.numa_node is None else parent.numa_node
             _write(base / "numa_node", str(numa))
         if parent.driver:
@@ -198,6 +200,86 @@ def render_sysfs(description: HostDescription, root: Path) -> None:
         _link(root / "bus/mdev/devices" / mdev.uuid, mdir)
     for pf in description.pfs:
         _render_pf(pf, root)
+    _render_vf_parent_gpus(description, root)
+    for gpu in description.other_gpus:
+        _render_other_gpu(gpu, root)
+    _render_kernel(description, root)
+
+
+# a datacenter GPU is a 3D controller; GRID boards' GPUs are VGA ones
+CLASS_3D = "0x030200"
+
+
+def _render_other_gpu(gpu: OtherGpuSpec, root: Path) -> None:
+    base = root / "devices/pci0000:00"
+    pf_dir = base / gpu.address
+    pf_dir.mkdir(parents=True, exist_ok=True)
+    _link(root / "bus/pci/devices" / gpu.address, pf_dir)
+    _write(pf_dir / "vendor", gpu.vendor_id)
+    _write(pf_dir / "device", gpu.product_id)
+    _write(pf_dir / "class", gpu.pci_class)
+    if gpu.driver:
+        _bind(pf_dir, root / "bus/pci", gpu.driver)
+    if gpu.total_vfs is not None:
+        _write(pf_dir / "sriov_totalvfs", str(gpu.total_vfs))
+        _write(pf_dir / "sriov_numvfs", str(len(gpu.vf_addresses)))
+    for index, vf in enumerate(gpu.vf_addresses):
+        vf_dir = base / vf
+        vf_dir.mkdir(parents=True, exist_ok=True)
+        _link(pf_dir / f"virtfn{index}", vf_dir)
+        _link(vf_dir / "physfn", pf_dir)
+        _link(root / "bus/pci/devices" / vf, vf_dir)
+        _write(vf_dir / "vendor", gpu.vendor_id)
+        _write(vf_dir / "device", gpu.vf_product_id or gpu.product_id)
+        _write(vf_dir / "class", gpu.pci_class)
+
+
+def _render_vf_parent_gpus(description: HostDescription, root: Path) -> None:
+    """The GPU whose VFs are mdev parents (Ampere before kernel 6.8): its
+    own device, its virtfn links and each VF's physfn."""
+    vfs_of: dict[str, list[ParentSpec]] = {}
+    for parent in description.parents:
+        if parent.physical_function:
+            vfs_of.setdefault(parent.physical_function, []).append(parent)
+    for address, vfs in vfs_of.items():
+        pf_dir = root / "devices/pci0000:00" / address
+        pf_dir.mkdir(parents=True, exist_ok=True)
+        _link(root / "bus/pci/devices" / address, pf_dir)
+        _write(pf_dir / "vendor", vfs[0].vendor_id or "")
+        _write(pf_dir / "device", vfs[0].product_id or "")
+        _write(pf_dir / "class", CLASS_3D)
+        _write(pf_dir / "sriov_totalvfs", str(len(vfs)))
+        _write(pf_dir / "sriov_numvfs", str(len(vfs)))
+        if vfs[0].driver:
+            _bind(pf_dir, root / "bus/pci", vfs[0].driver)
+        for index, vf in enumerate(vfs):
+            vf_dir = root / vf.sysfs_path
+            _link(pf_dir / f"virtfn{index}", vf_dir)
+            _link(vf_dir / "physfn", pf_dir)
+
+
+def _render_kernel(description: HostDescription, root: Path) -> None:
+    """IOMMU groups and loaded modules, as the devices imply them (or as
+    the description says, to show a host set up wrong)."""
+    groups = {p.iommu_group for p in description.parents if p.iommu_group}
+    for group in (sorted(groups) or [0]) if description.iommu else []:
+        (root / "kernel/iommu_groups" / str(group) / "devices").mkdir(
+            parents=True, exist_ok=True
+        )
+    modules = description.modules
+    if modules is None:
+        modules = ["vfio", "vfio_pci", "mdev"]
+        nvidia = [p for p in description.parents if p.vendor_id == "0x10de"]
+        if nvidia or description.pfs:
+            modules += ["nvidia", "nvidia_vgpu_vfio"]
+    for module in modules:
+        (root / "module" / module).mkdir(parents=True, exist_ok=True)
+    if "nvidia" in modules:
+        _write(root / "module/nvidia/version", NVIDIA_HOST_DRIVER)
+
+
+# the vGPU manager version simulated hosts report (illustrative)
+NVIDIA_HOST_DRIVER = "570.124.03"
 
 
 def _bus_of(parent: ParentSpec) -> str:
@@ -217,6 +299,8 @@ def _render_pf(pf: PfSpec, root: Path) -> None:
         pf_dir / "numa_node", str(-1 if pf.numa_node is None else pf.numa_node)
     )
     _write(pf_dir / "sriov_numvfs", str(pf.vf_count))
+    _write(pf_dir / "sriov_totalvfs", str(max(pf.vf_count, 1)))
+    _write(pf_dir / "class", CLASS_3D)
     if pf.driver:
         _bind(pf_dir, root / "bus/pci", pf.driver)
     for index, vf in enumerate(pf.vf_addresses):
@@ -225,6 +309,8 @@ def _render_pf(pf: PfSpec, root: Path) -> None:
         _link(pf_dir / f"virtfn{index}", vf_dir)
         _link(vf_dir / "physfn", pf_dir)
         _link(root / "bus/pci/devices" / vf, vf_dir)
+        _write(vf_dir / "class", CLASS_3D)
+        _write(vf_dir / "vendor", pf.vendor_id or "")
         write_vf_state(vf_dir, pf, vf)
 
 

@@ -139,6 +139,21 @@ class PfSpec:
 
 
 @dataclasses.dataclass
+class OtherGpuSpec:
+    """A GPU the library does not drive (AMD/Intel SR-IOV, NVIDIA without
+    the vGPU manager): shown by discover and doctor, nothing more."""
+
+    address: str
+    vendor_id: str
+    product_id: str
+    pci_class: str = "0x030000"
+    driver: str | None = None
+    total_vfs: int | None = None
+    vf_addresses: list[str] = dataclasses.field(default_factory=list)
+    vf_product_id: str | None = None
+
+
+@dataclasses.dataclass
 class HostDescription:
     source: str
     parents: list[ParentSpec]
@@ -148,6 +163,10 @@ class HostDescription:
     summary: str = ""
     hostname: str = "compute1"
     config: str = ""
+    other_gpus: list[OtherGpuSpec] = dataclasses.field(default_factory=list)
+    # kernel modules loaded (None: what the devices imply)
+    modules: list[str] | None = None
+    iommu: bool = True  # False: booted without the IOMMU on
 
     def parent(self, name: str) -> ParentSpec:
         return next(p for p in self.parents if p.name == name)

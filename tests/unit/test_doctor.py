@@ -1,0 +1,136 @@
+"""``vgpu-driver doctor`` and the GPU survey of ``discover``, on shipped
+simulated hosts and on hosts made to show what goes wrong."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests import helpers
+from vgpu_driver.cmd import main as cli
+from vgpu_driver.sim import description as hostdesc
+
+
+def run(capsys, host, command="doctor", *extra):
+    code = cli.main(
+        ["--host-description", str(host), command, "--format", "json", *extra]
+    )
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+def findings(data):
+    return {(f["check"], f["level"]): f["detail"] for f in data["findings"]}
+
+
+def write_host(tmp_path, description):
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps(description))
+    return path
+
+
+def raw(name):
+    return json.loads(
+        (
+            hostdesc.Path(hostdesc.__file__).parent / "data" / f"{name}.json"
+        ).read_text()
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["m10", "l40-sriov", "rtx6000", "a2-vf-parents"]
+)
+def test_a_host_set_up_right_is_healthy(capsys, name):
+    code, data = run(capsys, name)
+    levels = {f["level"] for f in data["findings"]}
+    assert code == 0 and "error" not in levels
+    assert any(
+        f["check"] == "IOMMU" and f["level"] == "ok" for f in data["findings"]
+    )
+
+
+def test_no_iommu_and_no_vfio_are_errors_naming_the_fix(capsys, tmp_path):
+    description = raw("m10")
+    description["modules"] = ["nvidia"]
+    description["iommu"] = False
+    code, data = run(capsys, write_host(tmp_path, description))
+    found = findings(data)
+    assert code == 1
+    assert "modprobe vfio vfio_pci" in found[("vfio", "error")]
+    assert "intel_iommu=on" in found[("IOMMU", "error")]
+
+
+def test_nvidia_gpus_without_the_vgpu_manager_are_an_error(capsys, tmp_path):
+    description = raw("l40-sriov")
+    description["modules"] = ["vfio", "vfio_pci"]
+    code, data = run(capsys, write_host(tmp_path, description))
+    assert code == 1
+    assert (
+        "install NVIDIA's vGPU manager"
+        in findings(data)[("NVIDIA vGPU manager", "error")]
+    )
+
+
+def test_vfs_not_enabled_give_the_command(capsys, tmp_path):
+    description = raw("l40-sriov")
+    description["sriov"][0]["vf_count"] = 0
+    description["sriov"][0]["vf_types"] = {}
+    description["guests"] = []
+    path = write_host(tmp_path, description)
+    code, data = run(capsys, path)
+    text = json.dumps(data)
+    assert code == 1
+    assert "sriov-manage -e 0000:41:00.0" in text
+
+
+def test_an_amd_sriov_gpu_is_shown_with_what_to_do_not_ignored(capsys):
+    """Seed 000 names AMD MxGPU: the library does not drive it, and says
+    so (discover used to print 'mdev parents none' and nothing else)."""
+    code, data = run(capsys, "amd-mxgpu", "discover")
+    assert code == 0
+    [gpu] = data["gpus"]
+    assert gpu["vendor"] == "AMD" and gpu["vfs"] == 16
+    assert "16 of 16 VFs enabled" in gpu["role"]
+    assert "[pci] device_spec" in gpu["note"]
+    code, data = run(capsys, "amd-mxgpu")
+    assert code == 0
+    assert any("AMD SR-IOV GPU" in f["detail"] for f in data["findings"])
+
+
+def test_discover_lists_every_gpu_and_folds_vfs_under_their_gpu(capsys):
+    code, data = run(capsys, "a2-vf-parents", "discover")
+    assert code == 0
+    [gpu] = data["gpus"]
+    assert gpu["address"] == "0000:3b:00.0" and gpu["vfs"] == 16
+    assert gpu["offered"] and "nvidia-744" in gpu["note"]
+    code, data = run(capsys, "m10", "discover")
+    assert code == 0
+    roles = {g["address"]: g for g in data["gpus"]}
+    assert len(roles) == 4
+    assert not roles["0000:87:00.0"]["offered"]
+    assert "no enabled type" in roles["0000:87:00.0"]["note"]
+
+
+def test_a_configuration_error_is_exit_2(capsys, tmp_path):
+    conf = tmp_path / "nova.conf"
+    conf.write_text(
+        "[devices]\nenabled_mdev_types = x\n[mdev_x]\nmax_instances = -1\n"
+    )
+    code = cli.main(
+        ["--config-file", str(conf), "--host-description", "m10", "doctor"]
+    )
+    capsys.readouterr()
+    assert code == 2
+
+
+def test_the_survey_reads_the_real_sysfs_layout(tmp_path):
+    """scan_gpus on a rendered host: classes, drivers, VFs and physfn."""
+    from vgpu_driver.host.pci_scan import scan_gpus
+
+    _uri, root = hostdesc.materialize(helpers.load("amd-mxgpu"), tmp_path)
+    found = scan_gpus(str(root))
+    pf = next(g for g in found if g.address == "0000:61:00.0")
+    assert (pf.driver, pf.total_vfs, pf.num_vfs) == ("gim", 16, 16)
+    vfs = [g for g in found if g.physfn == "0000:61:00.0"]
+    assert len(vfs) == 16 and vfs[0].product_id == "0x692f"
