@@ -75,3 +75,12 @@ def test_placement_sync_benchmark_against_the_embedded_placement():
     out = run("placement_sync", "--hosts", "1", "--pgpus", "2")
     assert re.search(r"no-op sync:\s+0 requests", out), out
     assert re.search(r"providers in Placement: \d+", out), out
+
+
+def test_service_benchmark_prints_records_on_figures_per_host():
+    """benchmarks/service.py (the figures of #24) keeps running and
+    prints a row per host (its figures are read, not asserted: the
+    structural ones are guarded in test_structural_costs)."""
+    out = run("service", "--quick")
+    found = rows(out, r"\s*(\d+/\d+/\d+) \|.*\|.*\|\s+[\d./]+\s+([\d.]+)x \|")
+    assert [m[1] for m in found] == ["1/16/16", "4/128/128"]

@@ -47,6 +47,7 @@ class ClaimsRecord:
         # on this host: the devices it finds are adopted once)
         self.made_known = state is None
         self._made_on_disk: set[str] = set()
+        self._vf_types_on_disk: dict[str, int] = {}
         self._epoch: int | None = None  # the claims epoch we last saw
         # another process wrote since we last saw (reset by the reader
         # once it has read the host again)
@@ -66,6 +67,7 @@ class ClaimsRecord:
             self.vf_types = dict(
                 self.state.load(VF_TYPES_RECORD, {}, _validate_vf_types)
             )
+            self._vf_types_on_disk = dict(self.vf_types)
             made = self.state.load(MADE_RECORD, None, _validate_made)
             self.made_known = made is not None
             self.made = set(made or ())
@@ -98,7 +100,11 @@ class ClaimsRecord:
             self.state.save(CLAIMS_RECORD, {"epoch": epoch, "claims": claims})
             self._epoch = epoch
             self.claims = claims
-            self.state.save(VF_TYPES_RECORD, vf_types)
+            # one durable write per bind of an mdev: the VF types only
+            # when they changed
+            if vf_types != self._vf_types_on_disk:
+                self.state.save(VF_TYPES_RECORD, vf_types)
+                self._vf_types_on_disk = dict(vf_types)
         self.claims, self.vf_types = claims, vf_types
 
     def repair(self) -> list[str]:

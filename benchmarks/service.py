@@ -1,0 +1,242 @@
+"""What a compute service does, timed beside Nova doing the same, with
+this library's records on (as a service always runs it).
+
+For each host size (pGPUs / mdevs / guests, every mdev in use by one
+guest), in one process, on libvirt's test driver:
+
+* **start**: a restarted service's ``init_host`` (which reads every
+  guest and rebuilds who uses what) plus its first
+  ``update_provider_tree``, on the records the last run left; beside
+  Nova's periodic plus the guest scan Nova makes at every spawn
+  (``_get_all_assigned_mediated_devices``); and the same on a host with
+  no records yet (**first start**: every record written and fsynced);
+* **idle**: a steady refresh when nothing changed; beside Nova's
+  periodic (which never reads guests);
+* **guest event**: one guest undefined and defined again per refresh,
+  told through ``domain_event`` as the Nova integration's lifecycle
+  callback does; the ratio to idle is what a busy host pays;
+* **bind**: one bind of a free mdev, records on (a durable write),
+  wall time; beside Nova's ``_allocate_mdevs`` on the same host (which
+  scans every guest to find a free mdev).
+
+CPU and wall ms, min/median/max; each comparison timed in turn within
+every repetition. Nova's side needs the virtualenv ``tools/nova-venv``
+builds::
+
+    tools/nova-venv python -m benchmarks.service [--quick]
+
+Without Nova it prints this library's figures only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import conf_for, dense, machine
+from benchmarks.nova_compare import ROOT, Nova, timed, warm_up
+from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.host.libvirt_host import LibvirtHost
+from vgpu_driver.model.provider_tree import ProviderTree
+from vgpu_driver.sim import description as hostdesc
+
+SHAPES = [(1, 16, 16), (4, 128, 128), (16, 512, 512), (64, 2048, 2048)]
+QUICK = SHAPES[:2]
+FREE = 8  # free mdevs on top, for binds to reuse
+
+
+class Service:
+    """This library as a compute service runs it: records on."""
+
+    def __init__(self, uri: str, sysfs: Path, conf: Any, tmp: Path) -> None:
+        import libvirt
+
+        libvirt.registerErrorHandler(lambda *_: None, None)
+        self.uri, self.sysfs, self.conf, self.tmp = uri, sysfs, conf, tmp
+        self.conn = libvirt.open(uri)
+        self.driver, self.tree = self._new()
+        self.guests = [d.UUIDString() for d in self.conn.listAllDomains()]
+        self.driver.init_host(self.guests)
+        self.driver.update_provider_tree(self.tree, "bench")
+        self._starts = 0
+
+    def _new(self, state: Path | None = None) -> tuple[VgpuDriver, Any]:
+        host = LibvirtHost(sysfs_root=self.sysfs, connection=self.conn)
+        tree = ProviderTree()
+        tree.new_root("bench", ROOT)
+        driver = VgpuDriver(
+            self.conf, host, state_path=str(state) if state else None
+        )
+        return driver, tree
+
+    def start(self) -> tuple[float, float]:
+        """A restart: init_host + first refresh of a new service on the
+        records the last one left (the host unchanged meanwhile)."""
+        driver, tree = self._new()
+
+        def run() -> None:
+            driver.init_host(self.guests)
+            driver.update_provider_tree(tree, "bench")
+
+        return timed(run, collect=True)
+
+    def first_start(self) -> tuple[float, float]:
+        """The same on a host with no records yet (its first start)."""
+        self._starts += 1
+        driver, tree = self._new(self.tmp / f"start-{self._starts}")
+
+        def run() -> None:
+            driver.init_host(self.guests)
+            driver.update_provider_tree(tree, "bench")
+
+        return timed(run, collect=True)
+
+    def idle(self) -> tuple[float, float]:
+        return timed(
+            lambda: self.driver.update_provider_tree(self.tree, "bench")
+        )
+
+    def guest_event(self) -> tuple[float, float]:
+        """One guest undefined and defined again (outside the timing, as
+        libvirt does it), told as events; then the refresh, timed."""
+        guest = self.conn.lookupByUUIDString(self.guests[0])
+        xml = guest.XMLDesc(0)
+        guest.undefine()
+        self.driver.domain_event(self.guests[0], False)
+        self.conn.defineXML(xml)
+        self.driver.domain_event(self.guests[0], True)
+        return self.idle()
+
+    def bind(self) -> tuple[float, float]:
+        """One bind of a free mdev (records on), then its release."""
+        plans = self.driver.last_plans
+        free = [p for p in plans if p.total > p.reserved]
+        rp = self.tree.data(free[0].name).uuid
+        instance = str(uuid.uuid4())
+        cost = timed(
+            lambda: self.driver.allocate_mdevs(
+                instance, {rp: {"resources": {"VGPU": 1}}}
+            )
+        )
+        self.driver.release_mdevs(instance)
+        return cost
+
+
+class NovaBind:
+    """Nova's own ``_allocate_mdevs`` for one VGPU on the same host, on
+    the provider of a pGPU that has a free mdev (the test driver cannot
+    create one)."""
+
+    def __init__(self, nova: Nova, parent: str) -> None:
+        self.nova = nova
+        nova.periodic()
+        self.rp = nova.tree.data(f"bench_{parent}").uuid
+        nova.driver.provider_tree = nova.tree
+
+    def bind(self) -> tuple[float, float]:
+        return timed(
+            lambda: self.nova.driver._allocate_mdevs(
+                {self.rp: {"resources": {"VGPU": 1}}}
+            )
+        )
+
+
+def measure(parents: int, mdevs: int, guests: int) -> dict[str, Any]:
+    description = dense(parents, mdevs + FREE, guests)
+    runs = 15 if mdevs <= 512 else 5
+    with tempfile.TemporaryDirectory() as tmp:
+        uri, sysfs = hostdesc.materialize(description, Path(tmp))
+        conf = conf_for(description.config, Path(tmp))
+        ours = Service(uri, sysfs, conf, Path(tmp))
+        try:
+            nova: Nova | None = Nova(uri)
+        except ImportError:
+            nova = None
+        free = sorted(ours.driver.free_mdevs(None))
+        parent = ours.driver.seen_mdevs()[free[0]][0]
+        nova_bind = NovaBind(nova, parent) if nova else None
+        samples: dict[str, list[float]] = collections.defaultdict(list)
+
+        def nova_start() -> tuple[float, float]:
+            assert nova is not None
+            cpu, wall = nova.periodic()
+            scan = timed(nova.driver._get_all_assigned_mediated_devices)
+            return cpu + scan[0], wall + scan[1]
+
+        pairs: list[list[tuple[str, Any]]] = [
+            [("start", ours.start), ("nova_start", nova and nova_start)],
+            [("first_start", ours.first_start)],
+            [("idle", ours.idle), ("nova_idle", nova and nova.periodic)],
+            [("event", ours.guest_event), ("idle_again", ours.idle)],
+            [("bind", ours.bind), ("nova_bind", nova_bind and nova_bind.bind)],
+        ]
+        for pair in pairs:
+            for _ in range(runs):
+                for key, timer in pair:
+                    if timer is None:
+                        continue
+                    cpu, wall = timer()
+                    samples[key].append(cpu)
+                    samples[key + "_wall"].append(wall)
+        return {"shape": (parents, mdevs, guests), "samples": samples}
+
+
+def spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return (
+        f"{min(values):.2f}/{statistics.median(values):.2f}/{max(values):.2f}"
+    )
+
+
+def ratio(a: list[float], b: list[float]) -> str:
+    if not a or not b:
+        return "-"
+    return f"{statistics.median(a) / statistics.median(b):.2f}x"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    print(machine())
+    print(f"warm-up (one-time costs of the process): {warm_up():.1f} CPU ms")
+    print(
+        "ms min/median/max; records on; ratios of medians. start = "
+        "init_host + first refresh (Nova: periodic + the guest scan of "
+        "every spawn); event = refresh after one guest undefined and "
+        "defined again; bind = wall ms of one bind (records fsynced)"
+    )
+    header = (
+        f"{'host':>13} | {'start cpu':>20} {'nova start':>20} {'ratio':>6} "
+        f"{'first start':>20} | "
+        f"{'idle cpu':>18} {'nova idle':>18} {'nova/us':>7} | "
+        f"{'event cpu':>18} {'event/idle':>10} | "
+        f"{'bind wall':>18} {'nova bind wall':>20}"
+    )
+    print(header)
+    for shape in QUICK if args.quick else SHAPES:
+        s = measure(*shape)["samples"]
+        label = "/".join(str(n) for n in shape)
+        print(
+            f"{label:>13} | {spread(s['start']):>20} "
+            f"{spread(s['nova_start']):>20} "
+            f"{ratio(s['start'], s['nova_start']):>6} "
+            f"{spread(s['first_start']):>20} | "
+            f"{spread(s['idle']):>18} {spread(s['nova_idle']):>18} "
+            f"{ratio(s['nova_idle'], s['idle']):>7} | "
+            f"{spread(s['event']):>18} "
+            f"{ratio(s['event'], s['idle_again']):>10} | "
+            f"{spread(s['bind_wall']):>18} "
+            f"{spread(s['nova_bind_wall']):>20}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()

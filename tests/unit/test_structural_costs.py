@@ -1,0 +1,79 @@
+"""The structural figures behind the benchmarks (#24), guarded: what a
+refresh costs after one guest event, and the durable writes of a bind."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections import Counter
+
+import pytest
+
+from benchmarks.common import conf_for, dense
+from tests import helpers
+from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.records import store as records_store
+from vgpu_driver.sim import description as hostdesc
+
+
+def service(tmp_path, shape):
+    description = dense(*shape)
+    uri, sysfs = hostdesc.materialize(description, tmp_path)
+    host = helpers.LibvirtHost(uri, sysfs)
+    driver = VgpuDriver(conf_for(description.config, tmp_path), host)
+    tree = helpers.new_tree("n")
+    guests = [g.uuid for g in host.discover(rescan_guests=True).guests]
+    driver.init_host(guests)
+    for _ in range(2):
+        driver.update_provider_tree(tree, "n")
+    return host, driver, tree, guests
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 16), (8, 256, 256)])
+def test_a_guest_event_costs_two_calls_whatever_the_guests(tmp_path, shape):
+    host, driver, tree, guests = service(tmp_path, shape)
+    host.calls.clear()
+    driver.update_provider_tree(tree, "n")
+    idle = Counter(host.calls)
+    assert idle == Counter({"XMLDesc": shape[0]})  # one per parent
+    conn = host.connection()
+    guest = conn.lookupByUUIDString(guests[0])
+    xml = guest.XMLDesc(0)
+    guest.undefine()
+    conn.defineXML(xml)
+    driver.domain_event(guests[0], False)
+    driver.domain_event(guests[0], True)
+    host.calls.clear()
+    driver.update_provider_tree(tree, "n")
+    assert Counter(host.calls) - idle == Counter(
+        {"lookupByUUIDString": 1, "domain.XMLDesc": 1}
+    )
+
+
+def test_a_bind_and_a_release_are_one_durable_write_each(
+    tmp_path, monkeypatch
+):
+    _host, driver, tree, _guests = service(tmp_path, (2, 24, 16))
+    saves: Counter[str] = Counter()
+    syncs = [0]
+    real_save, real_fsync = records_store.StateStore.save, os.fsync
+
+    def save(self, key, value):
+        saves[key] += 1
+        return real_save(self, key, value)
+
+    def fsync(fd):
+        syncs[0] += 1
+        return real_fsync(fd)
+
+    monkeypatch.setattr(records_store.StateStore, "save", save)
+    monkeypatch.setattr(os, "fsync", fsync)
+    free = [p for p in driver.last_plans if p.total > p.reserved]
+    rp = tree.data(free[0].name).uuid
+    instance = str(uuid.uuid4())
+    driver.allocate_mdevs(instance, {rp: {"resources": {"VGPU": 1}}})
+    assert (dict(saves), syncs[0]) == ({"claims": 1}, 1)
+    saves.clear()
+    syncs[0] = 0
+    driver.release_mdevs(instance)
+    assert (dict(saves), syncs[0]) == ({"claims": 1}, 1)
