@@ -43,6 +43,7 @@ ALLOWED = {
         "placement",
         "nova",
     },
+    "metrics": {"model", "driver"},
     "cmd": None,  # the command line puts everything together
 }
 # besides the standard library, what model/ may import

@@ -32,7 +32,7 @@ USER_ERRORS = (
     exception.PlacementConfigInvalid,
 )
 # Commands that run as services log their decisions at INFO.
-SERVICE_COMMANDS = {"sync", "placement-server", "restore"}
+SERVICE_COMMANDS = {"sync", "placement-server", "restore", "metrics"}
 
 
 def _format_arg(parser: argparse.ArgumentParser) -> None:
@@ -143,6 +143,29 @@ def _doctor(context: Context) -> int:
     return doctor.run(context)
 
 
+def _metrics(context: Context) -> int:
+    from vgpu_driver.cmd import metrics
+
+    return metrics.run(context)
+
+
+def _metrics_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--serve",
+        metavar="ADDRESS:PORT",
+        default=None,
+        help="Serve the metrics over HTTP (e.g. 127.0.0.1:9847) and "
+        "refresh them every --interval seconds, until interrupted.",
+    )
+    parser.add_argument("--interval", type=float, default=60.0)
+    parser.add_argument(
+        "--textfile",
+        metavar="PATH",
+        default=None,
+        help="Write them for node_exporter's textfile collector (atomic).",
+    )
+
+
 def _restore(context: Context) -> int:
     from vgpu_driver.cmd import restore
 
@@ -165,6 +188,12 @@ COMMANDS: dict[str, tuple[str, Handler, Callable[..., None]]] = {
         "manager, SR-IOV, every GPU and what is done with it).",
         _with_context(_doctor),
         _format_arg,
+    ),
+    "metrics": (
+        "Device metrics for Prometheus: printed, served or written as a "
+        "textfile.",
+        _with_context(_metrics),
+        _metrics_args,
     ),
     "inventory": (
         "Show the resource-provider tree the host would report.",

@@ -1,0 +1,163 @@
+"""Prometheus metrics of a compute host's devices (``prometheus_client``).
+
+Two kinds:
+
+* what the host holds, read at each scrape from the last refresh's
+  plans and the records (no bookkeeping of its own that could drift):
+  per provider and type its total, reserved, used and free devices,
+  whether its total is held below what the host lists (and so why, in
+  the logs and ``discover``), the claims in flight, the providers taking
+  no new guests;
+* what the service did, counted as it happens by :class:`MeteredDriver`:
+  binds (by result), releases, refresh durations.
+
+``vgpu-driver metrics`` serves them (``--serve``, default 127.0.0.1) or
+writes them for node_exporter's textfile collector (``--textfile``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.model.binding import BoundDevice
+from vgpu_driver.model.inventory import ProviderPlan
+
+PREFIX = "vgpu_driver"
+PROVIDER_LABELS = ["provider", "device", "type", "resource_class"]
+
+
+class MeteredDriver(VgpuDriver):
+    """A VgpuDriver that counts its binds and releases and times its
+    refreshes into ``registry``."""
+
+    def __init__(
+        self, *args: Any, registry: CollectorRegistry, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.registry = registry
+        self._binds = Counter(
+            f"{PREFIX}_binds",
+            "Binds of an instance's allocations to devices, by result.",
+            ["result"],
+            registry=registry,
+        )
+        self._releases = Counter(
+            f"{PREFIX}_releases",
+            "Releases of an instance's devices.",
+            registry=registry,
+        )
+        self._refresh = Histogram(
+            f"{PREFIX}_refresh_seconds",
+            "Duration of a provider-tree refresh (update_provider_tree).",
+            registry=registry,
+            buckets=(
+                0.0005,
+                0.001,
+                0.0025,
+                0.005,
+                0.01,
+                0.025,
+                0.05,
+                0.1,
+                0.25,
+                0.5,
+                1.0,
+                2.5,
+            ),
+        )
+        registry.register(HostCollector(self))
+
+    def update_provider_tree(
+        self,
+        provider_tree: Any,
+        nodename: str,
+        allocations: Any = None,
+    ) -> list[ProviderPlan]:
+        start = time.perf_counter()
+        try:
+            return super().update_provider_tree(
+                provider_tree, nodename, allocations
+            )
+        finally:
+            self._refresh.observe(time.perf_counter() - start)
+
+    def allocate_mdevs(
+        self, instance_uuid: str, allocations: Mapping[str, Any]
+    ) -> list[BoundDevice]:
+        try:
+            devices = super().allocate_mdevs(instance_uuid, allocations)
+        except Exception as exc:
+            self._binds.labels(result=type(exc).__name__).inc()
+            raise
+        self._binds.labels(result="ok").inc()
+        return devices
+
+    def release_mdevs(self, instance_uuid: str) -> list[str]:
+        released = super().release_mdevs(instance_uuid)
+        self._releases.inc()
+        return released
+
+
+class HostCollector:
+    """Read at each scrape: the providers as last planned, what guests
+    and claims hold, the claims in flight."""
+
+    def __init__(self, driver: VgpuDriver) -> None:
+        self.driver = driver
+
+    def describe(self) -> list[Metric]:
+        return []  # collected lazily: nothing to check at registration
+
+    def collect(self) -> Iterator[Metric]:
+        plans = self.driver.last_plans
+        inventory = self.driver.discover(guests=True)
+        held = self.driver.held_devices(inventory)
+        families = {
+            name: GaugeMetricFamily(
+                f"{PREFIX}_provider_{name}", text, labels=PROVIDER_LABELS
+            )
+            for name, text in (
+                ("total", "Devices the provider reports (inventory total)."),
+                ("reserved", "Devices reserved: taking no new guests."),
+                ("used", "Devices guests use or binds have claimed."),
+                ("free", "Devices a new guest could get now."),
+                (
+                    "capacity_limited",
+                    "1 when the total is held below what the host lists, "
+                    "because what the card holds cannot be proven.",
+                ),
+                ("unschedulable", "1 when the provider takes no new guest."),
+            )
+        }
+        for plan in plans:
+            labels = [
+                plan.name,
+                plan.device,
+                plan.type_id,
+                plan.resource_class,
+            ]
+            counts = held.get(plan.device)
+            used = counts[plan.type_id] if counts else 0
+            values = {
+                "total": plan.total,
+                "reserved": plan.reserved,
+                "used": used,
+                "free": max(0, plan.total - plan.reserved - used),
+                "capacity_limited": 1 if plan.limit else 0,
+                "unschedulable": 1 if plan.reason else 0,
+            }
+            for name, value in values.items():
+                families[name].add_metric(labels, value)
+        yield from families.values()
+        claims = GaugeMetricFamily(
+            f"{PREFIX}_claims_in_flight",
+            "Devices claimed by binds whose guests are not defined yet.",
+        )
+        claims.add_metric([], len(self.driver.binder.claimed_devices()))
+        yield claims
