@@ -217,3 +217,21 @@ def test_placement_down_is_a_clear_error_and_the_next_sync_finishes(
         node.sync()
     traits = placement_view(client, node.nodename)["pci_0000_84_00_0"][1]
     assert "CUSTOM_SILVER" in traits and "CUSTOM_GOLD" not in traits
+
+
+def test_the_host_driver_trait_is_in_placement_for_flavors_to_require(
+    placement_url, tmp_path, client
+):
+    """The vGPU manager's version reaches the real Placement as a trait
+    on each device provider, and a request requiring it finds them."""
+    node = Node(placement_url, tmp_path, host_name="m10")
+    node.sync()
+    view = placement_view(client, node.nodename)
+    trait = "CUSTOM_VGPU_HOST_NVIDIA_570_124_03"
+    children = {k: v for k, v in view.items() if v[3] is not None}
+    assert children and all(trait in v[1] for v in children.values())
+    found = client.request(
+        "GET", f"/resource_providers?required={trait}&resources=VGPU:1"
+    ).body["resource_providers"]
+    assert {p["uuid"] for p in found} <= {v[2] for v in children.values()}
+    assert found

@@ -192,12 +192,14 @@ class LibvirtHost:
                 return last  # nothing changed: the same reading
             self._all_parent_ids = [id(p) for p in parents]
             self.devices.dirty = tracker.dirty = False
+            drivers = {p.driver for p in parents} | {p.driver for p in pfs}
             reading = sort_inventory(
                 parents,
                 mdevs,
                 pfs,
                 tracker.known.values() if tracker.known is not None else (),
                 known,
+                self.sysfs.driver_versions(drivers),
             )
             if last is not None and reading == last:
                 return last  # read again, the same: the same generation

@@ -301,6 +301,18 @@ class SysfsTree:
         )
         return remember_types(pf, self._types_seen)
 
+    def driver_versions(
+        self, drivers: set[str | None]
+    ) -> list[tuple[str, str]]:
+        """(driver, version) from ``module/<driver>/version`` for each of
+        ``drivers`` that reports one (NVIDIA's vGPU manager does)."""
+        found = []
+        for driver in sorted(d for d in drivers if d):
+            version = _read(f"{self.root}/module/{driver}/version")
+            if version:
+                found.append((driver, version))
+        return found
+
     # -- writing -------------------------------------------------------
 
     def _write(self, path: Path, value: str, action: str, device: str) -> None:

@@ -159,6 +159,9 @@ class HostInventory:
     # False: the guests were not read (discover(guests=False) before any
     # scan): ``guests`` is empty, not "no guest uses anything"
     guests_known: bool = True
+    # (driver, version) of the host drivers of the devices, as the kernel
+    # reports them (/sys/module/<driver>/version): NVIDIA's vGPU manager
+    driver_versions: tuple[tuple[str, str], ...] = ()
     # set by the host that took the reading: the same number iff the same
     # content (see Host.discover); not part of the content itself
     generation: int = dataclasses.field(default=0, compare=False)
@@ -255,6 +258,7 @@ def sort_inventory(
     pfs: Iterable[PhysicalFunction],
     guests: Iterable[Guest],
     guests_known: bool = True,
+    driver_versions: Iterable[tuple[str, str]] = (),
 ) -> HostInventory:
     """A canonical inventory: everything in a stable order."""
     return HostInventory(
@@ -263,4 +267,5 @@ def sort_inventory(
         pfs=tuple(sorted(pfs, key=lambda p: p.name)),
         guests=tuple(sorted(guests, key=lambda g: g.uuid)),
         guests_known=guests_known,
+        driver_versions=tuple(sorted(set(driver_versions))),
     )

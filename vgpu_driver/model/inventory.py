@@ -73,6 +73,7 @@ class _Device:
     # type id -> why it offers less than the host lists (capacity.Room)
     limits: Mapping[str, str] = dataclasses.field(default_factory=dict)
     gpu: str | None = None  # a VF parent's GPU (whose room its VFs share)
+    driver: str | None = None  # its host driver (for the version trait)
 
 
 def _from_parent(parent: Parent, existing: Counter[str]) -> _Device:
@@ -88,6 +89,7 @@ def _from_parent(parent: Parent, existing: Counter[str]) -> _Device:
         available={t.id: t.available for t in parent.types},
         capabilities=caps,
         gpu=parent.physical_function,
+        driver=parent.driver,
     )
 
 
@@ -110,6 +112,7 @@ def _from_pf(pf: PhysicalFunction, vouched: frozenset[str]) -> _Device:
             names.get(type_id, ""), trait.NOTHING_KNOWN
         ),
         limits=limits,
+        driver=pf.driver,
     )
 
 
@@ -196,6 +199,7 @@ def plan_providers(
     budgets = {
         t.type_id: t.max_instances for t in config.types if t.max_instances
     }
+    versions = dict(inventory.driver_versions)
     used_total: Counter[str] = Counter()
     for device, type_cfg in chosen:
         used_total[type_cfg.type_id] += _used(
@@ -270,6 +274,11 @@ def plan_providers(
             traits = type_traits_of[key] = frozenset(
                 {owner_trait, *type_traits(type_cfg, caps)}
             )
+        version = versions.get(device.driver or "")
+        if version:
+            traits = traits | {
+                naming.host_driver_trait(device.driver or "", version)
+            }
         plans[device.name] = ProviderPlan(
             name=naming.provider_name(nodename, device.name),
             device=device.name,

@@ -157,3 +157,14 @@ def child_provider_uuid(root_uuid: str, name: str) -> str:
 def provider_name(nodename: str, device_name: str) -> str:
     """Nova's name for a parent device's provider: ``<node>_<device>``."""
     return f"{nodename}_{device_name}"
+
+
+HOST_DRIVER_TRAIT_PREFIX = "CUSTOM_VGPU_HOST_"
+
+
+def host_driver_trait(driver: str, version: str) -> str:
+    """``CUSTOM_VGPU_HOST_NVIDIA_570_124_03``: the host driver a device
+    provider's vGPUs run on (live migration needs the same on both
+    ends; a flavor can require it)."""
+    text = re.sub(r"[^A-Z0-9]+", "_", f"{driver}_{version}".upper())
+    return HOST_DRIVER_TRAIT_PREFIX + text.strip("_")

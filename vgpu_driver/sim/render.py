@@ -266,20 +266,10 @@ def _render_kernel(description: HostDescription, root: Path) -> None:
         (root / "kernel/iommu_groups" / str(group) / "devices").mkdir(
             parents=True, exist_ok=True
         )
-    modules = description.modules
-    if modules is None:
-        modules = ["vfio", "vfio_pci", "mdev"]
-        nvidia = [p for p in description.parents if p.vendor_id == "0x10de"]
-        if nvidia or description.pfs:
-            modules += ["nvidia", "nvidia_vgpu_vfio"]
-    for module in modules:
+    for module in description.loaded_modules():
         (root / "module" / module).mkdir(parents=True, exist_ok=True)
-    if "nvidia" in modules:
-        _write(root / "module/nvidia/version", NVIDIA_HOST_DRIVER)
-
-
-# the vGPU manager version simulated hosts report (illustrative)
-NVIDIA_HOST_DRIVER = "570.124.03"
+    for driver, version in description.driver_versions():
+        _write(root / "module" / driver / "version", version)
 
 
 def _bus_of(parent: ParentSpec) -> str:

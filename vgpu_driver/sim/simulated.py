@@ -88,7 +88,9 @@ def inventory_of(description: HostDescription) -> HostInventory:
     ]
     # a card's VFs carry vGPUs only under NVIDIA's driver
     pfs = [_pf_of(pf) for pf in description.pfs if pf.driver == NVIDIA_DRIVER]
-    return sort_inventory(parents, mdevs, pfs, guests)
+    drivers = {p.driver for p in parents} | {pf.driver for pf in pfs}
+    versions = [v for v in description.driver_versions() if v[0] in drivers]
+    return sort_inventory(parents, mdevs, pfs, guests, True, versions)
 
 
 def _pf_of(pf: PfSpec) -> PhysicalFunction:

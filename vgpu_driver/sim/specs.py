@@ -138,6 +138,10 @@ class PfSpec:
         return [by_id[i] for i in ids]
 
 
+# the vGPU manager version simulated hosts report (illustrative)
+NVIDIA_HOST_DRIVER = "570.124.03"
+
+
 @dataclasses.dataclass
 class OtherGpuSpec:
     """A GPU the library does not drive (AMD/Intel SR-IOV, NVIDIA without
@@ -170,6 +174,22 @@ class HostDescription:
 
     def parent(self, name: str) -> ParentSpec:
         return next(p for p in self.parents if p.name == name)
+
+    def loaded_modules(self) -> list[str]:
+        """The kernel modules loaded: as described, or as the devices
+        imply (vfio; NVIDIA's vGPU manager where an NVIDIA card is)."""
+        if self.modules is not None:
+            return list(self.modules)
+        modules = ["vfio", "vfio_pci", "mdev"]
+        if self.pfs or any(p.vendor_id == "0x10de" for p in self.parents):
+            modules += ["nvidia", "nvidia_vgpu_vfio"]
+        return modules
+
+    def driver_versions(self) -> list[tuple[str, str]]:
+        """(driver, version) the kernel reports for loaded drivers."""
+        if "nvidia" in self.loaded_modules():
+            return [("nvidia", NVIDIA_HOST_DRIVER)]
+        return []
 
     def available(self, parent: ParentSpec, type_id: str) -> int:
         spec = parent.type(type_id)
