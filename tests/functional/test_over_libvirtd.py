@@ -60,7 +60,9 @@ def test_the_daemon_serves_what_the_library_reads_in_process(daemon, name):
     try:
         first = served.discover()
         assert first == local.discover()
-        assert first.parents or first.pfs
+        # something was read (a host of GPUs the library does not drive
+        # has only those, for discover and doctor)
+        assert first.parents or first.pfs or helpers.load(name).other_gpus
         assert served.calls == local.calls  # the same calls, no more
         local.calls.clear()
         served.calls.clear()
