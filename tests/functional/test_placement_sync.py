@@ -230,8 +230,12 @@ def test_the_host_driver_trait_is_in_placement_for_flavors_to_require(
     trait = "CUSTOM_VGPU_HOST_NVIDIA_570_124_03"
     children = {k: v for k, v in view.items() if v[3] is not None}
     assert children and all(trait in v[1] for v in children.values())
+    root = next(v[2] for v in view.values() if v[3] is None)
     found = client.request(
-        "GET", f"/resource_providers?required={trait}&resources=VGPU:1"
+        "GET",
+        f"/resource_providers?in_tree={root}&required={trait}"
+        "&resources=VGPU:1",
     ).body["resource_providers"]
-    assert {p["uuid"] for p in found} <= {v[2] for v in children.values()}
+    # the placement is shared by the tests: only this node's tree counts
     assert found
+    assert {p["uuid"] for p in found} <= {v[2] for v in children.values()}
