@@ -200,6 +200,7 @@ class LibvirtHost:
                 tracker.known.values() if tracker.known is not None else (),
                 known,
                 self.sysfs.driver_versions(drivers),
+                self.sysfs.modules(),
             )
             if last is not None and reading == last:
                 return last  # read again, the same: the same generation

@@ -301,6 +301,13 @@ class SysfsTree:
         )
         return remember_types(pf, self._types_seen)
 
+    def modules(self) -> list[str] | None:
+        """The kernel modules loaded (``module/``), None if unreadable."""
+        try:
+            return os.listdir(f"{self.root}/module")
+        except OSError:
+            return None
+
     def driver_versions(
         self, drivers: set[str | None]
     ) -> list[tuple[str, str]]:

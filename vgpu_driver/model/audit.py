@@ -17,6 +17,13 @@ Findings, each naming its subject and what to do:
 ``vf_type_unrecorded``
     A VF a guest uses carries a vGPU type the library has not recorded
     (it would not be restored after a reboot). Fixable: it is recorded.
+``guest_device_gone``
+    A guest's domain names an mdev that is not on the host (the GPU fell
+    off the bus, or its mdev could not be recreated): the guest has lost
+    its vGPU.
+``device_unhealthy``
+    A device whose driver is down (NVIDIA's vGPU manager not loaded): its
+    provider takes no new guest until it is back.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from vgpu_driver.model import health
 from vgpu_driver.model.device import HostInventory
 
 
@@ -148,4 +156,27 @@ def audit(
                         fixable=True,
                     )
                 )
+    findings += _gone_and_down(inventory)
+    return findings
+
+
+def _gone_and_down(inventory: HostInventory) -> list[Finding]:
+    findings = []
+    present = {m.uuid for m in inventory.mdevs}
+    for guest in inventory.guests:
+        # mdevs only: a guest's PCI devices may be Nova's own passthrough
+        gone = [u for u in guest.mdevs if u not in present]
+        for device in gone:
+            findings.append(
+                Finding(
+                    "guest_device_gone",
+                    guest.uuid,
+                    f"guest {guest.name} uses {device}, which is not on "
+                    "the host: it has lost its vGPU; check the GPU "
+                    "('vgpu-driver doctor') and restart the compute service "
+                    "to recreate it",
+                )
+            )
+    for device, why in sorted(health.unhealthy(inventory).items()):
+        findings.append(Finding("device_unhealthy", device, why))
     return findings

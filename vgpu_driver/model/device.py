@@ -162,6 +162,8 @@ class HostInventory:
     # (driver, version) of the host drivers of the devices, as the kernel
     # reports them (/sys/module/<driver>/version): NVIDIA's vGPU manager
     driver_versions: tuple[tuple[str, str], ...] = ()
+    # kernel modules loaded (None: not known to the reader)
+    modules: frozenset[str] | None = None
     # set by the host that took the reading: the same number iff the same
     # content (see Host.discover); not part of the content itself
     generation: int = dataclasses.field(default=0, compare=False)
@@ -259,6 +261,7 @@ def sort_inventory(
     guests: Iterable[Guest],
     guests_known: bool = True,
     driver_versions: Iterable[tuple[str, str]] = (),
+    modules: Iterable[str] | None = None,
 ) -> HostInventory:
     """A canonical inventory: everything in a stable order."""
     return HostInventory(
@@ -268,4 +271,5 @@ def sort_inventory(
         guests=tuple(sorted(guests, key=lambda g: g.uuid)),
         guests_known=guests_known,
         driver_versions=tuple(sorted(set(driver_versions))),
+        modules=frozenset(modules) if modules is not None else None,
     )

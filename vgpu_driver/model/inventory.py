@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import os_resource_classes as orc
 
-from vgpu_driver.model import capacity, naming, trait
+from vgpu_driver.model import capacity, health, naming, trait
 from vgpu_driver.model.config import DeviceConfig, TypeConfig
 from vgpu_driver.model.device import (
     HostInventory,
@@ -150,6 +150,7 @@ def plan_providers(
     allocated = allocated or {}
     existing = existing or {}
     failing = set(unschedulable)
+    down = health.unhealthy(inventory)
     by_parent: dict[str, Counter[str]] = {}
     for mdev in inventory.mdevs:
         counts = by_parent.get(mdev.parent)
@@ -250,8 +251,8 @@ def plan_providers(
             total = used + granted
         total = max(total, used)
         reserved = 0
-        if device.name in failing:
-            reason = "its device is failing"
+        if device.name in failing or device.name in down:
+            reason = down.get(device.name, "its device is failing")
             reserved = total
         elif reason and total == used:
             reserved = total

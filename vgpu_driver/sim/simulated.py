@@ -90,7 +90,15 @@ def inventory_of(description: HostDescription) -> HostInventory:
     pfs = [_pf_of(pf) for pf in description.pfs if pf.driver == NVIDIA_DRIVER]
     drivers = {p.driver for p in parents} | {pf.driver for pf in pfs}
     versions = [v for v in description.driver_versions() if v[0] in drivers]
-    return sort_inventory(parents, mdevs, pfs, guests, True, versions)
+    return sort_inventory(
+        parents,
+        mdevs,
+        pfs,
+        guests,
+        True,
+        versions,
+        description.loaded_modules(),
+    )
 
 
 def _pf_of(pf: PfSpec) -> PhysicalFunction:

@@ -1,0 +1,88 @@
+"""A device whose driver is down takes no new guest, says why in the
+plan, the metrics and audit, and comes back by itself (#25)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests import helpers
+from vgpu_driver.metrics import MeteredDriver
+from vgpu_driver.model import audit, health
+from vgpu_driver.sim.simulated import SimulatedHost
+
+
+def test_vgpu_manager_down_reserves_every_nvidia_provider_until_back(
+    make_conf, tmp_path
+):
+    description = helpers.load("l40-sriov")
+    host = SimulatedHost(description)
+    conf = make_conf(description.config)
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    registry = CollectorRegistry()
+    driver = MeteredDriver(conf, host, registry=registry)
+    tree = helpers.new_tree()
+    [plan] = driver.update_provider_tree(tree, "node1")
+    assert plan.reserved == 0
+    host._state.modules = ["vfio", "vfio_pci"]  # the nvidia module gone
+    [plan] = driver.update_provider_tree(tree, "node1")
+    assert plan.reserved == plan.total
+    assert "nvidia is not loaded" in (plan.reason or "")
+    flags = {
+        s.labels["device"]: s.value
+        for f in text_string_to_metric_families(
+            generate_latest(registry).decode()
+        )
+        for s in f.samples
+        if s.name == "vgpu_driver_provider_unschedulable"
+    }
+    assert flags == {"pci_0000_41_00_0": 1}
+    host._state.modules = None  # loaded again
+    [plan] = driver.update_provider_tree(tree, "node1")
+    assert plan.reserved == 0 and plan.reason is None
+
+
+def test_an_mdev_parent_needs_the_vgpu_vfio_module(make_conf, tmp_path):
+    description = helpers.load("m10")
+    description.modules = ["vfio", "vfio_pci", "nvidia"]
+    node = helpers.Node(
+        make_conf, tmp_path, "m10", host=SimulatedHost(description)
+    )
+    plans = node.update()
+    assert plans and all(p.reserved == p.total for p in plans.values())
+    assert all("nvidia_vgpu_vfio" in (p.reason or "") for p in plans.values())
+
+
+def test_audit_names_the_device_down_and_a_guest_whose_vgpu_is_gone():
+    description = helpers.load("m10")
+    description.modules = ["vfio", "vfio_pci"]
+    gone = description.mdevs[0].uuid
+    description.mdevs = description.mdevs[1:]
+    inventory = SimulatedHost(description).discover()
+    found = audit.audit(
+        inventory,
+        claims={},
+        vf_types={},
+        configured={},
+        device_of={},
+        parent_of={},
+        allocations=None,
+    )
+    kinds = {(f.kind, f.subject) for f in found}
+    assert any(k == "device_unhealthy" for k, _ in kinds)
+    [lost] = [f for f in found if f.kind == "guest_device_gone"]
+    assert gone in lost.detail
+    assert set(health.unhealthy(inventory)) == {
+        p.name for p in inventory.parents
+    }
+
+
+def test_a_host_that_does_not_report_modules_is_never_gated():
+    description = helpers.load("m10")
+    inventory = SimulatedHost(description).discover()
+    assert (
+        health.unhealthy(
+            inventory.__class__(parents=inventory.parents, modules=None)
+        )
+        == {}
+    )

@@ -1,0 +1,45 @@
+"""Devices that must take no new guest because their driver is down
+(pure): the host's reading says which kernel modules are loaded.
+
+* An NVIDIA device (mdev parent or SR-IOV card) whose host driver
+  ``nvidia`` is not loaded, or, for an mdev parent, whose vGPU manager's
+  VFIO module ``nvidia_vgpu_vfio`` is not: nothing could be created or
+  started on it, so it is reserved with the reason until they are back.
+
+A device gone from the bus is handled by the plan itself (its provider
+is kept, reserved, while guests use it).
+"""
+
+from __future__ import annotations
+
+from vgpu_driver.model.device import HostInventory
+
+NVIDIA = "nvidia"
+NVIDIA_VFIO = "nvidia_vgpu_vfio"
+
+
+def unhealthy(inventory: HostInventory) -> dict[str, str]:
+    """Device name -> why it takes no new guest."""
+    modules = inventory.modules
+    if modules is None:
+        return {}
+    found: dict[str, str] = {}
+    for parent in inventory.parents:
+        if parent.driver != NVIDIA:
+            continue
+        if NVIDIA not in modules:
+            found[parent.name] = _down(NVIDIA)
+        elif NVIDIA_VFIO not in modules:
+            found[parent.name] = _down(NVIDIA_VFIO)
+    for pf in inventory.pfs:
+        if pf.driver == NVIDIA and NVIDIA not in modules:
+            found[pf.name] = _down(NVIDIA)
+    return found
+
+
+def _down(module: str) -> str:
+    return (
+        f"NVIDIA's vGPU manager is not running (kernel module {module} is "
+        "not loaded): install or start it; the device is offered again "
+        "once it is back"
+    )
