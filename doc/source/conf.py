@@ -6,7 +6,7 @@ that stops matching the code fails the test suite.
 
 project = "vgpu-driver"
 copyright = "vgpu-driver authors"
-extensions = ["oslo_config.sphinxext"]
+extensions = ["oslo_config.sphinxext", "reno.sphinxext"]
 master_doc = "index"
 exclude_patterns: list[str] = []
 html_theme = "alabaster"

@@ -27,3 +27,6 @@ def test_docs_build_without_warnings(tmp_path):
     assert (
         "enabled_mdev_types" in page and "failed_device_retry_interval" in page
     )
+    # the release notes (reno, from git) are rendered in the docs
+    notes = (tmp_path / "html" / "releasenotes.html").read_text()
+    assert "one durable write" in notes and "nova.virt.vgpu_libvirt" in notes
