@@ -493,3 +493,94 @@ def test_a_reshape_finding_device_units_off_the_old_providers_fails(nova):
         adapter.update_provider_tree(tree, NODE, allocations=allocations)
     assert allocations[guest]["allocations"] == before
     assert "VGPU" in tree.data(NODE).inventory
+
+
+def test_a_live_migration_from_another_vgpu_host_driver_is_refused(
+    nova, monkeypatch
+):
+    """The destination compares the source node's host-driver trait in
+    Placement with its own; a different driver is Nova's
+    MigrationPreCheckError naming both, and missing data never blocks."""
+    from nova.scheduler.client import report
+
+    from vgpu_driver.nova import moves
+
+    adapter, tree, _root = nova
+    adapter.update_provider_tree(tree, NODE)
+    mine = "CUSTOM_VGPU_HOST_NVIDIA_570_124_03"
+    assert adapter.host_driver_traits() == {mine}
+
+    class Answer:
+        def __init__(self, body):
+            self.body = body
+
+        def __bool__(self):
+            return True
+
+        def json(self):
+            return self.body
+
+    def placement(traits):
+        answers = {
+            "/resource_providers?name=src": {
+                "resource_providers": [{"uuid": "root"}]
+            },
+            "/resource_providers?in_tree=root": {
+                "resource_providers": [{"uuid": "root"}, {"uuid": "gpu"}]
+            },
+            "/resource_providers/root/traits": {"traits": ["COMPUTE_NODE"]},
+            "/resource_providers/gpu/traits": {"traits": traits},
+        }
+
+        class Client:
+            def get(self, url, version=None, global_request_id=None):
+                return Answer(answers[url])
+
+        monkeypatch.setattr(report, "report_client_singleton", Client)
+
+    class Migration:
+        source_node = "src"
+
+    placement(["CUSTOM_NVIDIA_35", "CUSTOM_VGPU_HOST_NVIDIA_550_54_16"])
+    source = moves.source_driver_traits(None, Migration())
+    with pytest.raises(nova_exception.MigrationPreCheckError) as raised:
+        adapter.check_driver_compatible("inst-1", source)
+    assert "550_54_16" in str(raised.value) and "570_124_03" in str(
+        raised.value
+    )
+    placement([mine])
+    adapter.check_driver_compatible(
+        "inst-1", moves.source_driver_traits(None, Migration())
+    )
+
+    # through Nova's own entry point: refused before anything is claimed
+    from nova.objects import migrate_data as nova_migrate_data
+    from nova.virt import fake
+
+    from vgpu_driver.nova import driver as vgpu_nova
+
+    placement(["CUSTOM_VGPU_HOST_NVIDIA_550_54_16"])
+    driver = vgpu_nova.LibvirtDriver(fake.FakeVirtAPI(), False)
+    driver._vgpu_adapter = adapter
+    data = nova_migrate_data.LibvirtLiveMigrateData(
+        source_mdev_types={str(uuid.uuid4()): "nvidia-36"}
+    )
+    instance = type("Instance", (), {"uuid": str(uuid.uuid4())})()
+    rp = tree.data(f"{NODE}_pci_0000_86_00_0").uuid
+    with pytest.raises(nova_exception.MigrationPreCheckError, match="550_54"):
+        driver.check_source_migrate_data_at_dest(
+            None,
+            instance,
+            data,
+            Migration(),
+            None,
+            {rp: {"resources": {"VGPU": 1}}},
+        )
+    assert adapter.driver.binder.claims() == {}
+
+    def broken():
+        raise RuntimeError("placement down")
+
+    monkeypatch.setattr(report, "report_client_singleton", broken)
+    assert moves.source_driver_traits(None, Migration()) == set()
+    adapter.check_driver_compatible("inst-1", set())

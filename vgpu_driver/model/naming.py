@@ -168,3 +168,19 @@ def host_driver_trait(driver: str, version: str) -> str:
     ends; a flavor can require it)."""
     text = re.sub(r"[^A-Z0-9]+", "_", f"{driver}_{version}".upper())
     return HOST_DRIVER_TRAIT_PREFIX + text.strip("_")
+
+
+def driver_mismatch(source: set[str], destination: set[str]) -> str | None:
+    """Why a vGPU cannot live-migrate between hosts whose providers carry
+    these traits (their host driver versions), or None. Unknown on
+    either side (no such trait) is no reason to refuse."""
+    ours = {t for t in source if t.startswith(HOST_DRIVER_TRAIT_PREFIX)}
+    theirs = {t for t in destination if t.startswith(HOST_DRIVER_TRAIT_PREFIX)}
+    if not ours or not theirs or ours & theirs:
+        return None
+    return (
+        f"the source's vGPU host driver is {', '.join(sorted(ours))} and "
+        f"this host's is {', '.join(sorted(theirs))}: a vGPU live-migrates "
+        "only between the same driver (require the trait in the flavor "
+        "to keep the scheduler to such hosts)"
+    )

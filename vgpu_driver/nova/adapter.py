@@ -24,6 +24,7 @@ from vgpu_driver import exception
 from vgpu_driver.conf import devices as device_opts
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import Creator, LibvirtHost
+from vgpu_driver.model import naming
 from vgpu_driver.nova import nova_state_path
 from vgpu_driver.placement.allocations import in_flight_candidates
 
@@ -218,6 +219,25 @@ class NovaAdapter:
     ) -> set[str]:
         """Nova's ``_get_existing_mdevs_not_assigned``."""
         return self.driver.free_mdevs(parent, types)
+
+    def host_driver_traits(self) -> set[str]:
+        """The host-driver traits this host's providers carry."""
+        inventory = self.driver.discover(guests=False)
+        return {
+            naming.host_driver_trait(driver, version)
+            for driver, version in inventory.driver_versions
+        }
+
+    def check_driver_compatible(
+        self, instance_uuid: str, source_traits: set[str]
+    ) -> None:
+        """Destination side: refuse a source on another vGPU host driver
+        (Nova's MigrationPreCheckError, with both versions)."""
+        why = naming.driver_mismatch(source_traits, self.host_driver_traits())
+        if why:
+            raise _nova_exception().MigrationPreCheckError(
+                reason=f"Unable to migrate {instance_uuid}: {why}"
+            )
 
     def claim_for_live_migration(
         self,

@@ -53,6 +53,9 @@ class Moves(VgpuBase):
             return super().check_source_migrate_data_at_dest(
                 ctxt, instance, migrate_data, migration, limits, allocs
             )
+        self._vgpu.check_driver_compatible(
+            instance.uuid, source_driver_traits(ctxt, migration)
+        )
         targets = self._vgpu.claim_for_live_migration(
             instance.uuid, dict(source), allocs
         )
@@ -99,3 +102,42 @@ class Moves(VgpuBase):
             self._vgpu.driver.rollback_live_migration_at_destination(
                 instance.uuid
             )
+
+
+def source_driver_traits(ctxt: Any, migration: Any) -> set[str]:
+    """The host-driver traits of the source node's providers, read from
+    Placement through Nova's report client; empty (no check) when they
+    cannot be read: missing data never blocks a migration."""
+    node = getattr(migration, "source_node", None)
+    if not node:
+        return set()
+    try:
+        from nova.scheduler.client import report
+
+        client = report.report_client_singleton()
+        request_id = getattr(ctxt, "global_id", None)
+
+        def get(url: str, version: str) -> Any:
+            answer = client.get(
+                url, version=version, global_request_id=request_id
+            )
+            return answer.json() if answer else {}
+
+        roots = get(f"/resource_providers?name={node}", "1.14")
+        found: set[str] = set()
+        for root in roots.get("resource_providers", []):
+            tree = get(f"/resource_providers?in_tree={root['uuid']}", "1.14")
+            for provider in tree.get("resource_providers", []):
+                traits = get(
+                    f"/resource_providers/{provider['uuid']}/traits", "1.6"
+                )
+                found.update(traits.get("traits", []))
+        return found
+    except Exception as exc:  # never block a migration on missing data
+        LOG.warning(
+            "Cannot read the vGPU host driver of source node %s from "
+            "Placement (%s); its compatibility is not checked",
+            node,
+            exc,
+        )
+        return set()
