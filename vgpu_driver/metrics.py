@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.exception import VgpuDriverError
 from vgpu_driver.model.binding import BoundDevice
 from vgpu_driver.model.inventory import ProviderPlan
 
@@ -41,6 +42,7 @@ class MeteredDriver(VgpuDriver):
     ) -> None:
         super().__init__(*args, **kwargs)
         self.registry = registry
+        self.served_at: str | None = None  # ADDRESS:PORT when served
         self._binds = Counter(
             f"{PREFIX}_binds",
             "Binds of an instance's allocations to devices, by result.",
@@ -116,8 +118,12 @@ class HostCollector:
 
     def collect(self) -> Iterator[Metric]:
         plans = self.driver.last_plans
-        inventory = self.driver.discover(guests=True)
-        held = self.driver.held_devices(inventory)
+        held: dict[str, Any] | None
+        try:
+            inventory = self.driver.discover(guests=True)
+            held = self.driver.held_devices(inventory)
+        except VgpuDriverError:  # the records: see records_readable
+            held = None
         families = {
             name: GaugeMetricFamily(
                 f"{PREFIX}_provider_{name}", text, labels=PROVIDER_LABELS
@@ -142,16 +148,17 @@ class HostCollector:
                 plan.type_id,
                 plan.resource_class,
             ]
-            counts = held.get(plan.device)
-            used = counts[plan.type_id] if counts else 0
             values = {
                 "total": plan.total,
                 "reserved": plan.reserved,
-                "used": used,
-                "free": max(0, plan.total - plan.reserved - used),
                 "capacity_limited": 1 if plan.limit else 0,
                 "unschedulable": 1 if plan.reason else 0,
             }
+            if held is not None:  # what is used needs the records
+                counts = held.get(plan.device)
+                used = counts[plan.type_id] if counts else 0
+                values["used"] = used
+                values["free"] = max(0, plan.total - plan.reserved - used)
             for name, value in values.items():
                 families[name].add_metric(labels, value)
         yield from families.values()
@@ -159,5 +166,15 @@ class HostCollector:
             f"{PREFIX}_claims_in_flight",
             "Devices claimed by binds whose guests are not defined yet.",
         )
-        claims.add_metric([], len(self.driver.binder.claimed_devices()))
+        readable = GaugeMetricFamily(
+            f"{PREFIX}_records_readable",
+            "1 while the records under state_path can be read; 0: run "
+            "'vgpu-driver restore' (moves them aside, rebuilds them).",
+        )
+        try:
+            claims.add_metric([], len(self.driver.binder.claimed_devices()))
+            readable.add_metric([], 1)
+        except VgpuDriverError:
+            readable.add_metric([], 0)
         yield claims
+        yield readable

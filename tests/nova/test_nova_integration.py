@@ -584,3 +584,32 @@ def test_a_live_migration_from_another_vgpu_host_driver_is_refused(
     monkeypatch.setattr(report, "report_client_singleton", broken)
     assert moves.source_driver_traits(None, Migration()) == set()
     adapter.check_driver_compatible("inst-1", set())
+
+
+def test_nova_compute_itself_serves_the_metrics_when_asked(tmp_path):
+    """[devices] metrics_listen: the adapter Nova's driver makes serves
+    the device metrics over HTTP (a real scrape)."""
+    import urllib.request
+
+    conf = config_fixture.Config(CONF)
+    conf.setUp()
+    try:
+        conf.config(enabled_mdev_types=["nvidia-36"], group="devices")
+        nova_conf.devices.register_dynamic_opts(CONF)
+        uri, sysfs = hostdesc.materialize(helpers.load("m10"), tmp_path)
+        connection = libvirt.open(uri)
+        vconf.register_opts(CONF)
+        conf.config(state_path=str(tmp_path / "state"), group="devices")
+        conf.config(metrics_listen="127.0.0.1:0", group="devices")
+        adapter = NovaAdapter(CONF, NODE, lambda: connection, sysfs_root=sysfs)
+        tree = provider_tree.ProviderTree()
+        tree.new_root(NODE, str(uuid.uuid4()))
+        adapter.update_provider_tree(tree, NODE)
+        url = f"http://{adapter.driver.served_at}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+        assert "vgpu_driver_provider_total{" in text
+        assert "vgpu_driver_refresh_seconds_count 1.0" in text
+        connection.close()
+    finally:
+        conf.cleanUp()

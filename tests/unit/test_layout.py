@@ -42,8 +42,9 @@ ALLOWED = {
         "host.libvirt_host",
         "placement",
         "nova",
+        "metrics",
     },
-    "metrics": {"model", "driver"},
+    "metrics": {"exception", "model", "driver"},
     "cmd": None,  # the command line puts everything together
 }
 # besides the standard library, what model/ may import

@@ -146,3 +146,24 @@ def test_the_dashboard_uses_only_metrics_that_exist(capsys):
             used.update(re.findall(r"vgpu_driver_\w+", target["expr"]))
     assert used, "the dashboard queries nothing"
     assert used <= names | families, used - names - families
+
+
+def test_unreadable_records_show_and_claims_are_counted(make_conf, tmp_path):
+    description = helpers.load("l40-sriov")
+    conf = make_conf(description.config)
+    state = tmp_path / "state"
+    conf.set_override("state_path", str(state), "devices")
+    registry = CollectorRegistry()
+    driver = MeteredDriver(
+        conf, helpers.SimulatedHost(description), registry=registry
+    )
+    tree = helpers.new_tree()
+    [plan] = driver.update_provider_tree(tree, "node1")
+    rp = tree.data(plan.name).uuid
+    driver.allocate_mdevs(str(uuid.uuid4()), {rp: {"resources": {"VGPU": 1}}})
+    found = samples(generate_latest(registry).decode())
+    assert found[("vgpu_driver_claims_in_flight", ())] == 1
+    assert found[("vgpu_driver_records_readable", ())] == 1
+    (state / "claims.json").write_text("{ cut in half")
+    found = samples(generate_latest(registry).decode())
+    assert found[("vgpu_driver_records_readable", ())] == 0

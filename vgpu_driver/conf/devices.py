@@ -103,6 +103,17 @@ at the next provider-tree update.
 """,
     ),
     cfg.StrOpt(
+        "metrics_listen",
+        default=None,
+        sample_default="<unset: not served>",
+        help="""
+``ADDRESS:PORT`` on which the compute service itself serves Prometheus
+metrics of its devices (``vgpu_libvirt.LibvirtDriver`` only), e.g.
+``127.0.0.1:9847``. Unset, nothing is served (``vgpu-driver metrics``
+gives the same figures from outside the service).
+""",
+    ),
+    cfg.StrOpt(
         "state_path",
         sample_default="<[DEFAULT] state_path>/vgpu in nova.conf, "
         + STANDALONE_STATE_PATH

@@ -25,6 +25,7 @@ from vgpu_driver.conf import devices as device_opts
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import Creator, LibvirtHost
 from vgpu_driver.model import naming
+from vgpu_driver.model.config import Problem
 from vgpu_driver.nova import nova_state_path
 from vgpu_driver.placement.allocations import in_flight_candidates
 
@@ -71,13 +72,12 @@ class NovaAdapter:
         host = LibvirtHost(
             sysfs_root=sysfs_root, connect=connect, api=api, creator=creator
         )
-        self.driver = VgpuDriver(
-            conf,
-            host,
-            state_path=nova_state_path(
-                device_opts.records_path(conf), nodename
-            ),
-        )
+        state_path = nova_state_path(device_opts.records_path(conf), nodename)
+        listen = conf.devices.metrics_listen
+        if listen:
+            self.driver = served_driver(conf, host, state_path, listen)
+        else:
+            self.driver = VgpuDriver(conf, host, state_path=state_path)
 
     # -- start and configuration ---------------------------------------
 
@@ -264,3 +264,35 @@ class NovaAdapter:
             raise nova_exception.MigrationPreCheckError(
                 reason=f"Unable to migrate {instance_uuid}: {exc}"
             ) from exc
+
+
+def served_driver(
+    conf: cfg.ConfigOpts, host: LibvirtHost, state_path: str, listen: str
+) -> VgpuDriver:
+    """A driver whose metrics the service serves on ``listen``."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from vgpu_driver.metrics import MeteredDriver
+
+    address, _, port = listen.rpartition(":")
+    if not port.isdigit():
+        raise exception.ConfigInvalid(
+            [
+                Problem(
+                    "devices",
+                    "metrics_listen",
+                    listen,
+                    "give ADDRESS:PORT, e.g. 127.0.0.1:9847",
+                )
+            ]
+        )
+    registry = CollectorRegistry()
+    driver = MeteredDriver(
+        conf, host, state_path=state_path, registry=registry
+    )
+    server, _thread = start_http_server(
+        int(port), address or "127.0.0.1", registry
+    )
+    driver.served_at = f"{address or '127.0.0.1'}:{server.server_port}"
+    LOG.info("Serving vGPU metrics on http://%s/", driver.served_at)
+    return driver
