@@ -95,18 +95,24 @@ def test_the_textfile_for_node_exporter(tmp_path, capsys):
     assert free == total - reserved - used
 
 
-def test_binds_releases_and_limited_totals_are_counted(make_conf, tmp_path):
-    description = helpers.load("rtx6000")
-    description.pfs[0].product_id = "0x9999"  # a board nobody can size
+def metered(make_conf, state, description):
+    """A MeteredDriver on the simulated host, refreshed once: its
+    registry, itself and its one provider's uuid."""
     conf = make_conf(description.config)
-    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    conf.set_override("state_path", str(state), "devices")
     registry = CollectorRegistry()
     driver = MeteredDriver(
         conf, helpers.SimulatedHost(description), registry=registry
     )
     tree = helpers.new_tree()
     [plan] = driver.update_provider_tree(tree, "node1")
-    rp = tree.data(plan.name).uuid
+    return registry, driver, tree.data(plan.name).uuid
+
+
+def test_binds_releases_and_limited_totals_are_counted(make_conf, tmp_path):
+    description = helpers.load("rtx6000")
+    description.pfs[0].product_id = "0x9999"  # a board nobody can size
+    registry, driver, rp = metered(make_conf, tmp_path / "state", description)
     instance = str(uuid.uuid4())
     driver.allocate_mdevs(instance, {rp: {"resources": {"VGPU": 1}}})
     with contextlib.suppress(Exception):  # a provider it does not know
@@ -150,16 +156,8 @@ def test_the_dashboard_uses_only_metrics_that_exist(capsys):
 
 def test_unreadable_records_show_and_claims_are_counted(make_conf, tmp_path):
     description = helpers.load("l40-sriov")
-    conf = make_conf(description.config)
     state = tmp_path / "state"
-    conf.set_override("state_path", str(state), "devices")
-    registry = CollectorRegistry()
-    driver = MeteredDriver(
-        conf, helpers.SimulatedHost(description), registry=registry
-    )
-    tree = helpers.new_tree()
-    [plan] = driver.update_provider_tree(tree, "node1")
-    rp = tree.data(plan.name).uuid
+    registry, driver, rp = metered(make_conf, state, description)
     driver.allocate_mdevs(str(uuid.uuid4()), {rp: {"resources": {"VGPU": 1}}})
     found = samples(generate_latest(registry).decode())
     assert found[("vgpu_driver_claims_in_flight", ())] == 1
