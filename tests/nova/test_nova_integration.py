@@ -613,3 +613,88 @@ def test_nova_compute_itself_serves_the_metrics_when_asked(tmp_path):
         connection.close()
     finally:
         conf.cleanUp()
+
+
+def _overridden():
+    """(class, name) of every Nova driver method this package overrides."""
+    from nova.virt.libvirt import driver as nova_driver
+
+    from vgpu_driver.nova import driver as vgpu_nova
+
+    found = []
+    for klass in vgpu_nova.LibvirtDriver.__mro__:
+        if not klass.__module__.startswith("vgpu_driver"):
+            continue
+        for name, value in vars(klass).items():
+            if name.startswith("__") or not callable(value):
+                continue
+            if hasattr(nova_driver.LibvirtDriver, name):
+                found.append((klass, name))
+    return found
+
+
+def test_every_overridden_nova_method_accepts_nova_s_arguments():
+    """A caller of Nova's driver (Nova's compute manager, Nova's own
+    other methods) can call each override as it calls Nova's: every
+    argument Nova's method takes, positional or keyword, binds."""
+    import inspect
+
+    from nova.virt.libvirt import driver as nova_driver
+
+    overridden = _overridden()
+    assert len(overridden) >= 20  # the integration's whole surface
+    for klass, name in overridden:
+        theirs = inspect.signature(getattr(nova_driver.LibvirtDriver, name))
+        ours = inspect.signature(getattr(klass, name))
+        positional, keywords = [], {}
+        for param in theirs.parameters.values():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                continue
+            if param.kind == param.KEYWORD_ONLY:
+                keywords[param.name] = object()
+            elif param.default is param.empty:
+                positional.append(object())
+        ours.bind(*positional, **keywords)  # raises TypeError if not
+        optional = [
+            p.name
+            for p in theirs.parameters.values()
+            if p.default is not p.empty
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        ]
+        ours.bind(*positional, **{n: object() for n in optional})
+
+
+def test_with_no_vgpu_the_queries_answer_as_nova_s_do(tmp_path):
+    """On a host with no mediated device and no type enabled, Nova's
+    answers to its own callers: nothing assigned, nothing free, no type,
+    no device for an allocation without a device class."""
+    from nova.virt import fake
+
+    from vgpu_driver.nova import driver as vgpu_nova
+
+    conf = config_fixture.Config(CONF)
+    conf.setUp()
+    try:
+        conf.config(enabled_mdev_types=[], group="devices")
+        description = hostdesc.parse('{"parents": []}', "empty")
+        uri, sysfs = hostdesc.materialize(description, tmp_path)
+        connection = libvirt.open(uri)
+        vconf.register_opts(CONF)
+        conf.config(state_path=str(tmp_path / "state"), group="devices")
+        adapter = NovaAdapter(CONF, NODE, lambda: connection, sysfs_root=sysfs)
+        driver = vgpu_nova.LibvirtDriver(fake.FakeVirtAPI(), False)
+        driver._vgpu_adapter = adapter
+        assert driver._get_all_assigned_mediated_devices() == {}
+        assert driver._get_existing_mdevs_not_assigned(None) == set()
+        assert driver._get_mdev_types_from_uuids([]) == {}
+        assert driver._allocate_mdevs({}) == []
+        assert (
+            driver._allocate_mdevs(
+                {str(uuid.uuid4()): {"resources": {"VCPU": 2}}}
+            )
+            == []
+        )
+        assert driver._get_gpu_inventories() == {}
+        connection.close()
+    finally:
+        conf.cleanUp()
