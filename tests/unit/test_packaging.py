@@ -96,3 +96,16 @@ def test_an_unsupported_nova_is_refused_naming_the_supported_range():
             check_nova_version(version)
     setup = (ROOT / "setup.cfg").read_text()
     assert "nova>=33.0.0,<35" in setup  # the extra says the same
+
+
+def test_the_version_comes_from_git():
+    """No version is written by hand: setuptools-scm derives it from the
+    git tags (a release is a tag), and the installed package reports it."""
+    from importlib import metadata
+
+    setup = (ROOT / "setup.cfg").read_text()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert "\nversion =" not in setup
+    assert "[tool.setuptools_scm]" in pyproject
+    assert "setuptools-scm" in pyproject
+    assert metadata.version("vgpu-driver") != "0.1.0"
