@@ -342,3 +342,28 @@ def test_through_libvirt_the_vfs_are_known_as_one_gpu_s(tmp_path):
     fast, _ = nodedev_xml.read_parent(xml)
     reference, _ = nodedev_xml.read_parent_tree(xml)
     assert fast == reference and fast.physical_function == A2_GPU
+
+
+def test_inventory_says_why_a_provider_offers_less(tmp_path, capsys):
+    """The operator sees the reason where the totals are printed."""
+    import json
+
+    from vgpu_driver.cmd import main as cli
+
+    raw = json.loads(
+        (
+            hostdesc.Path(hostdesc.__file__).parent / "data" / "rtx6000.json"
+        ).read_text()
+    )
+    raw["sriov"][0]["product_id"] = "0x9999"
+    path = tmp_path / "host.json"
+    path.write_text(json.dumps(raw))
+    assert (
+        cli.main(
+            ["--host-description", str(path), "inventory", "--format", "json"]
+        )
+        == 0
+    )
+    report = json.loads(capsys.readouterr().out)
+    [note] = report["notes"]
+    assert "0x10de:0x9999" in note["note"] and "max_instances" in note["note"]

@@ -71,12 +71,26 @@ def print_table(report: dict[str, Any]) -> None:
     )
 
 
+def notes(driver: VgpuDriver) -> list[dict[str, str]]:
+    """Why a provider offers less than the host lists, or nothing new."""
+    found = []
+    for plan in driver.last_plans:
+        if plan.limit:
+            found.append({"provider": plan.name, "note": plan.limit})
+        if plan.reason:
+            found.append({"provider": plan.name, "note": plan.reason})
+    return found
+
+
 def run(context: Context) -> int:
     driver = VgpuDriver(context.conf, context.host, persist=False)
     nodename = context.conf.host
     report = tree_report(build_tree(driver, nodename), nodename)
+    report["notes"] = notes(driver)
     if context.conf.command.format == "json":
         output.dump_json(report)
     else:
         print_table(report)
+        for note in report["notes"]:
+            print(f"NOTE: {note['provider']}: {note['note']}")
     return 0
