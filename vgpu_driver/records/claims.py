@@ -49,6 +49,10 @@ class ClaimsRecord:
         self._made_on_disk: set[str] = set()
         self._vf_types_on_disk: dict[str, int] = {}
         self._epoch: int | None = None  # the claims epoch we last saw
+        # the claims epoch the VF types and devices made were last read
+        # or written at, and what they were (see _others)
+        self._others_epoch = 0
+        self._others_value: tuple[dict[str, int], Any] = ({}, None)
         # another process wrote since we last saw (reset by the reader
         # once it has read the host again)
         self.stale = False
@@ -64,11 +68,9 @@ class ClaimsRecord:
             epoch, self.claims = _claims_of(
                 self.state.load(CLAIMS_RECORD, {}, _validate_claims)
             )
-            self.vf_types = dict(
-                self.state.load(VF_TYPES_RECORD, {}, _validate_vf_types)
-            )
+            vf_types, made = self._others(epoch)
+            self.vf_types = dict(vf_types)
             self._vf_types_on_disk = dict(self.vf_types)
-            made = self.state.load(MADE_RECORD, None, _validate_made)
             self.made_known = made is not None
             self.made = set(made or ())
             self._made_on_disk = set(self.made)
@@ -76,6 +78,21 @@ class ClaimsRecord:
                 self.stale = True
             self._epoch = epoch
             yield
+
+    def _others(self, epoch: int) -> tuple[dict[str, int], Any]:
+        """The VF types and devices made, as on disk (under the lock).
+        Every save of either also gives the claims record a new random
+        epoch, which is always read: the same epoch as when they were
+        last read or written here means they did not change, and they are
+        not read again (a record moved aside is read again: repair)."""
+        assert self.state is not None
+        if epoch and self._others_epoch == epoch:
+            return self._others_value
+        vf_types = self.state.load(VF_TYPES_RECORD, {}, _validate_vf_types)
+        made = self.state.load(MADE_RECORD, None, _validate_made)
+        self._others_epoch = epoch
+        self._others_value = (dict(vf_types), made)
+        return self._others_value
 
     def save(
         self,
@@ -105,6 +122,12 @@ class ClaimsRecord:
             if vf_types != self._vf_types_on_disk:
                 self.state.save(VF_TYPES_RECORD, vf_types)
                 self._vf_types_on_disk = dict(vf_types)
+            # what is on disk now, at the epoch just written
+            self._others_epoch = epoch
+            self._others_value = (
+                dict(self._vf_types_on_disk),
+                sorted(self._made_on_disk),
+            )
         self.claims, self.vf_types = claims, vf_types
 
     def repair(self) -> list[str]:
@@ -113,6 +136,7 @@ class ClaimsRecord:
         moved: list[str] = []
         if self.state is None:
             return moved
+        self._others_epoch = 0  # read them again, whatever happens here
         with self.state.locked():
             for key, validate in (
                 (CLAIMS_RECORD, _validate_claims),
