@@ -1,6 +1,9 @@
 """This library's refresh beside Nova 34.0.0's, in one process, on the
 same libvirt test-driver hosts.
 
+This library runs with its records on, as a service always does (each
+new service with a records directory of its own).
+
 For each host size (pGPUs / mdevs / guests, every mdev in use by one
 guest; ``T18``: each pGPU lists 18 types, as a GRID card does): the
 first refresh of a new service (discovery, reading guests only where
@@ -137,6 +140,7 @@ class Ours:
         # the test driver refuses a flag once; libvirt would print it
         libvirt.registerErrorHandler(lambda *_: None, None)
         self.sysfs, self.conf = sysfs, conf
+        self._services = 0
         self.conn = libvirt.open(uri)
         counted = Counting(libvirt.open(uri))
         driver, tree = self._new_service(counted)
@@ -164,7 +168,11 @@ class Ours:
         host = LibvirtHost(sysfs_root=self.sysfs, connection=conn)
         tree = ProviderTree() if tree is None else tree
         tree.new_root("bench", ROOT)
-        return VgpuDriver(self.conf, host, persist=False), tree
+        # records on, as a service always runs: each new service gets a
+        # records directory of its own (a first refresh writes them)
+        self._services += 1
+        state = Path(self.conf.devices.state_path) / f"s{self._services}"
+        return VgpuDriver(self.conf, host, state_path=str(state)), tree
 
     def first(self) -> tuple[float, float]:
         """A new service's first refresh (nothing read yet)."""
