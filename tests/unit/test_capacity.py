@@ -367,3 +367,31 @@ def test_inventory_says_why_a_provider_offers_less(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     [note] = report["notes"]
     assert "0x10de:0x9999" in note["note"] and "max_instances" in note["note"]
+
+
+def test_check_config_says_which_vfs_a_gpu_address_means(tmp_path, capsys):
+    import json
+
+    from vgpu_driver.cmd import main as cli
+
+    path = tmp_path / "nova.conf"
+    path.write_text(
+        "[devices]\nenabled_mdev_types = nvidia-744\n"
+        f"[mdev_nvidia-744]\ndevice_addresses = {A2_GPU}\n"
+    )
+    code = cli.main(
+        [
+            "--config-file",
+            str(path),
+            "--host-description",
+            "a2-vf-parents",
+            "check-config",
+            "--format",
+            "json",
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["valid"]
+    [row] = report["types"]
+    vfs = row["vfs_meant"][A2_GPU]
+    assert len(vfs) == 16 and vfs[0] == "0000:3b:00.4"

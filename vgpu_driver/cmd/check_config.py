@@ -19,13 +19,19 @@ from vgpu_driver.model.config import DeviceConfig, Problem
 DEFAULT_PARENTS = "default for unlisted parents"
 
 
-def type_rows(config: DeviceConfig) -> list[dict[str, Any]]:
+def type_rows(
+    config: DeviceConfig, vfs_of: dict[str, list[str]] | None = None
+) -> list[dict[str, Any]]:
+    vfs_of = vfs_of or {}
     return [
         {
             "type": t.type_id,
             "section": t.group,
             "resource_class": t.resource_class,
             "parents": list(t.addresses),
+            # a GPU's address where its VFs are the mdev parents (Ampere
+            # before kernel 6.8) means them: which they are
+            "vfs_meant": {a: vfs_of[a] for a in t.addresses if a in vfs_of},
             "default_for_unlisted_parents": t.is_default,
             "max_instances": t.max_instances,
             "traits": list(t.traits),
@@ -38,10 +44,11 @@ def run(conf: cfg.ConfigOpts, argv: Sequence[str] = ()) -> int:
     fmt = conf.command.format
     config, errors = loader.read_device_config(conf)
     host_note = None
+    vfs_of: dict[str, list[str]] = {}
     if not errors and (
         conf.config_file or conf.config_dir or conf.host_description
     ):
-        found, host_note = _host_problems(conf, argv, config)
+        found, host_note, vfs_of = _host_problems(conf, argv, config)
         errors.extend(p for p in found if p.severity == "error")
         config = dataclasses.replace(
             config,
@@ -55,14 +62,14 @@ def run(conf: cfg.ConfigOpts, argv: Sequence[str] = ()) -> int:
             {
                 "valid": not errors,
                 "host": conf.host,
-                "types": type_rows(config),
+                "types": type_rows(config, vfs_of),
                 "warnings": [str(w) for w in config.warnings],
                 "errors": [str(e) for e in errors],
                 "host_checks": host_note or "done",
             }
         )
     else:
-        _print_table(conf, config, errors)
+        _print_table(conf, config, errors, vfs_of)
         if host_note:
             print(f"NOTE: {host_note}")
     return 2 if errors else 0
@@ -70,23 +77,34 @@ def run(conf: cfg.ConfigOpts, argv: Sequence[str] = ()) -> int:
 
 def _host_problems(
     conf: cfg.ConfigOpts, argv: Sequence[str], config: DeviceConfig
-) -> tuple[list[Problem], str | None]:
-    """The configuration checked against the host: problems, and a note
-    when the host could not be read."""
+) -> tuple[list[Problem], str | None, dict[str, list[str]]]:
+    """The configuration checked against the host: problems, a note when
+    the host could not be read, and the VFs each GPU address means
+    where a GPU's VFs are its mdev parents."""
     try:
         context = open_context(conf, argv)
     except exception.VgpuDriverError as exc:
-        return [], f"host checks skipped: {exc}"
+        return [], f"host checks skipped: {exc}", {}
     try:
-        return host_problems(config, context.host.discover()), None
+        inventory = context.host.discover()
+        vfs_of: dict[str, list[str]] = {}
+        for parent in inventory.parents:
+            if parent.physical_function and parent.address:
+                vfs_of.setdefault(parent.physical_function, []).append(
+                    parent.address
+                )
+        return host_problems(config, inventory), None, vfs_of
     except exception.VgpuDriverError as exc:
-        return [], f"host checks skipped: {exc}"
+        return [], f"host checks skipped: {exc}", {}
     finally:
         context.close()
 
 
 def _print_table(
-    conf: cfg.ConfigOpts, config: DeviceConfig, errors: list[Problem]
+    conf: cfg.ConfigOpts,
+    config: DeviceConfig,
+    errors: list[Problem],
+    vfs_of: dict[str, list[str]],
 ) -> None:
     print(f"Compute node: {conf.host}")
     print(f"libvirt:      {conf.libvirt.connection_uri}")
@@ -98,7 +116,12 @@ def _print_table(
                 [
                     t.type_id,
                     t.resource_class,
-                    list(t.addresses) if t.addresses else DEFAULT_PARENTS,
+                    [
+                        f"{a} ({len(vfs_of[a])} VFs)" if a in vfs_of else a
+                        for a in t.addresses
+                    ]
+                    if t.addresses
+                    else DEFAULT_PARENTS,
                     t.max_instances,
                     list(t.traits),
                 ]
