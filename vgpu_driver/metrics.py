@@ -22,7 +22,11 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
 
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.exception import VgpuDriverError
@@ -31,6 +35,27 @@ from vgpu_driver.model.inventory import ProviderPlan
 
 PREFIX = "vgpu_driver"
 PROVIDER_LABELS = ["provider", "device", "type", "resource_class"]
+
+
+def by_result(registry: CollectorRegistry, name: str, what: str) -> Counter:
+    """A counter of ``what``, labelled by result (ok or the error)."""
+    return Counter(
+        f"{PREFIX}_{name}",
+        f"{what}, by result.",
+        ["result"],
+        registry=registry,
+    )
+
+
+def seconds(
+    registry: CollectorRegistry,
+    name: str,
+    what: str,
+    buckets: tuple[float, ...],
+) -> Histogram:
+    return Histogram(
+        f"{PREFIX}_{name}", what, registry=registry, buckets=buckets
+    )
 
 
 class MeteredDriver(VgpuDriver):
@@ -43,22 +68,19 @@ class MeteredDriver(VgpuDriver):
         super().__init__(*args, **kwargs)
         self.registry = registry
         self.served_at: str | None = None  # ADDRESS:PORT when served
-        self._binds = Counter(
-            f"{PREFIX}_binds",
-            "Binds of an instance's allocations to devices, by result.",
-            ["result"],
-            registry=registry,
+        self._binds = by_result(
+            registry, "binds", "Binds of an instance's allocations to devices"
         )
         self._releases = Counter(
             f"{PREFIX}_releases",
             "Releases of an instance's devices.",
             registry=registry,
         )
-        self._refresh = Histogram(
-            f"{PREFIX}_refresh_seconds",
+        self._refresh = seconds(
+            registry,
+            "refresh_seconds",
             "Duration of a provider-tree refresh (update_provider_tree).",
-            registry=registry,
-            buckets=(
+            (
                 0.0005,
                 0.001,
                 0.0025,
@@ -178,3 +200,44 @@ class HostCollector:
             readable.add_metric([], 0)
         yield claims
         yield readable
+
+
+class SyncCollector:
+    """What a ``sync`` process asked Placement, and how its passes went:
+    requests by method and answers by status (as its client counted
+    them), passes by result and their durations."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.client: Any = None  # the PlacementClient, once made
+        self.passes = by_result(
+            registry, "sync_passes", "Placement sync passes"
+        )
+        self.duration = seconds(
+            registry,
+            "sync_seconds",
+            "Duration of a Placement sync pass.",
+            (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+        )
+        registry.register(self)
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            f"{PREFIX}_placement_requests",
+            "Requests sent to Placement, by method.",
+            labels=["method"],
+        )
+        answers = CounterMetricFamily(
+            f"{PREFIX}_placement_answers",
+            "Answers from Placement, by HTTP status.",
+            labels=["status"],
+        )
+        if self.client is not None:
+            for method, count in sorted(self.client.requests.items()):
+                requests.add_metric([method], count)
+            for status, count in sorted(self.client.statuses.items()):
+                answers.add_metric([str(status)], count)
+        yield requests
+        yield answers

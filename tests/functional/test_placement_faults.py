@@ -365,3 +365,56 @@ def test_a_trait_deleted_behind_the_client_s_back_is_made_again(
     view = placement_view(client, node.nodename)
     assert trait in view["pci_0000_84_00_0"][1]
     assert node.syncer.client.statuses[400] == 1  # the one that told
+
+
+def test_sync_writes_its_metrics_after_every_pass(
+    placement_url, tmp_path, capsys
+):
+    """sync --metrics-textfile: the device metrics and the sync's own
+    (passes, Placement requests and answers) from a real Placement; a
+    failed pass is counted too."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    path = tmp_path / "vgpu.prom"
+    section = (
+        "[placement]\nauth_type = admin_token\ntoken = admin\n"
+        f"endpoint = {placement_url}\nendpoint_override = {placement_url}\n"
+    )
+    code, _, err = _sync_cli(
+        tmp_path, capsys, section, "--metrics-textfile", str(path)
+    )
+    assert code == 0, err
+    found = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(path.read_text())
+        for s in f.samples
+    }
+    assert found[("vgpu_driver_sync_passes_total", (("result", "ok"),))] == 1
+    assert (
+        found[("vgpu_driver_placement_requests_total", (("method", "GET"),))]
+        >= 1
+    )
+    assert (
+        found[("vgpu_driver_placement_answers_total", (("status", "200"),))]
+        >= 1
+    )
+    assert any(n == "vgpu_driver_provider_total" for n, _ in found)
+    closed = f"http://127.0.0.1:{_closed_port()}"
+    (tmp_path / "down").mkdir()
+    code, _, _ = _sync_cli(
+        tmp_path / "down",
+        capsys,
+        "[placement]\nauth_type = admin_token\ntoken = admin\n"
+        f"endpoint = {closed}\nendpoint_override = {closed}\n"
+        "max_attempts = 1\nretry_delay = 0.01\n",
+        "--metrics-textfile",
+        str(path),
+    )
+    assert code == 1
+    failed = [
+        s
+        for f in text_string_to_metric_families(path.read_text())
+        for s in f.samples
+        if s.name == "vgpu_driver_sync_passes_total"
+    ]
+    assert [s.labels["result"] for s in failed] == ["PlacementUnavailable"]

@@ -96,6 +96,13 @@ def _sync_args(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="Sync again every SECONDS, until interrupted.",
     )
+    parser.add_argument(
+        "--metrics-textfile",
+        metavar="PATH",
+        default=None,
+        help="After every pass, write the device and sync metrics there "
+        "for node_exporter's textfile collector.",
+    )
 
 
 def _placement_server(conf: cfg.ConfigOpts) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from oslo_log import log as logging
 
@@ -44,6 +45,44 @@ def as_json(host: str, report: SyncReport) -> dict[str, object]:
     }
 
 
+class Metrics:
+    """``--metrics-textfile``: the host's device metrics and the sync's
+    own (passes, durations, Placement requests and answers), written
+    after every pass for node_exporter's textfile collector."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self.registry: Any = None
+        self.sync: Any = None
+        if path:
+            from prometheus_client import CollectorRegistry
+
+            from vgpu_driver.metrics import SyncCollector
+
+            self.registry = CollectorRegistry()
+            self.sync = SyncCollector(self.registry)
+
+    def driver(self, conf: Any, host: Any) -> VgpuDriver:
+        if self.registry is None:
+            return VgpuDriver(conf, host, yields=True)
+        from vgpu_driver.metrics import MeteredDriver
+
+        return MeteredDriver(conf, host, yields=True, registry=self.registry)
+
+    def watch(self, client: Any) -> None:
+        if self.sync is not None:
+            self.sync.client = client
+
+    def passed(self, seconds: float, result: str) -> None:
+        if self.sync is None or self.path is None:
+            return
+        from prometheus_client import write_to_textfile
+
+        self.sync.passes.labels(result=result).inc()
+        self.sync.duration.observe(seconds)
+        write_to_textfile(self.path, self.registry)
+
+
 def _sleep(seconds: float) -> None:
     """Wait between periodic passes (a seam for tests)."""
     time.sleep(seconds)
@@ -58,10 +97,12 @@ def run(context: Context) -> int:
     driver: VgpuDriver | None = None
     syncer: PlacementSync | None = None
     wait = float(period)
+    metrics = Metrics(conf.command.metrics_textfile)
     while True:
+        started = time.monotonic()
         try:
             if driver is None:
-                driver = VgpuDriver(conf, context.host, yields=True)
+                driver = metrics.driver(conf, context.host)
             if syncer is None:
                 syncer = PlacementSync(
                     client_from_conf(conf),
@@ -69,10 +110,13 @@ def run(context: Context) -> int:
                     refresh_interval=conf.placement.refresh_interval,
                     store=driver.state,
                 )
+                metrics.watch(syncer.client)
             report = sync_placement(driver, syncer)
+            metrics.passed(time.monotonic() - started, "ok")
         except exception.ConfigInvalid:
             raise
         except exception.VgpuDriverError as exc:
+            metrics.passed(time.monotonic() - started, type(exc).__name__)
             if not period:
                 raise
             wait = min(max(wait * 2, float(period)), MAX_BACKOFF)
