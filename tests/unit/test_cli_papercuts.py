@@ -88,3 +88,32 @@ def test_a_type_no_device_offers_mapped_to_a_real_parent_is_an_error(
     )
     assert code == 2
     assert "0000:84:00.0: this device does not offer nvidia-99" in text
+
+
+def test_check_config_warnings_go_to_stderr_not_into_the_table(
+    tmp_path, capsys
+):
+    from vgpu_driver.cmd import main as cli
+
+    path = tmp_path / "nova.conf"
+    path.write_text("[devices]\nenabled_mdev_types = nvidia-99\n")
+    code = cli.main(
+        [
+            "--config-file",
+            str(path),
+            "--host-description",
+            "m10",
+            "check-config",
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "WARNING" in err and "no device on this host offers" in err
+    assert "WARNING" not in out and "nvidia-99" in out
+
+
+def test_the_embedded_placement_names_the_demo_extra():
+    from vgpu_driver.placement.server import PlacementNotInstalled
+
+    message = str(PlacementNotInstalled(reason="no module named placement"))
+    assert "vgpu-driver[demo]" in message

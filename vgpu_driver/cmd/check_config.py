@@ -131,7 +131,7 @@ def _print_table(
     else:
         print("No mdev type is enabled ([devices] enabled_mdev_types).")
     for warning in config.warnings:
-        print(f"WARNING: {warning}")
+        print(f"WARNING: {warning}", file=sys.stderr)
     if errors:
         print(
             f"\n{len(errors)} error(s); nothing will be applied until "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections import Counter
 from typing import Any
 
@@ -221,7 +222,7 @@ def run(context: Context) -> int:
     if not data["mdevs"]:
         print("none")
     for problem in problems:
-        print(f"WARNING: {problem}")
+        print(f"WARNING: {problem}", file=sys.stderr)
     if not data["mdevs"]:
         return 0
     spelled = {p["name"]: p["config_name"] for p in data["parents"]}

@@ -27,7 +27,7 @@ WSGIApp = Callable[..., Any]
 class PlacementNotInstalled(VgpuDriverError):
     msg_fmt = (
         "The embedded Placement needs the openstack-placement package: "
-        "pip install 'vgpu-driver[test]' (%(reason)s)"
+        "pip install 'vgpu-driver[demo]' (%(reason)s)"
     )
     code = "vgpu_driver.placement.not_installed"
 
