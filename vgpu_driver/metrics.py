@@ -141,8 +141,23 @@ class HostCollector:
     def collect(self) -> Iterator[Metric]:
         plans = self.driver.last_plans
         held: dict[str, Any] | None
+        gone = GaugeMetricFamily(
+            f"{PREFIX}_guest_devices_gone",
+            "mdevs guests' domains name that are not on the host: those "
+            "guests lost their vGPU ('vgpu-driver audit' names them).",
+        )
         try:
             inventory = self.driver.discover(guests=True)
+            present = {m.uuid for m in inventory.mdevs}
+            gone.add_metric(
+                [],
+                sum(
+                    1
+                    for g in inventory.guests
+                    for u in g.mdevs
+                    if u not in present
+                ),
+            )
             held = self.driver.held_devices(inventory)
         except VgpuDriverError:  # the records: see records_readable
             held = None
@@ -184,6 +199,7 @@ class HostCollector:
             for name, value in values.items():
                 families[name].add_metric(labels, value)
         yield from families.values()
+        yield gone
         claims = GaugeMetricFamily(
             f"{PREFIX}_claims_in_flight",
             "Devices claimed by binds whose guests are not defined yet.",

@@ -86,3 +86,25 @@ def test_a_host_that_does_not_report_modules_is_never_gated():
         )
         == {}
     )
+
+
+def test_a_guest_whose_vgpu_is_gone_shows_in_the_metrics(make_conf, tmp_path):
+    description = helpers.load("m10")
+    description.mdevs = [
+        m
+        for m in description.mdevs
+        if m.uuid != description.guests[0].mdevs[0]
+    ]
+    conf = make_conf(description.config)
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    registry = CollectorRegistry()
+    driver = MeteredDriver(conf, SimulatedHost(description), registry=registry)
+    driver.update_provider_tree(helpers.new_tree(), "node1")
+    values = {
+        s.name: s.value
+        for f in text_string_to_metric_families(
+            generate_latest(registry).decode()
+        )
+        for s in f.samples
+    }
+    assert values["vgpu_driver_guest_devices_gone"] == 1
