@@ -395,3 +395,18 @@ def test_check_config_says_which_vfs_a_gpu_address_means(tmp_path, capsys):
     [row] = report["types"]
     vfs = row["vfs_meant"][A2_GPU]
     assert len(vfs) == 16 and vfs[0] == "0000:3b:00.4"
+
+
+def test_the_board_table_is_keyed_as_sysfs_spells_product_ids():
+    """``/sys/bus/pci/devices/<PF>/device`` reads ``0x26ba``: a key spelt
+    otherwise would never match, and its board would be unsized."""
+    import re
+
+    for product_id, board in capacity.BOARDS.items():
+        assert re.fullmatch(r"0x[0-9a-f]{4}", product_id), product_id
+        assert board.framebuffer_gb > 0
+    l20 = dataclasses.replace(
+        l40s(free=(SriovType(1157, "NVIDIA L20-4Q"),)), product_id="0x26BA"
+    )
+    rooms, notes = capacity.sriov_room(l20)
+    assert rooms["nvidia-1157"] == 12 and not notes

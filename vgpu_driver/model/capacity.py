@@ -59,6 +59,7 @@ BOARDS: dict[str, Board] = {
     "0x2331": Board("H100 PCIe", 80),
     "0x26b5": Board("L40", 48),
     "0x26b9": Board("L40S", 48),
+    "0x26ba": Board("L20", 48),
     "0x26b1": Board("RTX 6000 Ada", 48),
     "0x27b8": Board("L4", 24),
     "0x2230": Board("RTX A6000", 48),
