@@ -50,7 +50,8 @@ def test_shell_completion_never_prints_a_traceback():
         assert "--shell_completion needs it" in found.stderr
 
 
-def check_config(tmp_path, capsys, text):
+def check_config_split(tmp_path, capsys, text):
+    """check-config on m10 with ``text`` as nova.conf: (code, out, err)."""
     from vgpu_driver.cmd import main as cli
 
     path = tmp_path / "nova.conf"
@@ -65,6 +66,11 @@ def check_config(tmp_path, capsys, text):
         ]
     )
     out, err = capsys.readouterr()
+    return code, out, err
+
+
+def check_config(tmp_path, capsys, text):
+    code, out, err = check_config_split(tmp_path, capsys, text)
     return code, out + err
 
 
@@ -93,20 +99,9 @@ def test_a_type_no_device_offers_mapped_to_a_real_parent_is_an_error(
 def test_check_config_warnings_go_to_stderr_not_into_the_table(
     tmp_path, capsys
 ):
-    from vgpu_driver.cmd import main as cli
-
-    path = tmp_path / "nova.conf"
-    path.write_text("[devices]\nenabled_mdev_types = nvidia-99\n")
-    code = cli.main(
-        [
-            "--config-file",
-            str(path),
-            "--host-description",
-            "m10",
-            "check-config",
-        ]
+    code, out, err = check_config_split(
+        tmp_path, capsys, "[devices]\nenabled_mdev_types = nvidia-99\n"
     )
-    out, err = capsys.readouterr()
     assert code == 0
     assert "WARNING" in err and "no device on this host offers" in err
     assert "WARNING" not in out and "nvidia-99" in out
