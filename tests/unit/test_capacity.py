@@ -94,7 +94,7 @@ RTX = "pci_0001_c8_00_0"
 
 @pytest.mark.parametrize(
     ("number", "figure"),
-    [(1531, 24), (1540, 2), (1515, 32), (1523, 16), (1519, 32)],
+    [(1521, 24), (1540, 2), (1518, 32), (1523, 16), (1519, 32)],
 )
 def test_rtx_pro_6000_blackwell_gets_nvidia_figures_not_its_48_vfs(
     number, figure
@@ -109,7 +109,7 @@ def test_rtx_pro_6000_blackwell_gets_nvidia_figures_not_its_48_vfs(
 
 def test_a_placed_vgpu_counts_and_the_total_stays_the_card_figure():
     inventory = helpers.simulated_host("rtx6000").discover()
-    assert total_of(inventory, "nvidia-1531", RTX) == (24, None)
+    assert total_of(inventory, "nvidia-1521", RTX) == (24, None)
 
 
 def l40s(
@@ -234,10 +234,10 @@ def test_mixed_size_on_the_simulated_card_follows_the_same_rule():
     host.discover()  # the card listed DC-48Q: its size is known
     host.set_vf_type("0001:c8:00.5", 1540)
     inventory = host.discover()
-    assert total_of(inventory, "nvidia-1531", RTX) == (12, None)
+    assert total_of(inventory, "nvidia-1521", RTX) == (12, None)
     free = [vf.address for vf in inventory.pfs[0].vfs if vf.creatable]
     for vf in free[:11]:
-        host.set_vf_type(vf, 1531)
+        host.set_vf_type(vf, 1521)
     assert not any(vf.creatable for vf in host.discover().pfs[0].vfs)
 
 
@@ -253,7 +253,7 @@ def test_the_service_warns_once_why_it_offers_less(
     )
     provider = node.tree.data(f"node1_{RTX}")
     assert provider.inventory["VGPU"]["total"] == 2
-    node.host.set_vf_type("0001:c8:00.5", 1531)  # the tree changes
+    node.host.set_vf_type("0001:c8:00.5", 1521)  # the tree changes
     node.update()
     provider = node.tree.data(f"node1_{RTX}")
     assert provider.inventory["VGPU"]["total"] == 3

@@ -64,7 +64,7 @@ def test_a_real_scrape_of_the_served_metrics():
         ("device", "pci_0001_c8_00_0"),
         ("provider", "rtx6000-compute_pci_0001_c8_00_0"),
         ("resource_class", "VGPU"),
-        ("type", "nvidia-1531"),
+        ("type", "nvidia-1521"),
     )
     assert found[("vgpu_driver_provider_total", labels)] == 24
     assert found[("vgpu_driver_provider_used", labels)] == 1
