@@ -22,6 +22,7 @@ from vgpu_driver.model.provider_tree import ProviderTree
 from vgpu_driver.placement.client import client_from_conf
 from vgpu_driver.placement.sync import PlacementSync
 from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim import nvml_lib
 from vgpu_driver.sim.simulated import SimulatedHost
 
 DATA = Path(__file__).parent / "data"
@@ -38,7 +39,9 @@ def libvirt_host(
     description: hostdesc.HostDescription, directory: Path
 ) -> LibvirtHost:
     uri, sysfs_root = hostdesc.materialize(description, directory)
-    return LibvirtHost(uri, sysfs_root)
+    return LibvirtHost(
+        uri, sysfs_root, nvml=nvml_lib.rendered(description, sysfs_root)
+    )
 
 
 def simulated_host(name: str) -> SimulatedHost:

@@ -134,3 +134,18 @@ def test_the_survey_reads_the_real_sysfs_layout(tmp_path):
     assert (pf.driver, pf.total_vfs, pf.num_vfs) == ("gim", 16, 16)
     vfs = [g for g in found if g.physfn == "0000:61:00.0"]
     assert len(vfs) == 16 and vfs[0].product_id == "0x692f"
+
+
+def test_doctor_says_what_nvml_says(capsys, tmp_path):
+    code, data = run(capsys, "h100nvl-mig")
+    found = findings(data)
+    assert code == 0
+    assert "550.127.06" in found[("capacity source", "ok")]
+    assert "profile 19: 5" in found[("GPU 0000:98:00.0", "info")]
+    lost = raw("h100nvl-mig")
+    lost["sriov"][0]["fault"] = "lost"
+    code, data = run(capsys, write_host(tmp_path, lost))
+    assert code == 1
+    assert "lost" in findings(data)[("GPU 0000:98:00.0", "error")]
+    code, data = run(capsys, "rtx6000")
+    assert "no NVML" in findings(data)[("capacity source", "info")]

@@ -20,7 +20,8 @@ ALLOWED = {
     "model": {"exception"},
     "records": {"exception", "model"},
     "host": {"exception", "model"},
-    "sim": {"exception", "model", "host.sysfs"},
+    # the simulated host is read by the real sysfs and NVML readers
+    "sim": {"exception", "model", "host.sysfs", "host.nvml"},
     "conf": {"exception", "model"},
     "placement": {"exception", "model", "records"},
     "service": {"exception", "model", "records", "host.base"},
@@ -40,6 +41,7 @@ ALLOWED = {
         "conf",
         "driver",
         "host.libvirt_host",
+        "host.nvml",
         "placement",
         "nova",
         "metrics",

@@ -19,9 +19,11 @@ from oslo_config import cfg
 from oslo_log import log as logging
 
 from vgpu_driver.conf import devices
+from vgpu_driver.host import nvml
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.nova import nova_state_path
 from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim import nvml_lib
 
 LOG = logging.getLogger(__name__)
 # Nova's [DEFAULT] state_path as distributions set it
@@ -112,7 +114,9 @@ def _open_context(conf: cfg.ConfigOpts, argv: Sequence[str]) -> Context:
     name = conf.host_description
     if name is None and has_config:
         host = LibvirtHost(
-            conf.libvirt.connection_uri, conf.libvirt.sysfs_root
+            conf.libvirt.connection_uri,
+            conf.libvirt.sysfs_root,
+            nvml=nvml.maybe_load(conf.devices.use_nvml),
         )
         return Context(conf, host, None, None, argv, list(conf.config_file))
     description = hostdesc.load(name or hostdesc.DEFAULT_HOST)
@@ -129,7 +133,9 @@ def _open_context(conf: cfg.ConfigOpts, argv: Sequence[str]) -> Context:
     LOG.debug(
         "Working on simulated host %s through %s", description.source, uri
     )
-    host = LibvirtHost(uri, sysfs_root)
+    host = LibvirtHost(
+        uri, sysfs_root, nvml=nvml_lib.rendered(description, sysfs_root)
+    )
     context = Context(conf, host, description, workdir, argv, files)
     context.overrides = [
         ("connection_uri", uri, "libvirt"),

@@ -64,18 +64,59 @@ def kernel_findings(
                     "loaded: install NVIDIA's vGPU manager (host driver)",
                 )
             )
-        found.append(
+    return found
+
+
+def nvml_findings(
+    facts: HostFacts, cards: list[gpus.PciGpu], inventory: HostInventory
+) -> list[Finding]:
+    """Where capacity comes from, and what NVML says of each GPU."""
+    said = inventory.nvml
+    if said is None:
+        if not any(c.vendor == "NVIDIA" for c in cards):
+            return []
+        why = (
+            "NVML did not answer (vGPU manager missing, or [devices] "
+            "use_nvml = false)"
+            if facts.nvml
+            else "nvidia-ml-py is not installed (the 'nvml' extra)"
+        )
+        return [
             Finding(
                 "info",
                 "capacity source",
-                "NVML (pynvml) is importable; capacity still comes from "
-                "the type descriptions and the board table"
-                if facts.nvml
-                else "no NVML: capacity comes from the type descriptions "
-                "and the board table (a board not in it offers one more "
-                "than in use at a time)",
+                f"no NVML: {why}; capacity comes from the type descriptions "
+                "and the board table (a board not in it, and a MIG-backed "
+                "type, offer one more than in use at a time)",
             )
+        ]
+    mixed = "supported" if said.heterogeneous else "not supported"
+    found = [
+        Finding(
+            "ok",
+            "capacity source",
+            f"NVML, host driver {said.driver_version} (mixed vGPU sizes "
+            f"{mixed}): capacity, MIG instances and faults in the vGPU "
+            "manager's own words",
         )
+    ]
+    for gpu in said.gpus:
+        if gpu.fault:
+            found.append(
+                Finding("error", f"GPU {gpu.address}", f"NVML: {gpu.fault}")
+            )
+        elif gpu.mig:
+            free = ", ".join(
+                f"profile {p}: {n}" for p, n in gpu.free_instances
+            )
+            found.append(
+                Finding(
+                    "info",
+                    f"GPU {gpu.address}",
+                    f"MIG on; free GPU instances {free or 'none'} (each "
+                    "MIG-backed vGPU takes one of its profile)",
+                )
+            )
     return found
 
 
@@ -124,6 +165,7 @@ def run(context: Context) -> int:
     cards = scan_gpus(root)
     inventory = context.host.discover(guests=False)
     findings = kernel_findings(facts, cards)
+    findings += nvml_findings(facts, cards, inventory)
     findings += gpu_findings(cards, inventory, config)
     findings += tool_findings(facts, inventory)
     for problem in [*problems, *check.host_problems(config, inventory)]:

@@ -102,6 +102,18 @@ offered again. If it fails again it is reserved again. 0 offers it again
 at the next provider-tree update.
 """,
     ),
+    cfg.BoolOpt(
+        "use_nvml",
+        default=True,
+        help="""
+Read NVIDIA GPUs through NVIDIA's management library (NVML) where it is
+present (the ``nvml`` extra, ``nvidia-ml-py``, and the vGPU manager's
+``libnvidia-ml.so``): how many vGPUs of each type fit, MIG GPU instances,
+faults and the migration capability, in the vGPU manager's own words.
+Without it (or set to false) capacity comes from sysfs and the library's
+table of boards, which offers less where it cannot prove more.
+""",
+    ),
     cfg.StrOpt(
         "metrics_listen",
         default=None,

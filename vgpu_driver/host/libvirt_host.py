@@ -52,6 +52,7 @@ from vgpu_driver.host.guests import Guests
 from vgpu_driver.host.libvirt_api import LibvirtApi, host_edge
 from vgpu_driver.host.mdev_ops import Creator, MdevOperations
 from vgpu_driver.host.nodedevs import NodeDevices
+from vgpu_driver.host.nvml import NvmlReader, nvidia_gpus
 from vgpu_driver.host.parents import ParentReader
 from vgpu_driver.host.sysfs import SysfsTree
 from vgpu_driver.model.device import (
@@ -81,6 +82,7 @@ class LibvirtHost:
         api: LibvirtApi | ModuleType | None = None,
         creator: Creator | None = None,
         relist_interval: float = 300.0,
+        nvml: NvmlReader | None = None,
     ) -> None:
         """``connection``: the caller's open libvirt connection (a compute
         service's own); it is used as it is and never closed here.
@@ -90,7 +92,8 @@ class LibvirtHost:
         ``api``: the libvirt binding that connection comes from (found
         from the connection when not given; libvirt-python otherwise).
         ``creator``: create mdevs the caller's way (e.g. a compute
-        service's privileged helper) instead of this adapter's."""
+        service's privileged helper) instead of this adapter's.
+        ``nvml``: NVIDIA's management library, read at each discovery."""
         if isinstance(api, ModuleType):
             api = LibvirtApi(api)
         self.link = Connection(
@@ -105,6 +108,7 @@ class LibvirtHost:
         self.mdev_ops = MdevOperations(
             self.link, self.devices, reader, self.sysfs, creator
         )
+        self.nvml = nvml
         self._lock = threading.RLock()
         # The mdev types whose sysfs description is read (for capability
         # traits); None: every type. A service sets its enabled types: a
@@ -180,6 +184,11 @@ class LibvirtHost:
             else:
                 tracker.take_changes()
             pfs = self.sysfs.sriov_functions()
+            said = (
+                self.nvml.read(nvidia_gpus(parents, pfs))
+                if self.nvml is not None
+                else None
+            )
             last = self._last
             if (
                 last is not None
@@ -188,6 +197,7 @@ class LibvirtHost:
                 and last.guests_known == known
                 and [id(p) for p in parents] == self._all_parent_ids
                 and tuple(sorted(pfs, key=lambda p: p.name)) == last.pfs
+                and said == last.nvml
             ):
                 return last  # nothing changed: the same reading
             self._all_parent_ids = [id(p) for p in parents]
@@ -201,6 +211,7 @@ class LibvirtHost:
                 known,
                 self.sysfs.driver_versions(drivers),
                 self.sysfs.modules(),
+                said,
             )
             if last is not None and reading == last:
                 return last  # read again, the same: the same generation

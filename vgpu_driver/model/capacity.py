@@ -32,7 +32,7 @@ import re
 from collections import Counter
 from collections.abc import Collection
 
-from vgpu_driver.model import naming
+from vgpu_driver.model import naming, nvml
 from vgpu_driver.model.device import PhysicalFunction
 
 # Time-sliced vGPUs one physical GPU runs at most, whatever its VF count
@@ -102,13 +102,18 @@ def board_of(product_id: str | None) -> Board | None:
 
 
 def sriov_room(
-    pf: PhysicalFunction, vouched: Collection[str] = ()
+    pf: PhysicalFunction,
+    vouched: Collection[str] = (),
+    gpu: nvml.NvmlGpu | None = None,
 ) -> tuple[Counter[str], dict[str, str]]:
     """Room per type id on a card, and why it is less than its VFs offer.
 
     ``vouched``: type ids the operator capped with ``max_instances`` (on
     a board this table cannot size, their word stands in for NVIDIA's
-    figure; the host-wide cap still applies)."""
+    figure; the host-wide cap still applies). ``gpu``: what NVML says of
+    the card, when present: its word replaces the table's."""
+    if gpu is not None:
+        return _nvml_room(pf, gpu)
     names = {t.type_id: t.name for t in pf.known_types()}
     listing: Counter[str] = Counter(
         t.type_id for vf in pf.vfs for t in vf.creatable
@@ -139,6 +144,23 @@ def sriov_room(
         rooms[type_id] = min(offered, found.room)
         if found.why and found.room < offered:
             notes[type_id] = found.why
+    return rooms, notes
+
+
+def _nvml_room(
+    pf: PhysicalFunction, gpu: nvml.NvmlGpu
+) -> tuple[Counter[str], dict[str, str]]:
+    listing: Counter[str] = Counter(
+        t.type_id for vf in pf.vfs for t in vf.creatable
+    )
+    placed = Counter(vf.current_type for vf in pf.vfs if vf.current_type)
+    rooms: Counter[str] = Counter()
+    notes: dict[str, str] = {}
+    for type_id, offered in listing.items():
+        found, why = nvml.room(gpu, naming.sriov_type_number(type_id), placed)
+        rooms[type_id] = min(offered, found)
+        if why and found < offered:
+            notes[type_id] = why
     return rooms, notes
 
 

@@ -11,6 +11,7 @@ import functools
 from collections.abc import Iterable
 
 from vgpu_driver.model import naming
+from vgpu_driver.model.nvml import NvmlReading
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,6 +165,8 @@ class HostInventory:
     driver_versions: tuple[tuple[str, str], ...] = ()
     # kernel modules loaded (None: not known to the reader)
     modules: frozenset[str] | None = None
+    # what NVIDIA's management library says of the GPUs (None: no NVML)
+    nvml: NvmlReading | None = None
     # set by the host that took the reading: the same number iff the same
     # content (see Host.discover); not part of the content itself
     generation: int = dataclasses.field(default=0, compare=False)
@@ -262,6 +265,7 @@ def sort_inventory(
     guests_known: bool = True,
     driver_versions: Iterable[tuple[str, str]] = (),
     modules: Iterable[str] | None = None,
+    nvml: NvmlReading | None = None,
 ) -> HostInventory:
     """A canonical inventory: everything in a stable order."""
     return HostInventory(
@@ -272,4 +276,5 @@ def sort_inventory(
         guests_known=guests_known,
         driver_versions=tuple(sorted(set(driver_versions))),
         modules=frozenset(modules) if modules is not None else None,
+        nvml=nvml,
     )

@@ -6,6 +6,10 @@
   VFIO module ``nvidia_vgpu_vfio`` is not: nothing could be created or
   started on it, so it is reserved with the reason until they are back.
 
+* A GPU NVML reports lost, or with memory rows it must remap at the
+  next reset (or could not): reserved with NVML's word until it reads
+  healthy again; the mdev parents and VF parents on that GPU with it.
+
 A device gone from the bus is handled by the plan itself (its provider
 is kept, reserved, while guests use it).
 """
@@ -20,10 +24,10 @@ NVIDIA_VFIO = "nvidia_vgpu_vfio"
 
 def unhealthy(inventory: HostInventory) -> dict[str, str]:
     """Device name -> why it takes no new guest."""
+    found = _nvml_faults(inventory)
     modules = inventory.modules
     if modules is None:
-        return {}
-    found: dict[str, str] = {}
+        return found
     for parent in inventory.parents:
         if parent.driver != NVIDIA:
             continue
@@ -35,6 +39,31 @@ def unhealthy(inventory: HostInventory) -> dict[str, str]:
         if pf.driver == NVIDIA and NVIDIA not in modules:
             found[pf.name] = _down(NVIDIA)
     return found
+
+
+def _nvml_faults(inventory: HostInventory) -> dict[str, str]:
+    said = inventory.nvml
+    if said is None:
+        return {}
+    faults = {g.address: g.fault for g in said.gpus if g.fault}
+    if not faults:
+        return {}
+    found: dict[str, str] = {}
+    for pf in inventory.pfs:
+        if pf.address in faults:
+            found[pf.name] = _fault(pf.address, faults[pf.address])
+    for parent in inventory.parents:
+        gpu = parent.physical_function or parent.address
+        if gpu in faults:
+            found[parent.name] = _fault(gpu, faults[gpu])
+    return found
+
+
+def _fault(address: str, why: str) -> str:
+    return (
+        f"NVML reports GPU {address} {why}: it takes no new guest until "
+        "it reads healthy again (reset or replace it)"
+    )
 
 
 def _down(module: str) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import os_resource_classes as orc
 
-from vgpu_driver.model import capacity, health, naming, trait
+from vgpu_driver.model import capacity, health, naming, nvml, trait
 from vgpu_driver.model.config import DeviceConfig, TypeConfig
 from vgpu_driver.model.device import (
     HostInventory,
@@ -74,6 +74,7 @@ class _Device:
     limits: Mapping[str, str] = dataclasses.field(default_factory=dict)
     gpu: str | None = None  # a VF parent's GPU (whose room its VFs share)
     driver: str | None = None  # its host driver (for the version trait)
+    migration: bool | None = None  # NVML: its vGPUs can live-migrate
 
 
 def _from_parent(parent: Parent, existing: Counter[str]) -> _Device:
@@ -93,13 +94,15 @@ def _from_parent(parent: Parent, existing: Counter[str]) -> _Device:
     )
 
 
-def _from_pf(pf: PhysicalFunction, vouched: frozenset[str]) -> _Device:
+def _from_pf(
+    pf: PhysicalFunction, vouched: frozenset[str], gpu: nvml.NvmlGpu | None
+) -> _Device:
     existing = Counter(
         naming.sriov_type_id(vf.current_type)
         for vf in pf.vfs
         if vf.current_type
     )
-    available, limits = capacity.sriov_room(pf, vouched)
+    available, limits = capacity.sriov_room(pf, vouched, gpu)
     names = {t.type_id: t.name for t in pf.known_types()}
     supported = tuple(dict.fromkeys([*names, *existing]))
     return _Device(
@@ -113,6 +116,7 @@ def _from_pf(pf: PhysicalFunction, vouched: frozenset[str]) -> _Device:
         ),
         limits=limits,
         driver=pf.driver,
+        migration=gpu.migration if gpu is not None else None,
     )
 
 
@@ -162,7 +166,11 @@ def plan_providers(
         for p in inventory.parents
     ]
     vouched = frozenset(t.type_id for t in config.types if t.max_instances)
-    devices += [_from_pf(pf, vouched) for pf in inventory.pfs]
+    said = inventory.nvml
+    devices += [
+        _from_pf(pf, vouched, said.gpu(pf.address) if said else None)
+        for pf in inventory.pfs
+    ]
 
     chosen: list[tuple[_Device, TypeConfig]] = []
     plans: dict[str, ProviderPlan] = {}
@@ -280,6 +288,8 @@ def plan_providers(
             traits = traits | {
                 naming.host_driver_trait(device.driver or "", version)
             }
+        if device.migration:
+            traits = traits | {naming.MIGRATION_TRAIT}
         plans[device.name] = ProviderPlan(
             name=naming.provider_name(nodename, device.name),
             device=device.name,

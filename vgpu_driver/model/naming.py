@@ -160,6 +160,8 @@ def provider_name(nodename: str, device_name: str) -> str:
 
 
 HOST_DRIVER_TRAIT_PREFIX = "CUSTOM_VGPU_HOST_"
+# NVML says the GPU's vGPUs can live-migrate (pGPU virtualization caps)
+MIGRATION_TRAIT = "CUSTOM_VGPU_LIVE_MIGRATION"
 
 
 def host_driver_trait(driver: str, version: str) -> str:

@@ -23,6 +23,7 @@ from vgpu_driver import conf as vconf
 from vgpu_driver import exception
 from vgpu_driver.conf import devices as device_opts
 from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.host import nvml
 from vgpu_driver.host.libvirt_host import Creator, LibvirtHost
 from vgpu_driver.model import naming
 from vgpu_driver.model.config import Problem
@@ -70,7 +71,11 @@ class NovaAdapter:
         vconf.register_opts(conf)
         self.nodename = nodename
         host = LibvirtHost(
-            sysfs_root=sysfs_root, connect=connect, api=api, creator=creator
+            sysfs_root=sysfs_root,
+            connect=connect,
+            api=api,
+            creator=creator,
+            nvml=nvml.maybe_load(conf.devices.use_nvml),
         )
         state_path = nova_state_path(device_opts.records_path(conf), nodename)
         listen = conf.devices.metrics_listen

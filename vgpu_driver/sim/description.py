@@ -71,6 +71,7 @@ from vgpu_driver.sim.specs import (
     GuestSpec,
     HostDescription,
     MdevSpec,
+    NvmlSpec,
     OtherGpuSpec,
     ParentSpec,
     PfSpec,
@@ -243,6 +244,8 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
                     t["name"],
                     int(t["capacity"]),
                     t.get("framebuffer_gb"),
+                    t.get("gi_profile"),
+                    t.get("nvml_max_instances"),
                 )
                 for t in s["types"]
             ],
@@ -255,6 +258,12 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
             },
             mixed_size=bool(s.get("mixed_size", False)),
             framebuffer_gb=s.get("framebuffer_gb"),
+            mig=s.get("mig"),
+            gpu_instances=[
+                (int(i), int(p)) for i, p in s.get("gpu_instances", [])
+            ],
+            virtualization_caps=s.get("virtualization_caps"),
+            fault=s.get("fault"),
         )
         for s in raw.get("sriov", [])
     ]
@@ -291,6 +300,14 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
         ],
         modules=raw.get("modules"),
         iommu=bool(raw.get("iommu", True)),
+        nvml=(
+            NvmlSpec(
+                str(raw["nvml"]["driver_version"]),
+                bool(raw["nvml"].get("heterogeneous", False)),
+            )
+            if raw.get("nvml")
+            else None
+        ),
     )
     check_over_capacity(description, bad)
     return description

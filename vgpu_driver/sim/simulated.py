@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Collection
 
 from vgpu_driver.exception import DeviceNoRoom, DeviceOperationFailed
+from vgpu_driver.host.nvml import NvmlReader, nvidia_gpus
 from vgpu_driver.host.sysfs import NVIDIA_DRIVER
 from vgpu_driver.model.device import (
     Guest,
@@ -35,6 +36,7 @@ from vgpu_driver.model.device import (
     remember_types,
     sort_inventory,
 )
+from vgpu_driver.sim.nvml_lib import SimulatedNvml
 from vgpu_driver.sim.specs import (
     GuestSpec,
     HostDescription,
@@ -137,6 +139,13 @@ class SimulatedHost:
         self.failures: dict[str, Callable[[str], bool]] = {}
         # Seconds each kernel operation takes (to widen race windows).
         self.latency = 0.0
+        # NVIDIA's management library, where the host has it
+        spec = self._state.nvml
+        self.nvml = (
+            NvmlReader(SimulatedNvml(spec, lambda: self._state.pfs))
+            if spec is not None
+            else None
+        )
 
     @property
     def description(self) -> HostDescription:
@@ -157,6 +166,11 @@ class SimulatedHost:
                     remember_types(pf, self._types_seen) for pf in reading.pfs
                 ),
             )
+            if self.nvml is not None:
+                said = self.nvml.read(
+                    nvidia_gpus(reading.parents, reading.pfs)
+                )
+                reading = dataclasses.replace(reading, nvml=said)
             if self._last is not None and reading == self._last:
                 return self._last  # as libvirt's adapter: same generation
             self._generation += 1

@@ -88,6 +88,11 @@ class SriovTypeSpec:
     name: str
     capacity: int  # NVIDIA's "maximum vGPUs per GPU" for the type
     framebuffer_gb: int | None = None  # needed in mixed-size mode
+    # MIG-backed: the GPU instance profile whose free instances it takes
+    gi_profile: int | None = None
+    # what NVML's Max Instances says, where it is not ``capacity`` (a
+    # MIG-backed type's figure is the VF count on real cards)
+    nvml_max_instances: int | None = None
 
 
 @dataclasses.dataclass
@@ -104,6 +109,15 @@ class PfSpec:
     # while the board's framebuffer lasts
     mixed_size: bool = False
     framebuffer_gb: int | None = None
+    # NVML's view (hosts with an "nvml" section): MIG mode (None: not a
+    # MIG GPU), its GPU instances as (id, profile), virtualization caps,
+    # and a fault NVML reports ("lost", "rows_pending", "rows_failed")
+    mig: bool | None = None
+    gpu_instances: list[tuple[int, int]] = dataclasses.field(
+        default_factory=list
+    )
+    virtualization_caps: int | None = None
+    fault: str | None = None
 
     @property
     def name(self) -> str:
@@ -135,7 +149,38 @@ class PfSpec:
             board_gb=self.framebuffer_gb or 0,
         )
         by_id = {t.id: t for t in self.types}
-        return [by_id[i] for i in ids]
+        return [by_id[i] for i in ids if self._mig_allows(by_id[i])]
+
+    def _mig_allows(self, wanted: SriovTypeSpec) -> bool:
+        """On a MIG GPU only MIG-backed types run, each on a free GPU
+        instance of its profile; off MIG, no MIG-backed type runs."""
+        if not self.mig:
+            return wanted.gi_profile is None
+        if wanted.gi_profile is None:
+            return False
+        return wanted.gi_profile in self.free_profiles()
+
+    def instance_of(self) -> dict[str, int]:
+        """VF -> the GPU instance its MIG-backed vGPU runs on (in VF
+        order, the first free instance of its profile)."""
+        profile_of = {t.id: t.gi_profile for t in self.types}
+        free = list(self.gpu_instances)
+        found: dict[str, int] = {}
+        for vf in sorted(self.vf_types):
+            profile = profile_of.get(self.vf_types[vf])
+            if profile is None or not self.mig:
+                continue
+            for entry in free:
+                if entry[1] == profile:
+                    found[vf] = entry[0]
+                    free.remove(entry)
+                    break
+        return found
+
+    def free_profiles(self) -> list[int]:
+        """The profile of each GPU instance no vGPU runs on."""
+        taken = set(self.instance_of().values())
+        return [p for i, p in self.gpu_instances if i not in taken]
 
 
 # the vGPU manager version simulated hosts report (illustrative)
@@ -158,6 +203,14 @@ class OtherGpuSpec:
 
 
 @dataclasses.dataclass
+class NvmlSpec:
+    """A host whose NVML answers (the simulated library serves it)."""
+
+    driver_version: str
+    heterogeneous: bool = False
+
+
+@dataclasses.dataclass
 class HostDescription:
     source: str
     parents: list[ParentSpec]
@@ -171,6 +224,7 @@ class HostDescription:
     # kernel modules loaded (None: what the devices imply)
     modules: list[str] | None = None
     iommu: bool = True  # False: booted without the IOMMU on
+    nvml: NvmlSpec | None = None
 
     def parent(self, name: str) -> ParentSpec:
         return next(p for p in self.parents if p.name == name)
@@ -188,7 +242,8 @@ class HostDescription:
     def driver_versions(self) -> list[tuple[str, str]]:
         """(driver, version) the kernel reports for loaded drivers."""
         if "nvidia" in self.loaded_modules():
-            return [("nvidia", NVIDIA_HOST_DRIVER)]
+            version = self.nvml.driver_version if self.nvml else None
+            return [("nvidia", version or NVIDIA_HOST_DRIVER)]
         return []
 
     def available(self, parent: ParentSpec, type_id: str) -> int:

@@ -1,0 +1,166 @@
+"""NVIDIA's management library as the source of truth for what a card
+holds, read through the same reader a real host uses (the simulated
+host answers pynvml's calls from captured ``nvidia-smi`` figures)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests import helpers
+from tests.unit.test_capacity import enabled, total_of
+from vgpu_driver.host import nvml as nvml_host
+from vgpu_driver.host.nvml import NvmlReader
+from vgpu_driver.model import health, nvml
+from vgpu_driver.model.inventory import plan_providers
+from vgpu_driver.sim.simulated import SimulatedHost
+
+RTX = "pci_0001_c8_00_0"
+H100 = "pci_0000_98_00_0"
+
+
+def rtx_host() -> SimulatedHost:
+    return SimulatedHost(helpers.load("rtx6000-nvml"))
+
+
+def emptied(host: SimulatedHost) -> SimulatedHost:
+    for pf in host._state.pfs:
+        pf.vf_types.clear()
+    host._state.guests.clear()
+    return host
+
+
+@pytest.mark.parametrize(
+    ("number", "nvidia_figure"),
+    # 'Max Instances' of nvidia-smi vgpu -s -v on that card
+    [(1518, 32), (1521, 24), (1540, 2)],
+)
+def test_time_sliced_totals_are_nvml_max_instances(number, nvidia_figure):
+    inventory = emptied(rtx_host()).discover()
+    assert inventory.nvml is not None
+    assert total_of(inventory, f"nvidia-{number}", RTX) == (
+        nvidia_figure,
+        None,
+    )
+
+
+def test_a_mig_backed_type_is_not_its_max_instances():
+    """DC-1-2Q reads 'Max Instances: 48' (the VF count) on a card with
+    MIG off: nothing fits, and the operator is told to enable MIG."""
+    inventory = emptied(rtx_host()).discover()
+    gpu = inventory.nvml.gpu("0001:c8:00.0")
+    assert gpu.type(1546).max_instances == 48 and gpu.type(1546).gi_profile
+    assert total_of(inventory, "nvidia-1546", RTX)[0] == 0
+    room, why = nvml.room(gpu, 1546, {})
+    assert room == 0 and "enable MIG" in why
+
+
+def test_mig_backed_room_is_the_free_gpu_instances_of_its_profile():
+    host = SimulatedHost(helpers.load("h100nvl-mig"))
+    # two vGPUs on instances 7 and 8 of seven: 5 free, 7 in all
+    assert total_of(host.discover(), "nvidia-1130", H100) == (7, None)
+    host.set_vf_type("0000:98:00.6", 1130)
+    inventory = host.discover()
+    assert dict(inventory.nvml.gpu("0000:98:00.0").free_instances) == {19: 4}
+    assert total_of(inventory, "nvidia-1130", H100)[0] == 7
+    # the time-sliced type runs on no GPU in MIG mode
+    assert total_of(inventory, "nvidia-1139", H100)[0] == 0
+    # without NVML: one more than in use, said
+    blind = dataclasses.replace(inventory, nvml=None)
+    total, why = total_of(blind, "nvidia-1130", H100)
+    assert total == 4 and "MIG-backed" in why
+
+
+def test_the_issue_layout_one_1g_and_three_2g_instances():
+    """A MIG layout of one 1g.10gb and three 2g.20gb: 1 and 3, whatever
+    Max Instances says (7 for 1g.10gb on an A100 80GB)."""
+    gpu = nvml.NvmlGpu(
+        "0000:17:00.0",
+        types=(
+            nvml.NvmlType(1, "NVIDIA A100D-1-10C", 10240, 7, gi_profile=19),
+            nvml.NvmlType(2, "NVIDIA A100D-2-20C", 20480, 3, gi_profile=14),
+        ),
+        mig=True,
+        free_instances=((19, 1), (14, 3)),
+    )
+    assert nvml.room(gpu, 1, {})[0] == 1
+    assert nvml.room(gpu, 2, {})[0] == 3
+
+
+def test_mixed_size_placed_framebuffer_comes_off():
+    """DC-48Q and DC-4Q placed on a 96 GB card: 44 GB left, 11 more
+    DC-4Q (NVML's Max Instances alone would say 23)."""
+    host = emptied(rtx_host())
+    host._state.pfs[0].mixed_size = True
+    host.set_vf_type("0001:c8:00.4", 1540)
+    host.set_vf_type("0001:c8:00.5", 1521)
+    gpu = host.discover().nvml.gpu("0001:c8:00.0")
+    assert nvml.framebuffer_mib(gpu) == 96 * 1024
+    assert nvml.room(gpu, 1521, {1540: 1, 1521: 1}) == (11, None)
+    assert total_of(host.discover(), "nvidia-1521", RTX)[0] == 12
+
+
+def test_not_creatable_means_no_room():
+    gpu = nvml.NvmlGpu(
+        "0000:17:00.0",
+        types=(nvml.NvmlType(5, "NVIDIA L40S-4Q", 4096, 12),),
+        creatable=frozenset(),
+    )
+    assert nvml.room(gpu, 5, {}) == (0, None)
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        ("lost", "lost"),
+        ("rows_pending", "rows to remap"),
+        ("rows_failed", "failed to remap"),
+    ],
+)
+def test_an_nvml_fault_reserves_the_card_until_it_clears(fault, said):
+    host = rtx_host()
+    host._state.pfs[0].fault = fault
+    inventory = host.discover()
+    why = health.unhealthy(inventory)[RTX]
+    assert said in why and "0001:c8:00.0" in why
+    host._state.pfs[0].fault = None
+    assert health.unhealthy(host.discover()) == {}
+
+
+def test_a_steady_read_is_a_few_calls_per_gpu():
+    host = rtx_host()
+    reader = host.nvml
+    host.discover()
+    before = reader.calls
+    reader.read(["0001:c8:00.0"])
+    # handle, creatable, MIG mode, remapped rows: the card's types and
+    # capabilities are read once
+    assert reader.calls - before == 4
+
+
+def test_migration_trait_follows_the_capability():
+    host = rtx_host()
+    inventory = host.discover()
+    [plan] = plan_providers("cn", enabled("nvidia-1521"), inventory, held={})
+    assert "CUSTOM_VGPU_LIVE_MIGRATION" in plan.traits
+    assert "CUSTOM_VGPU_HOST_NVIDIA_580_105_06" in plan.traits
+    host._state.pfs[0].virtualization_caps = 0
+    reader = NvmlReader(host.nvml._lib)  # a fresh start reads caps again
+    host.nvml = reader
+    [plan] = plan_providers(
+        "cn", enabled("nvidia-1521"), host.discover(), held={}
+    )
+    assert "CUSTOM_VGPU_LIVE_MIGRATION" not in plan.traits
+
+
+def test_no_nvml_library_here_is_said_not_raised():
+    """This machine has nvidia-ml-py but no libnvidia-ml.so: the real
+    loader says so and the library falls back to sysfs."""
+    reader, why = nvml_host.load()
+    assert reader is None and "NVML" in why
+    assert nvml_host.maybe_load(False) is None
+
+
+def test_bus_ids_are_spelt_as_nvml_spells_them():
+    assert nvml_host.bus_id("0001:c8:00.0") == "00000001:C8:00.0"
