@@ -239,3 +239,30 @@ def test_the_host_driver_trait_is_in_placement_for_flavors_to_require(
     # the placement is shared by the tests: only this node's tree counts
     assert found
     assert {p["uuid"] for p in found} <= {v[2] for v in children.values()}
+
+
+def test_nvml_figures_and_migration_trait_reach_placement(
+    placement_url, tmp_path, client
+):
+    """A host whose NVML answers: the MIG-backed total NVML proves (7 on
+    the H100 NVL's seven 1g.12gb instances, 2 in use) and, on the RTX
+    PRO 6000 whose NVML reports migration, the migration and host-driver
+    traits, in the real Placement."""
+    mig = Node(placement_url, tmp_path, host_name="h100nvl-mig")
+    mig.sync()
+    [(inventory, traits, _uuid, _parent)] = [
+        v for v in placement_view(client, mig.nodename).values() if v[3]
+    ]
+    assert inventory == {"VGPU": (7, 0)}
+    assert "CUSTOM_VGPU_HOST_NVIDIA_550_127_06" in traits
+    assert "CUSTOM_VGPU_LIVE_MIGRATION" not in traits
+    rtx = Node(placement_url, tmp_path, host_name="rtx6000-nvml")
+    rtx.sync()
+    [(inventory, traits, _uuid, _parent)] = [
+        v for v in placement_view(client, rtx.nodename).values() if v[3]
+    ]
+    assert inventory == {"VGPU": (24, 0)}
+    assert {
+        "CUSTOM_VGPU_LIVE_MIGRATION",
+        "CUSTOM_VGPU_HOST_NVIDIA_580_105_06",
+    } <= traits

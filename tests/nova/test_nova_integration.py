@@ -698,3 +698,34 @@ def test_with_no_vgpu_the_queries_answer_as_nova_s_do(tmp_path):
         connection.close()
     finally:
         conf.cleanUp()
+
+
+def test_a_destination_nvml_says_cannot_migrate_refuses(nova, monkeypatch):
+    """NVML's pGPU virtualization capabilities without the migration bit
+    on every GPU: the destination refuses with Nova's exception; with
+    the bit, it publishes CUSTOM_VGPU_LIVE_MIGRATION and takes it."""
+    import dataclasses
+
+    from vgpu_driver.model.nvml import NvmlGpu, NvmlReading
+
+    adapter, _tree, _root = nova
+    real = adapter.driver.discover
+
+    def with_caps(caps):
+        said = NvmlReading(
+            "550.54.16", (NvmlGpu("0000:86:00.0", virtualization_caps=caps),)
+        )
+        monkeypatch.setattr(
+            adapter.driver,
+            "discover",
+            lambda **kw: dataclasses.replace(real(**kw), nvml=said),
+        )
+
+    with_caps(0)
+    with pytest.raises(nova_exception.MigrationPreCheckError) as raised:
+        adapter.check_driver_compatible("inst-1", set())
+    assert "cannot live-migrate" in str(raised.value)
+    assert "CUSTOM_VGPU_LIVE_MIGRATION" not in adapter.host_driver_traits()
+    with_caps(1)
+    adapter.check_driver_compatible("inst-1", set())
+    assert "CUSTOM_VGPU_LIVE_MIGRATION" in adapter.host_driver_traits()

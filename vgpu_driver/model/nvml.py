@@ -119,3 +119,20 @@ def framebuffer_mib(gpu: NvmlGpu) -> int:
         ),
         default=0,
     )
+
+
+def migration_refusal(here: NvmlReading | None) -> str | None:
+    """Why this host cannot take a live-migrating vGPU, by NVML's word
+    (every GPU it reads says its vGPUs cannot migrate); None when NVML
+    does not say, which is no reason to refuse."""
+    if here is None:
+        return None
+    said = [g.migration for g in here.gpus if g.migration is not None]
+    if not said or any(said):
+        return None
+    return (
+        "NVML reports this host's GPUs cannot live-migrate vGPUs (no "
+        "migration in their virtualization capabilities): require the "
+        "CUSTOM_VGPU_LIVE_MIGRATION trait in the flavor to keep the "
+        "scheduler to hosts that can"
+    )

@@ -26,6 +26,7 @@ from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host import nvml
 from vgpu_driver.host.libvirt_host import Creator, LibvirtHost
 from vgpu_driver.model import naming
+from vgpu_driver.model import nvml as nvml_model
 from vgpu_driver.model.config import Problem
 from vgpu_driver.nova import nova_state_path
 from vgpu_driver.placement.allocations import in_flight_candidates
@@ -228,17 +229,25 @@ class NovaAdapter:
     def host_driver_traits(self) -> set[str]:
         """The host-driver traits this host's providers carry."""
         inventory = self.driver.discover(guests=False)
-        return {
+        found = {
             naming.host_driver_trait(driver, version)
             for driver, version in inventory.driver_versions
         }
+        said = inventory.nvml
+        if said is not None and any(g.migration for g in said.gpus):
+            found.add(naming.MIGRATION_TRAIT)
+        return found
 
     def check_driver_compatible(
         self, instance_uuid: str, source_traits: set[str]
     ) -> None:
         """Destination side: refuse a source on another vGPU host driver
         (Nova's MigrationPreCheckError, with both versions)."""
-        why = naming.driver_mismatch(source_traits, self.host_driver_traits())
+        why = naming.driver_mismatch(
+            source_traits, self.host_driver_traits()
+        ) or nvml_model.migration_refusal(
+            self.driver.discover(guests=False).nvml
+        )
         if why:
             raise _nova_exception().MigrationPreCheckError(
                 reason=f"Unable to migrate {instance_uuid}: {why}"
