@@ -15,6 +15,8 @@ class FaultProxy:
         self.target = urlsplit(target)
         self.fail_next = 0
         self.fail_status = 503
+        # paths always answered with fail_status (a policy that forbids)
+        self.refuse: set[str] = set()
         self.forwarded = 0
         self._lock = threading.Lock()
         proxy = self
@@ -28,6 +30,7 @@ class FaultProxy:
                     fail = proxy.fail_next > 0
                     if fail:
                         proxy.fail_next -= 1
+                    fail = fail or self.path in proxy.refuse
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 if fail:

@@ -216,20 +216,30 @@ def test_first_sync_costs_what_its_tree_needs_and_never_conflicts(
     placement_url, tmp_path, client
 ):
     """1 version discovery (GET /) + 1 lookup + 1 root + per device
-    provider: create, inventory, traits; plus one PUT per custom class
-    and custom trait. A write never conflicts with our own earlier write
-    (the cached generation follows each answer)."""
+    provider: create and traits; every inventory in one POST /reshaper;
+    plus one PUT per custom class and custom trait. A write never
+    conflicts with our own earlier write (the cached generation follows
+    each answer, and the reshaper's rule)."""
     node = Node(placement_url, tmp_path)
     report = node.sync()
     view = placement_view(client, node.nodename)
     children = [v for v in view.values() if v[3] is not None]
     classes = {rc for v in children for rc in v[0] if rc.startswith("CUSTOM_")}
     traits = {t for v in children for t in v[1] if t.startswith("CUSTOM_")}
-    assert report.requests == 3 + 3 * len(children) + len(classes) + len(
+    assert len(children) >= 2
+    assert report.requests == 3 + 2 * len(children) + 1 + len(classes) + len(
         traits
     )
     assert node.syncer.client.statuses[409] == 0
     assert set(node.syncer.client.statuses) <= {200, 201, 204}
+    # the generations cached after the reshaper are Placement's own
+    listed = client.request(
+        "GET", f"/resource_providers?in_tree={node.syncer.root_uuid}"
+    ).body["resource_providers"]
+    cached = node.syncer.view.providers
+    assert {p["uuid"]: p["generation"] for p in listed} == {
+        uuid: remote.generation for uuid, remote in cached.items()
+    }
 
 
 def test_retries_back_off_exponentially(placement_url, tmp_path):
@@ -418,3 +428,67 @@ def test_sync_writes_its_metrics_after_every_pass(
         if s.name == "vgpu_driver_sync_passes_total"
     ]
     assert [s.labels["result"] for s in failed] == ["PlacementUnavailable"]
+
+
+def test_inventories_batched_fall_back_one_by_one_on_a_conflict(
+    placement_url, tmp_path, client
+):
+    """Another writer moves a provider's generation between our read and
+    the batched inventories: Placement refuses the whole batch (409), and
+    each inventory is then written on its own, the stale one after a
+    re-read. Nothing is lost."""
+    node = Node(placement_url, tmp_path)
+    writer = node.syncer.writer
+    checked = writer.inventory_differs
+    bumped = []
+
+    def racing(uuid, inventory):
+        if not bumped and uuid != node.syncer.root_uuid:
+            traits = client.request(
+                "GET", f"/resource_providers/{uuid}/traits"
+            ).body
+            client.ensure_traits(["CUSTOM_SOMEONE_ELSE"])
+            client.request(
+                "PUT",
+                f"/resource_providers/{uuid}/traits",
+                body={
+                    "resource_provider_generation": traits[
+                        "resource_provider_generation"
+                    ],
+                    "traits": [*traits["traits"], "CUSTOM_SOMEONE_ELSE"],
+                },
+            )
+            bumped.append(uuid)
+        return checked(uuid, inventory)
+
+    writer.inventory_differs = racing
+    node.sync()
+    assert bumped and node.syncer.client.statuses[409] >= 2
+    assert writer.batching  # a conflict is no reason to stop batching
+    placed = {
+        v[2]: v[0] for v in placement_view(client, node.nodename).values()
+    }
+    tree = node.syncer.read_tree()
+    children = [
+        tree.data(u)
+        for u in tree.get_provider_uuids(node.nodename)
+        if tree.data(u).inventory
+    ]
+    assert len(children) >= 2
+    for data in children:
+        assert placed[data.uuid] == {
+            rc: (rec["total"], rec["reserved"])
+            for rc, rec in data.inventory.items()
+        }
+
+
+def test_a_placement_that_forbids_the_reshaper_gets_one_by_one(
+    placement_url, tmp_path, client
+):
+    with FaultProxy(placement_url) as proxy:
+        proxy.refuse, proxy.fail_status = {"/reshaper"}, 403
+        node = Node(proxy.url, tmp_path)
+        node.sync()
+        assert not node.syncer.writer.batching
+        view = placement_view(client, node.nodename)
+        assert sum(1 for v in view.values() if v[0]) >= 2

@@ -9,7 +9,13 @@ from typing import Any
 
 from oslo_log import log as logging
 
-from vgpu_driver.placement.remote import RemoteView, SyncReport, full_record
+from vgpu_driver.exception import PlacementError
+from vgpu_driver.placement.remote import (
+    RemoteView,
+    SyncReport,
+    full_record,
+    summary,
+)
 from vgpu_driver.placement.writer import ProviderWriter
 
 LOG = logging.getLogger(__name__)
@@ -101,3 +107,75 @@ def reshape(
         view.invalidate()
         report.requests = client.request_count - before
     return report
+
+
+# Placement's reshaper replaces each listed provider's inventory twice
+# (an interim union, then the final one) and bumps its generation each
+# time, once when the new inventory is empty (placement/objects/
+# reshaper.py). The answer carries no generations: the cache follows
+# this rule, and a later write that finds it wrong gets 409 and re-reads.
+_RESHAPER_BUMPS = (1, 2)
+
+
+def batch_inventories(
+    writer: ProviderWriter,
+    changes: list[tuple[str, str, dict[str, dict[str, Any]]]],
+    report: SyncReport,
+) -> bool:
+    """Several providers' new inventories in one ``POST /reshaper`` with
+    no allocation moved (Placement applies all of them or none). False
+    when not sent (fewer than two, or Placement refused: a generation
+    moved under us, or a policy without the reshaper): the caller then
+    writes them one by one, each guarded by its generation."""
+    if len(changes) < 2 or not writer.batching:
+        return False
+    view = writer.view
+    client = view.client
+    wanted = {
+        uuid: {rc: full_record(r) for rc, r in inventory.items()}
+        for uuid, _name, inventory in changes
+    }
+    try:
+        for inventory in wanted.values():
+            for rc in inventory:
+                client.ensure_resource_class(rc)
+        response = client.request(
+            "POST",
+            "/reshaper",
+            body={
+                "inventories": {
+                    uuid: {
+                        "resource_provider_generation": view.providers[
+                            uuid
+                        ].generation,
+                        "inventories": inventory,
+                    }
+                    for uuid, inventory in wanted.items()
+                },
+                "allocations": {},
+            },
+            ok=(204,),
+            allow=(409,),
+        )
+    except PlacementError as exc:
+        LOG.warning(
+            "Placement refused inventories in one request (%s); writing "
+            "them one by one from now on",
+            exc,
+        )
+        writer.batching = False
+        return False
+    if response.status == 409:
+        return False
+    for uuid, name, _inventory in changes:
+        remote = view.providers[uuid]
+        LOG.info(
+            "Provider %s inventory: %s -> %s",
+            name,
+            summary(remote.inventory),
+            summary(wanted[uuid]),
+        )
+        remote.generation += _RESHAPER_BUMPS[bool(wanted[uuid])]
+        remote.inventory = wanted[uuid]
+        report.note_updated(name)
+    return True

@@ -120,8 +120,16 @@ class PlacementSync:
             parent = uuid_map.get(data.parent_uuid, data.parent_uuid)
             uuid = writer.ensure_provider(data.uuid, data.name, parent, report)
             uuid_map[data.uuid] = uuid
-            writer.set_inventory(uuid, data.name, data.inventory, report)
             writer.set_traits(uuid, data.name, set(data.traits), report)
+        # inventories last: several at once go in one request
+        changes = [
+            (uuid_map[d.uuid], d.name, d.inventory)
+            for d in wanted
+            if writer.inventory_differs(uuid_map[d.uuid], d.inventory)
+        ]
+        if not reshaper.batch_inventories(writer, changes, report):
+            for uuid, name, inventory in changes:
+                writer.set_inventory(uuid, name, inventory, report)
         keep = set(uuid_map.values())
         gone = [
             r

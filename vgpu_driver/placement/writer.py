@@ -40,6 +40,8 @@ class ProviderWriter:
     def __init__(self, view: RemoteView) -> None:
         self.view = view
         self.client = view.client
+        # several inventories in one POST /reshaper (off once refused)
+        self.batching = True
 
     def ensure_provider(
         self,
@@ -139,6 +141,14 @@ class ProviderWriter:
             reason=f"still conflicting after {self.client.max_attempts} "
             "attempts",
         )
+
+    def inventory_differs(
+        self, uuid: str, inventory: dict[str, dict[str, Any]]
+    ) -> bool:
+        remote = self.view.providers[uuid]
+        return {rc: full_record(r) for rc, r in remote.inventory.items()} != {
+            rc: full_record(r) for rc, r in inventory.items()
+        }
 
     def set_inventory(
         self,
