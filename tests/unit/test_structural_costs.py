@@ -13,6 +13,7 @@ from benchmarks.common import conf_for, dense
 from tests import helpers
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.records import store as records_store
+from vgpu_driver.records.claims import ClaimsRecord
 from vgpu_driver.sim import description as hostdesc
 
 
@@ -77,3 +78,34 @@ def test_a_bind_and_a_release_are_one_durable_write_each(
     syncs[0] = 0
     driver.release_mdevs(instance)
     assert (dict(saves), syncs[0]) == ({"claims": 1}, 1)
+
+
+def test_an_idle_refresh_takes_no_records_lock_until_another_writes(
+    tmp_path, monkeypatch
+):
+    """The claims file held open, compared by one stat: a refresh that
+    finds the records as it left them neither locks nor reads them; one
+    after another process wrote them does both."""
+    _host, driver, tree, _guests = service(tmp_path, (2, 24, 16))
+    plan = driver.update_provider_tree(tree, "n")[0]
+    rp = tree.data(plan.name).uuid
+    instance = str(uuid.uuid4())
+    driver.allocate_mdevs(instance, {rp: {"resources": {"VGPU": 1}}})
+    driver.update_provider_tree(tree, "n")
+    locks = [0]
+    real = records_store.StateStore._acquire
+
+    def counted(self):
+        locks[0] += 1
+        return real(self)
+
+    monkeypatch.setattr(records_store.StateStore, "_acquire", counted)
+    driver.update_provider_tree(tree, "n")
+    assert locks == [0]
+    # another process (restore, audit --fix) writes the records
+    other = ClaimsRecord(records_store.StateStore(driver.state.directory))
+    with other.locked():
+        other.save()
+    locks[0] = 0
+    driver.update_provider_tree(tree, "n")
+    assert locks[0] >= 1

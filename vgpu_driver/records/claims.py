@@ -13,6 +13,7 @@ never touches the host.
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 from collections.abc import Iterator
 from typing import Any
@@ -56,6 +57,50 @@ class ClaimsRecord:
         # another process wrote since we last saw (reset by the reader
         # once it has read the host again)
         self.stale = False
+        # the claims file as last read or written here, held open so its
+        # inode is never reused: (its stat signature, the open file)
+        self._seen: tuple[tuple[int, ...], int] | None = None
+
+    def current(self) -> bool:
+        """Are the records what this process last read or wrote? True
+        when the claims file is that very file (the same inode, held open
+        since, so not a new file given a reused number) with the same
+        size and times: every writer replaces it whole, with a new
+        epoch, whatever record it changes. A read-only caller that finds
+        them current needs neither the lock nor a read."""
+        if self.state is None:
+            return True
+        if self._seen is None:
+            return False
+        try:
+            found = os.stat(self.state.path(CLAIMS_RECORD))
+        except OSError:
+            return False
+        return _signature(found) == self._seen[0]
+
+    def _hold(self) -> None:
+        """Remember the claims file as it is now (under the lock)."""
+        assert self.state is not None
+        path = self.state.path(CLAIMS_RECORD)
+        try:
+            now = _signature(os.stat(path))
+            if self._seen is not None and self._seen[0] == now:
+                return
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            self._forget()
+            return
+        self._forget()
+        self._seen = (_signature(os.fstat(fd)), fd)
+
+    def _forget(self) -> None:
+        if self._seen is not None:
+            os.close(self._seen[1])
+            self._seen = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self._forget()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -77,6 +122,7 @@ class ClaimsRecord:
             if self._epoch is not None and epoch != self._epoch:
                 self.stale = True
             self._epoch = epoch
+            self._hold()
             yield
 
     def _others(self, epoch: int) -> tuple[dict[str, int], Any]:
@@ -116,6 +162,7 @@ class ClaimsRecord:
             epoch = secrets.randbits(62) + 1
             self.state.save(CLAIMS_RECORD, {"epoch": epoch, "claims": claims})
             self._epoch = epoch
+            self._hold()
             self.claims = claims
             # one durable write per bind of an mdev: the VF types only
             # when they changed
@@ -200,4 +247,14 @@ def _validate_made(record: Any) -> None:
     expect(
         isinstance(record, list) and all(isinstance(d, str) for d in record),
         "not a list of device ids",
+    )
+
+
+def _signature(found: os.stat_result) -> tuple[int, ...]:
+    return (
+        found.st_dev,
+        found.st_ino,
+        found.st_size,
+        found.st_mtime_ns,
+        found.st_ctime_ns,
     )

@@ -86,7 +86,7 @@ class DeviceBinder:
 
     def claims(self) -> Claims:
         """The claims as on disk now (a read: the host is not read)."""
-        with self.ledger.locked(view=False):
+        with self.ledger.peeked():
             return {k: dict(v) for k, v in self.ledger.claims.items()}
 
     @property
@@ -98,13 +98,13 @@ class DeviceBinder:
     def owned(self) -> frozenset[str] | None:
         """The devices this library made, as on disk now (None before
         its first start on the host took stock)."""
-        with self.ledger.locked(view=False):
+        with self.ledger.peeked():
             record = self.ledger.record
             return frozenset(record.made) if record.made_known else None
 
     def claimed_devices(self) -> list[tuple[str, str, str]]:
         """(device id, parent, type id) of every claim, as on disk now."""
-        with self.ledger.locked(view=False):
+        with self.ledger.peeked():
             return [
                 (device_id, c["parent"], c["type_id"])
                 for device_id, c in sorted(self.ledger.claims.items())

@@ -113,6 +113,19 @@ class Ledger:
         for instance, device in handing_back:
             self.finish_release(instance, [device])
 
+    @contextlib.contextmanager
+    def peeked(self) -> Iterator[None]:
+        """For a read of the records alone: held without the records'
+        cross-process lock when they are as this process last read or
+        wrote them (:meth:`ClaimsRecord.current`: one stat), read afresh
+        under it otherwise."""
+        with self.lock:
+            if self.record.current():
+                yield
+                return
+        with self.locked(view=False):
+            yield
+
     def save(
         self,
         claims: Claims | None = None,
@@ -126,7 +139,7 @@ class Ledger:
         them (so our reading of the host may be out of date)?"""
         if self.record.state is None:
             return False
-        with self.locked(view=False):
+        with self.peeked():
             return self.record.stale
 
     def repair(self) -> list[str]:
