@@ -164,3 +164,46 @@ def test_no_nvml_library_here_is_said_not_raised():
 
 def test_bus_ids_are_spelt_as_nvml_spells_them():
     assert nvml_host.bus_id("0001:c8:00.0") == "00000001:C8:00.0"
+
+
+def test_an_nvml_fault_shows_in_metrics_and_audit_within_one_refresh(
+    make_conf, tmp_path
+):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from vgpu_driver.metrics import MeteredDriver
+    from vgpu_driver.model import audit
+
+    host = rtx_host()
+    conf = make_conf(host.description.config)
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    registry = CollectorRegistry()
+    driver = MeteredDriver(conf, host, registry=registry)
+    tree = helpers.new_tree()
+    [plan] = driver.update_provider_tree(tree, "node1")
+    assert plan.reserved == 0
+    flag = f'vgpu_driver_provider_unschedulable{{device="{RTX}"'
+
+    def unschedulable():
+        for line in generate_latest(registry).decode().splitlines():
+            if line.startswith(flag):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    host._state.pfs[0].fault = "rows_failed"
+    [plan] = driver.update_provider_tree(tree, "node1")
+    assert plan.reserved == plan.total and "remap" in plan.reason
+    assert unschedulable() == 1
+    found = audit.audit(
+        host.discover(),
+        claims={},
+        vf_types={},
+        configured={},
+        device_of={},
+        parent_of={},
+        allocations=None,
+    )
+    assert ("device_unhealthy", RTX) in {(f.kind, f.subject) for f in found}
+    host._state.pfs[0].fault = None
+    [plan] = driver.update_provider_tree(tree, "node1")
+    assert plan.reserved == 0 and unschedulable() == 0
