@@ -84,3 +84,17 @@ def test_service_benchmark_prints_records_on_figures_per_host():
     out = run("service", "--quick")
     found = rows(out, r"\s*(\d+/\d+/\d+) \|.*\|.*\|\s+[\d./]+\s+([\d.]+)x \|")
     assert [m[1] for m in found] == ["1/16/16", "4/128/128"]
+
+
+def test_churn_benchmark_prints_every_change_beside_idle():
+    out = run("churn", "--quick", "--runs", "2")
+    found = rows(
+        out,
+        r"\s*(guest gone/back|VF typed/cleared|mdev made/gone) (\S+) \|"
+        r".* ([\d.]+)x \|",
+    )
+    kinds = [m[1] for m in found]
+    assert kinds.count("guest gone/back") == 2
+    assert kinds.count("VF typed/cleared") == 2
+    assert kinds.count("mdev made/gone") == 2
+    assert all(float(m[3]) > 0 for m in found)

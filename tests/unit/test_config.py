@@ -345,3 +345,24 @@ def test_a_listed_parent_that_lacks_its_type_gets_none_not_the_default(
         config.type_for_parent(["0000:87:00.0"], supported).type_id
         == "nvidia-35"
     )
+
+
+def test_a_card_full_of_the_enabled_type_still_offers_it():
+    """Every VF of an L40 holding the type: no VF lists it any more, and
+    the check must not say no device offers it."""
+    from benchmarks.common import sriov
+    from vgpu_driver.model import check
+    from vgpu_driver.model.config import DeviceConfig, TypeConfig
+    from vgpu_driver.sim.simulated import SimulatedHost
+
+    description = sriov(1, used_per_card=32)
+    inventory = SimulatedHost(description).discover()
+    assert not any(vf.creatable for vf in inventory.pfs[0].vfs)
+    config = DeviceConfig(
+        (
+            TypeConfig(
+                "nvidia-1157", "VGPU", (), None, (), True, "mdev_nvidia-1157"
+            ),
+        )
+    )
+    assert check.host_problems(config, inventory) == []

@@ -109,3 +109,34 @@ def test_an_idle_refresh_takes_no_records_lock_until_another_writes(
     locks[0] = 0
     driver.update_provider_tree(tree, "n")
     assert locks[0] >= 1
+
+
+def test_a_domain_defined_again_as_it_was_changes_no_reading(
+    tmp_path, monkeypatch
+):
+    """A guest undefined and defined again unchanged (one event applied,
+    the last): no reading is built (the last one stands, whatever the
+    number of mdevs and guests); a guest really gone builds one."""
+    from vgpu_driver.host import libvirt_host
+
+    host, driver, _tree, guests = service(tmp_path, (2, 16, 16))
+    before = host.discover().generation
+    built = [0]
+    real = libvirt_host.sort_inventory
+
+    def counted(*args, **kwargs):
+        built[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(libvirt_host, "sort_inventory", counted)
+    conn = host.connection()
+    guest = conn.lookupByUUIDString(guests[0])
+    xml = guest.XMLDesc(0)
+    guest.undefine()
+    conn.defineXML(xml)
+    driver.domain_event(guests[0], False)
+    driver.domain_event(guests[0], True)
+    assert host.discover().generation == before and built == [0]
+    conn.lookupByUUIDString(guests[0]).undefine()
+    driver.domain_event(guests[0], False)
+    assert host.discover().generation != before and built == [1]

@@ -77,13 +77,15 @@ class Guests:
             return None
 
     def note(self, guest: Guest) -> None:
-        if self.known is not None:
+        """A guest as read now; the reading changes only if it differs
+        (a domain undefined and defined again as it was changes
+        nothing)."""
+        if self.known is not None and self.known.get(guest.uuid) != guest:
             self.known[guest.uuid] = guest
             self.dirty = True
 
     def forget(self, uuid: str) -> None:
-        if self.known is not None:
-            self.known.pop(uuid, None)
+        if self.known is not None and self.known.pop(uuid, None) is not None:
             self.dirty = True
 
     def refresh(self, uuid: str) -> Guest | None:

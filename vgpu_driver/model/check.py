@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from vgpu_driver.model import naming
 from vgpu_driver.model.config import DeviceConfig, Problem
 from vgpu_driver.model.device import HostInventory
 
@@ -50,7 +51,20 @@ def host_problems(
         for key in parent.keys:
             offered[key] = parent.type_ids
     for pf in inventory.pfs:
-        types = tuple(t.type_id for t in pf.known_types())
+        # the types its VFs list, and those they hold (a card full of
+        # one type lists nothing, yet offers it)
+        types = tuple(
+            dict.fromkeys(
+                [
+                    *(t.type_id for t in pf.known_types()),
+                    *(
+                        naming.sriov_type_id(vf.current_type)
+                        for vf in pf.vfs
+                        if vf.current_type
+                    ),
+                ]
+            )
+        )
         for key in pf.keys:
             offered[key] = types
     everywhere = sorted({t for types in offered.values() for t in types})

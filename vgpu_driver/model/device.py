@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 from collections.abc import Iterable
 
 from vgpu_driver.model import naming
@@ -257,6 +258,10 @@ def implied_parents(
     ]
 
 
+_BY_NAME = operator.attrgetter("name")
+_BY_UUID = operator.attrgetter("uuid")
+
+
 def sort_inventory(
     parents: Iterable[Parent],
     mdevs: Iterable[Mdev],
@@ -269,10 +274,10 @@ def sort_inventory(
 ) -> HostInventory:
     """A canonical inventory: everything in a stable order."""
     return HostInventory(
-        parents=tuple(sorted(parents, key=lambda p: p.name)),
-        mdevs=tuple(sorted(mdevs, key=lambda m: m.uuid)),
-        pfs=tuple(sorted(pfs, key=lambda p: p.name)),
-        guests=tuple(sorted(guests, key=lambda g: g.uuid)),
+        parents=tuple(sorted(parents, key=_BY_NAME)),
+        mdevs=tuple(sorted(mdevs, key=_BY_UUID)),
+        pfs=tuple(sorted(pfs, key=_BY_NAME)),
+        guests=tuple(sorted(guests, key=_BY_UUID)),
         guests_known=guests_known,
         driver_versions=tuple(sorted(set(driver_versions))),
         modules=frozenset(modules) if modules is not None else None,

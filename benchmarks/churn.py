@@ -1,0 +1,179 @@
+"""Refreshes on a host that changes, beside an idle refresh of the same
+service (records on, as a service runs it).
+
+* **guest gone / back** (libvirt's test driver, dense mdev hosts): one
+  guest undefined, told through ``domain_event``, then a refresh; then
+  defined again and a refresh. Both are real changes: its mdev is free,
+  then in use again;
+* **VF typed / cleared** (libvirt's test driver, L40 SR-IOV hosts): one
+  free VF given the enabled type in sysfs (by another manager), then a
+  refresh; cleared again, then a refresh;
+* **mdev created / removed** (the in-process simulated host: libvirt's
+  test driver cannot create node devices): one mdev made on a pGPU
+  outside the service, then a refresh; removed, then a refresh.
+
+Each change is made outside the timing; the refresh after it is timed,
+then an idle refresh of the same service (the ratio is to that one).
+Nova beside: its periodic on the same host (it reads no guest and no
+mdev of anyone else, so a change costs it nothing more).
+
+    tools/nova-venv python -m benchmarks.churn [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import conf_for, dense, machine, sriov
+from benchmarks.nova_compare import Nova, timed
+from benchmarks.service import FREE, Service
+from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.model.provider_tree import ProviderTree
+from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim.simulated import SimulatedHost
+
+SHAPES = [(1, 16, 16), (4, 128, 128), (16, 512, 512)]
+CARDS = [1, 4, 16]
+RUNS = [15]  # repetitions of each change (--runs)
+
+
+def spread(values: list[float]) -> str:
+    return (
+        f"{min(values):.2f}/{statistics.median(values):.2f}/{max(values):.2f}"
+    )
+
+
+def pairs(
+    change: Callable[[int], None], refresh: Callable[[], Any]
+) -> tuple[list[float], list[float]]:
+    """(CPU ms of the refresh after each change, of the idle one after)."""
+    changed, idle = [], []
+    for step in range(2 * RUNS[0]):
+        change(step)
+        changed.append(timed(refresh)[0])
+        idle.append(timed(refresh)[0])
+    return changed, idle
+
+
+def guest_churn(shape: tuple[int, int, int], tmp: Path) -> dict[str, Any]:
+    description = dense(shape[0], shape[1] + FREE, shape[2])
+    uri, sysfs = hostdesc.materialize(description, tmp)
+    service = Service(uri, sysfs, conf_for(description.config, tmp), tmp)
+    guest = service.guests[0]
+    xml = service.conn.lookupByUUIDString(guest).XMLDesc(0)
+
+    def change(step: int) -> None:
+        if step % 2 == 0:
+            service.conn.lookupByUUIDString(guest).undefine()
+        else:
+            service.conn.defineXML(xml)
+        service.driver.domain_event(guest, step % 2 == 1)
+
+    changed, idle = pairs(change, service.idle)
+    return {"changed": changed, "idle": idle, "nova": nova_idle(uri)}
+
+
+def vf_churn(cards: int, tmp: Path) -> dict[str, Any]:
+    description = sriov(cards)
+    uri, sysfs = hostdesc.materialize(description, tmp)
+    service = Service(uri, sysfs, conf_for(description.config, tmp), tmp)
+    vf = description.pfs[0].vf_addresses[-1]  # a free VF
+    path = Path(sysfs) / "bus/pci/devices" / vf / "nvidia/current_vgpu_type"
+
+    def change(step: int) -> None:
+        path.write_text("1157\n" if step % 2 == 0 else "0\n")
+
+    changed, idle = pairs(change, service.idle)
+    return {"changed": changed, "idle": idle, "nova": nova_idle(uri)}
+
+
+def mdev_churn(shape: tuple[int, int, int], tmp: Path) -> dict[str, Any]:
+    description = dense(shape[0], shape[1] + FREE, shape[2])
+    host = SimulatedHost(description)
+    driver = VgpuDriver(conf_for(description.config, tmp), host)
+    tree = ProviderTree()
+    tree.new_root("bench", str(uuid.uuid4()))
+    driver.init_host([g.uuid for g in description.guests])
+    driver.update_provider_tree(tree, "bench")
+    parent = host.discover().parents[0]
+    made: list[Any] = []
+
+    def change(step: int) -> None:
+        if step % 2 == 0:
+            made.append(
+                host.create_mdev(parent, parent.types[0].id, str(uuid.uuid4()))
+            )
+        else:
+            host.remove_mdev(made.pop())
+
+    changed, idle = pairs(
+        change, lambda: driver.update_provider_tree(tree, "bench")
+    )
+    return {"changed": changed, "idle": idle, "nova": None}
+
+
+def nova_idle(uri: str) -> list[float] | None:
+    try:
+        nova = Nova(uri)
+    except ImportError:
+        return None
+    return [nova.periodic()[0] for _ in range(RUNS[0])]
+
+
+def row(label: str, found: dict[str, Any]) -> str:
+    changed, idle, nova = found["changed"], found["idle"], found["nova"]
+    ratio = statistics.median(changed) / statistics.median(idle)
+    beside = spread(nova) if nova else "-"
+    return (
+        f"{label:>22} | {spread(changed):>18} {spread(idle):>18} "
+        f"{ratio:>6.2f}x | {beside:>20}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--runs", type=int, default=RUNS[0])
+    args = parser.parse_args()
+    RUNS[0] = args.runs
+    shapes = SHAPES[:2] if args.quick else SHAPES
+    cards = CARDS[:2] if args.quick else CARDS
+    print(machine())
+    print(
+        "CPU ms min/median/max of the refresh after one change, of the "
+        "idle refresh after it, their ratio (medians); Nova's periodic "
+        "on the same host beside"
+    )
+    print(
+        f"{'case':>22} | {'after change':>18} {'idle':>18} {'ratio':>7} | "
+        f"{'nova periodic':>20}"
+    )
+    cases: list[tuple[str, Callable[[Path], dict[str, Any]]]] = []
+    for shape in shapes:
+        label = "/".join(map(str, shape))
+        cases.append(
+            (f"guest gone/back {label}", lambda t, s=shape: guest_churn(s, t))
+        )
+    for n in cards:
+        cases.append(
+            (f"VF typed/cleared {n}x32", lambda t, n=n: vf_churn(n, t))
+        )
+    for shape in shapes:
+        label = "/".join(map(str, shape))
+        cases.append(
+            (f"mdev made/gone {label}*", lambda t, s=shape: mdev_churn(s, t))
+        )
+    for label, run in cases:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(row(label, run(Path(tmp))), flush=True)
+    print("* on the in-process simulated host (see the module's doc)")
+
+
+if __name__ == "__main__":
+    main()
