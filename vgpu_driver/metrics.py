@@ -30,6 +30,7 @@ from prometheus_client.core import (
 
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.exception import VgpuDriverError
+from vgpu_driver.model import health
 from vgpu_driver.model.binding import BoundDevice
 from vgpu_driver.model.inventory import ProviderPlan
 
@@ -198,7 +199,28 @@ class HostCollector:
                 values["free"] = max(0, plan.total - plan.reserved - used)
             for name, value in values.items():
                 families[name].add_metric(labels, value)
+        causes = GaugeMetricFamily(
+            f"{PREFIX}_provider_unschedulable_cause",
+            "1 for why a provider takes no new guest: driver_down, "
+            "gpu_fault (NVML), operations_failing, max_instances, "
+            "other_manager or other (the log has the full reason).",
+            labels=[*PROVIDER_LABELS, "cause"],
+        )
+        for plan in plans:
+            cause = health.cause_of(plan.reason)
+            if cause is not None:
+                causes.add_metric(
+                    [
+                        plan.name,
+                        plan.device,
+                        plan.type_id,
+                        plan.resource_class,
+                        cause,
+                    ],
+                    1,
+                )
         yield from families.values()
+        yield causes
         yield gone
         claims = GaugeMetricFamily(
             f"{PREFIX}_claims_in_flight",

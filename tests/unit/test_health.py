@@ -37,6 +37,15 @@ def test_vgpu_manager_down_reserves_every_nvidia_provider_until_back(
         if s.name == "vgpu_driver_provider_unschedulable"
     }
     assert flags == {"pci_0000_41_00_0": 1}
+    causes = {
+        (s.labels["device"], s.labels["cause"])
+        for f in text_string_to_metric_families(
+            generate_latest(registry).decode()
+        )
+        for s in f.samples
+        if s.name == "vgpu_driver_provider_unschedulable_cause"
+    }
+    assert causes == {("pci_0000_41_00_0", "driver_down")}
     host._state.modules = None  # loaded again
     [plan] = driver.update_provider_tree(tree, "node1")
     assert plan.reserved == 0 and plan.reason is None

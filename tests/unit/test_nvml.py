@@ -134,9 +134,9 @@ def test_a_steady_read_is_a_few_calls_per_gpu():
     host.discover()
     before = reader.calls
     reader.read(["0001:c8:00.0"])
-    # handle, creatable, MIG mode, remapped rows: the card's types and
-    # capabilities are read once
-    assert reader.calls - before == 4
+    # handle, creatable, MIG mode, remapped rows per GPU, and one look at
+    # the XID events: the card's types and capabilities are read once
+    assert reader.calls - before == 4 + 1
 
 
 def test_migration_trait_follows_the_capability():
@@ -194,6 +194,8 @@ def test_an_nvml_fault_shows_in_metrics_and_audit_within_one_refresh(
     [plan] = driver.update_provider_tree(tree, "node1")
     assert plan.reserved == plan.total and "remap" in plan.reason
     assert unschedulable() == 1
+    text = generate_latest(registry).decode()
+    assert 'cause="gpu_fault"' in text and f'device="{RTX}"' in text
     found = audit.audit(
         host.discover(),
         claims={},
@@ -207,3 +209,21 @@ def test_an_nvml_fault_shows_in_metrics_and_audit_within_one_refresh(
     host._state.pfs[0].fault = None
     [plan] = driver.update_provider_tree(tree, "node1")
     assert plan.reserved == 0 and unschedulable() == 0
+
+
+def test_an_xid_error_holds_the_gpu_until_an_hour_passes_without_one():
+    host = rtx_host()
+    reader = host.nvml
+    now = [1000.0]
+    reader.clock = lambda: now[0]
+    assert health.unhealthy(host.discover()) == {}
+    library = reader._lib
+    library.errors.append(("0001:c8:00.0", 13))  # a guest's program: not
+    assert health.unhealthy(host.discover()) == {}
+    library.errors.append(("0001:c8:00.0", 48))  # double-bit ECC error
+    why = health.unhealthy(host.discover())[RTX]
+    assert "XID 48" in why
+    now[0] += reader.error_hold - 1
+    assert RTX in health.unhealthy(host.discover())
+    now[0] += 1
+    assert health.unhealthy(host.discover()) == {}

@@ -116,7 +116,9 @@ def _open_context(conf: cfg.ConfigOpts, argv: Sequence[str]) -> Context:
         host = LibvirtHost(
             conf.libvirt.connection_uri,
             conf.libvirt.sysfs_root,
-            nvml=nvml.maybe_load(conf.devices.use_nvml),
+            nvml=nvml.maybe_load(
+                conf.devices.use_nvml, conf.devices.gpu_error_hold
+            ),
         )
         return Context(conf, host, None, None, argv, list(conf.config_file))
     description = hostdesc.load(name or hostdesc.DEFAULT_HOST)

@@ -114,6 +114,17 @@ Without it (or set to false) capacity comes from sysfs and the library's
 table of boards, which offers less where it cannot prove more.
 """,
     ),
+    cfg.IntOpt(
+        "gpu_error_hold",
+        default=3600,
+        min=0,
+        help="""
+Seconds a GPU that reported an XID error through NVML (other than those
+a guest's own program causes) takes no new guest after the last one.
+NVML never says an error is over: a GPU that was reset reports no more,
+and is offered again when this time has passed without one.
+""",
+    ),
     cfg.StrOpt(
         "metrics_listen",
         default=None,

@@ -15,7 +15,8 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from vgpu_driver.model.device import Parent, PhysicalFunction
@@ -28,6 +29,12 @@ LOG = logging.getLogger(__name__)
 _MAX_GPU_INSTANCES = 32
 # what NVML answers for "no GPU instance profile" / "no GPU instance"
 _NONE = 0xFFFFFFFF
+# XIDs a guest's own program causes (a bad kernel, a page fault in its
+# context), not the GPU: NVIDIA's Kubernetes device plugin skips the
+# same ones when it marks GPUs unhealthy
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
+# how long a GPU that reported any other XID takes no new guest
+ERROR_HOLD = 3600.0
 
 
 def load() -> tuple[NvmlReader | None, str]:
@@ -45,7 +52,9 @@ def load() -> tuple[NvmlReader | None, str]:
     return NvmlReader(pynvml), "NVML"
 
 
-def maybe_load(enabled: bool) -> NvmlReader | None:
+def maybe_load(
+    enabled: bool, error_hold: float = ERROR_HOLD
+) -> NvmlReader | None:
     """This host's NVML reader when ``[devices] use_nvml`` and NVML is
     here; why not is logged at debug level (most hosts have no NVIDIA
     GPU, and sysfs is then the whole truth)."""
@@ -54,6 +63,8 @@ def maybe_load(enabled: bool) -> NvmlReader | None:
     reader, why = load()
     if reader is None:
         LOG.debug("Capacity from sysfs and the board table: %s", why)
+    else:
+        reader.error_hold = error_hold
     return reader
 
 
@@ -82,8 +93,22 @@ class _Card:
 
 
 class NvmlReader:
-    def __init__(self, lib: Any) -> None:
+    def __init__(
+        self,
+        lib: Any,
+        *,
+        error_hold: float = ERROR_HOLD,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``error_hold``: seconds a GPU that reported an XID error takes
+        no new guest after the last one (NVML never says an error is
+        over: a reset GPU reports none, and is offered again when the
+        hold ends)."""
         self._lib = lib
+        self.error_hold = error_hold
+        self.clock = clock
+        self._events: Any = None  # NVML's event set, made at first use
+        self._errors: dict[str, tuple[int, float]] = {}  # last XID, when
         self._cards: dict[str, _Card] = {}  # by PCI address, read once
         self._types: dict[int, tuple[str, int, int | None]] = {}
         self._driver: tuple[str, bool] | None = None
@@ -109,6 +134,7 @@ class NvmlReader:
                 "NVML does not answer (%s): capacity from sysfs", error
             )
             return None
+        self._drain_errors()
         gpus = [self._gpu(address) for address in sorted(set(addresses))]
         version, heterogeneous = self._driver
         return NvmlReading(
@@ -149,7 +175,7 @@ class NvmlReader:
             )
             mig = self._mig(handle)
             free = self._free_instances(handle, card) if mig else ()
-            fault = self._fault(handle)
+            fault = self._fault(handle) or self._recent_error(address)
         except lib.NVMLError as error:
             if getattr(error, "value", None) == lib.NVML_ERROR_GPU_IS_LOST:
                 return NvmlGpu(address, fault="lost (fallen off the bus)")
@@ -194,6 +220,7 @@ class NvmlReader:
                     gi_profile=profile,
                 )
             )
+        self._watch(handle)
         try:
             metadata = self._call("nvmlDeviceGetVgpuMetadata", handle)
             caps: int | None = int(metadata.pgpuVirtualizationCaps)
@@ -256,3 +283,67 @@ class NvmlReader:
         if pending:
             return "has memory rows to remap at its next reset"
         return None
+
+    # -- XID errors ----------------------------------------------------
+
+    def _watch(self, handle: Any) -> None:
+        """Register for the GPU's XID error events (once per GPU)."""
+        lib = self._lib
+        try:
+            if self._events is None:
+                self._events = self._call("nvmlEventSetCreate")
+            self._call(
+                "nvmlDeviceRegisterEvents",
+                handle,
+                lib.nvmlEventTypeXidCriticalError,
+                self._events,
+            )
+        except lib.NVMLError as error:
+            LOG.debug("No XID events from this GPU: %s", error)
+
+    def _drain_errors(self) -> None:
+        """Take the XID events that came since the last read (no wait)."""
+        lib = self._lib
+        if self._events is None:
+            return
+        while True:
+            try:
+                event = self._call("nvmlEventSetWait_v2", self._events, 0)
+                xid = int(event.eventData)
+                if xid in APPLICATION_XIDS:
+                    continue
+                info = self._call("nvmlDeviceGetPciInfo", event.device)
+            except lib.NVMLError as error:
+                if getattr(error, "value", None) != lib.NVML_ERROR_TIMEOUT:
+                    LOG.debug("NVML events: %s", error)
+                return
+            address = pci_address(info.busId)
+            LOG.error(
+                "GPU %s reported XID %d: it takes no new guest until %d s "
+                "pass without another",
+                address,
+                xid,
+                self.error_hold,
+            )
+            self._errors[address] = (xid, self.clock())
+
+    def _recent_error(self, address: str) -> str | None:
+        found = self._errors.get(address)
+        if found is None:
+            return None
+        xid, when = found
+        age = self.clock() - when
+        if age >= self.error_hold:
+            del self._errors[address]
+            return None
+        return (
+            f"reported XID {xid} (a GPU error) {age:.0f} s ago; it is held "
+            f"{self.error_hold:.0f} s after the last one"
+        )
+
+
+def pci_address(bus_id: str | bytes) -> str:
+    """NVML's ``00000001:C8:00.0`` as sysfs writes it: ``0001:c8:00.0``."""
+    text = bus_id.decode() if isinstance(bus_id, bytes) else bus_id
+    domain, rest = text.split(":", 1)
+    return f"{int(domain, 16):04x}:{rest.lower()}"

@@ -72,3 +72,24 @@ def _down(module: str) -> str:
         "not loaded): install or start it; the device is offered again "
         "once it is back"
     )
+
+
+# why a provider takes no new guest, as a metric label: (cause, a phrase
+# of the reasons the plan gives for it)
+CAUSES = (
+    ("driver_down", "vGPU manager is not running"),
+    ("gpu_fault", "NVML reports GPU"),
+    ("operations_failing", "its device is failing"),
+    ("max_instances", "max_instances is reached"),
+    ("other_manager", "made by another manager"),
+)
+
+
+def cause_of(reason: str | None) -> str | None:
+    """The bounded cause of a provider's reason (for metrics)."""
+    if not reason:
+        return None
+    for cause, phrase in CAUSES:
+        if phrase in reason:
+            return cause
+    return "other"

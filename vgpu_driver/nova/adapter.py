@@ -76,7 +76,9 @@ class NovaAdapter:
             connect=connect,
             api=api,
             creator=creator,
-            nvml=nvml.maybe_load(conf.devices.use_nvml),
+            nvml=nvml.maybe_load(
+                conf.devices.use_nvml, conf.devices.gpu_error_hold
+            ),
         )
         state_path = nova_state_path(device_opts.records_path(conf), nodename)
         listen = conf.devices.metrics_listen

@@ -8,6 +8,7 @@ asked through ``placed`` at every call)."""
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import dataclasses
 from collections.abc import Callable
@@ -18,10 +19,12 @@ from vgpu_driver.host.nvml import NvmlReader
 from vgpu_driver.sim.specs import HostDescription, NvmlSpec, PfSpec
 
 NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_VGPU_DRIVER_CAP_HETEROGENEOUS_MULTI_VGPU = 0
 NVML_DEVICE_MIG_ENABLE = 1
+nvmlEventTypeXidCriticalError = 8
 c_nvmlGpuInstance_t = ctypes.c_void_p  # an opaque handle
 _NONE = 0xFFFFFFFF
 _MIB = 1024 * 1024
@@ -37,6 +40,10 @@ class NVMLError(Exception):
 class _Info:
     id: int = 0
     pgpuVirtualizationCaps: int = 0
+    busId: str = ""
+    device: str = ""
+    eventType: int = 0
+    eventData: int = 0
 
 
 class SimulatedNvml:
@@ -54,6 +61,11 @@ class SimulatedNvml:
         )
         self.NVML_DEVICE_MIG_ENABLE = NVML_DEVICE_MIG_ENABLE
         self.c_nvmlGpuInstance_t = c_nvmlGpuInstance_t
+        self.NVML_ERROR_TIMEOUT = NVML_ERROR_TIMEOUT
+        self.nvmlEventTypeXidCriticalError = nvmlEventTypeXidCriticalError
+        # XID errors the GPUs report, in order: (PCI address, XID)
+        self.errors: collections.deque[tuple[str, int]] = collections.deque()
+        self.watched: set[str] = set()
 
     def _cards(self) -> list[PfSpec]:
         return [pf for pf in self._pfs() if pf.driver == "nvidia"]
@@ -154,6 +166,25 @@ class SimulatedNvml:
         return _Info(id=int(instance) - 1)
 
     # -- health --------------------------------------------------------
+
+    def nvmlDeviceGetPciInfo(self, handle: str) -> _Info:
+        domain, rest = self._card(handle).address.split(":", 1)
+        return _Info(busId=f"{int(domain, 16):08X}:{rest.upper()}")
+
+    def nvmlEventSetCreate(self) -> object:
+        return self
+
+    def nvmlDeviceRegisterEvents(
+        self, handle: str, types: int, events: object
+    ) -> None:
+        self.watched.add(self._card(handle).address)
+
+    def nvmlEventSetWait_v2(self, events: object, timeout: int) -> _Info:
+        while self.errors:
+            address, xid = self.errors.popleft()
+            if address in self.watched:
+                return _Info(device=address, eventType=8, eventData=xid)
+        raise NVMLError(NVML_ERROR_TIMEOUT)
 
     def nvmlDeviceGetRemappedRows(
         self, handle: str
