@@ -202,8 +202,9 @@ class HostCollector:
         causes = GaugeMetricFamily(
             f"{PREFIX}_provider_unschedulable_cause",
             "1 for why a provider takes no new guest: driver_down, "
-            "gpu_fault (NVML), operations_failing, max_instances, "
-            "other_manager or other (the log has the full reason).",
+            "gpu_fault (NVML), device_gone, operations_failing, "
+            "max_instances, other_manager or other (the log has the full "
+            "reason).",
             labels=[*PROVIDER_LABELS, "cause"],
         )
         for plan in plans:

@@ -117,3 +117,23 @@ def test_a_guest_whose_vgpu_is_gone_shows_in_the_metrics(make_conf, tmp_path):
         for s in f.samples
     }
     assert values["vgpu_driver_guest_devices_gone"] == 1
+
+
+def test_every_reason_the_plan_gives_has_its_cause():
+    """The metric's cause label follows the plan's own reasons."""
+    assert health.cause_of(None) is None
+    assert health.cause_of(health._down("nvidia")) == "driver_down"
+    assert health.cause_of(health._fault("0000:41:00.0", "lost")) == (
+        "gpu_fault"
+    )
+    assert (
+        health.cause_of(
+            "its device is no longer on the host but 2 device(s) are "
+            "still in use"
+        )
+        == "device_gone"
+    )
+    assert health.cause_of("[mdev_x] max_instances is reached") == (
+        "max_instances"
+    )
+    assert health.cause_of("something new") == "other"

@@ -79,6 +79,7 @@ def _down(module: str) -> str:
 CAUSES = (
     ("driver_down", "vGPU manager is not running"),
     ("gpu_fault", "NVML reports GPU"),
+    ("device_gone", "its device is no longer on the host"),
     ("operations_failing", "its device is failing"),
     ("max_instances", "max_instances is reached"),
     ("other_manager", "made by another manager"),
