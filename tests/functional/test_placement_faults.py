@@ -215,11 +215,12 @@ def test_a_client_from_a_section_without_auth_is_refused_early(tmp_path):
 def test_first_sync_costs_what_its_tree_needs_and_never_conflicts(
     placement_url, tmp_path, client
 ):
-    """1 version discovery (GET /) + 1 lookup + 1 root + per device
-    provider: create and traits; every inventory in one POST /reshaper;
-    plus one PUT per custom class and custom trait. A write never
-    conflicts with our own earlier write (the cached generation follows
-    each answer, and the reshaper's rule)."""
+    """1 version discovery (GET /) + 1 root (created at once: a new node
+    has nothing to look up) + per device provider: create and traits;
+    every inventory in one POST /reshaper; plus one PUT per custom class
+    and custom trait: 3 + 2 per provider. A write never conflicts with
+    our own earlier write (the cached generation follows each answer,
+    and the reshaper's rule)."""
     node = Node(placement_url, tmp_path)
     report = node.sync()
     view = placement_view(client, node.nodename)
@@ -227,9 +228,10 @@ def test_first_sync_costs_what_its_tree_needs_and_never_conflicts(
     classes = {rc for v in children for rc in v[0] if rc.startswith("CUSTOM_")}
     traits = {t for v in children for t in v[1] if t.startswith("CUSTOM_")}
     assert len(children) >= 2
-    assert report.requests == 3 + 2 * len(children) + 1 + len(classes) + len(
+    assert report.requests == 3 + 2 * len(children) + len(classes) + len(
         traits
     )
+    assert report.created[0] == node.nodename
     assert node.syncer.client.statuses[409] == 0
     assert set(node.syncer.client.statuses) <= {200, 201, 204}
     # the generations cached after the reshaper are Placement's own
@@ -401,7 +403,7 @@ def test_sync_writes_its_metrics_after_every_pass(
     }
     assert found[("vgpu_driver_sync_passes_total", (("result", "ok"),))] == 1
     assert (
-        found[("vgpu_driver_placement_requests_total", (("method", "GET"),))]
+        found[("vgpu_driver_placement_requests_total", (("method", "POST"),))]
         >= 1
     )
     assert (
@@ -492,3 +494,23 @@ def test_a_placement_that_forbids_the_reshaper_gets_one_by_one(
         assert not node.syncer.writer.batching
         view = placement_view(client, node.nodename)
         assert sum(1 for v in view.values() if v[0]) >= 2
+
+
+def test_a_root_someone_else_made_is_adopted_not_duplicated(
+    placement_url, tmp_path, client
+):
+    """Nova made the compute node's provider (its own uuid): the first
+    sync's create is refused (409), and the tree goes under Nova's."""
+    node = Node(placement_url, tmp_path)
+    nova_root = str(uuid.uuid4())
+    client.request(
+        "POST",
+        "/resource_providers",
+        body={"name": node.nodename, "uuid": nova_root},
+        ok=(200, 201),
+    )
+    report = node.sync()
+    assert node.nodename not in report.created
+    view = placement_view(client, node.nodename)
+    children = [v for v in view.values() if v[3] is not None]
+    assert children and all(v[3] == nova_root for v in children)

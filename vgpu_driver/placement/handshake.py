@@ -13,6 +13,7 @@ def sync_placement(driver: Any, syncer: Any) -> Any:
     # from where the last report stopped: the first pass of a process
     # also counts the client's version discovery (GET /)
     before = syncer.reported_requests
+    created_root = syncer.claim_root()
     tree = syncer.read_tree()
     try:
         driver.update_provider_tree(tree, syncer.nodename)
@@ -28,6 +29,8 @@ def sync_placement(driver: Any, syncer: Any) -> Any:
         tree = syncer.read_tree()
         driver.update_provider_tree(tree, syncer.nodename)
     report = syncer.flush(tree)
+    if created_root:
+        report.created.insert(0, created_root)
     driver.confirm_flushed()
     report.requests = syncer.client.request_count - before
     syncer.reported_requests = syncer.client.request_count

@@ -120,6 +120,23 @@ class RemoteView:
         self._read_at = self.clock()
         self.save()
 
+    def adopt_new_root(self, uuid: str, generation: int) -> None:
+        """The node's root was just created here: a new provider has no
+        children, so the tree is known without reading it."""
+        self.providers = {
+            uuid: Remote(
+                uuid=uuid,
+                name=self.nodename,
+                parent_uuid=None,
+                generation=generation,
+                inventory={},
+                traits=frozenset(),
+            )
+        }
+        self.known_root = uuid
+        self._read_at = self.clock()
+        self.save()
+
     def save(self) -> None:
         self.record.save(
             {

@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from oslo_log import log as logging
+
 from vgpu_driver.exception import PlacementError, PlacementUnavailable
 from vgpu_driver.model.provider_tree import ProviderTree
 from vgpu_driver.placement import reshaper
@@ -38,6 +40,8 @@ from vgpu_driver.records.placement import PlacementRecord
 from vgpu_driver.records.store import StateStore
 
 __all__ = ["PlacementSync", "Remote", "SyncReport", "root_uuid_for"]
+
+LOG = logging.getLogger(__name__)
 
 
 class PlacementSync:
@@ -84,6 +88,29 @@ class PlacementSync:
     def refresh(self) -> None:
         """Re-read the node's whole tree from Placement."""
         self.view.refresh()
+
+    def claim_root(self) -> str | None:
+        """Before the first read of a node this process keeps no record
+        of: create its root at once, one request instead of a lookup
+        then a create. Returns its name if created; if it exists already
+        (Nova's, another syncer's: 409) nothing is changed and the tree
+        is read as usual. Only a sync calls it (a reader such as
+        ``audit`` never creates anything)."""
+        view = self.view
+        if not view.stale() or view.providers or view.record.load():
+            return None
+        uuid = root_uuid_for(self.nodename)
+        response = self.client.request(
+            "POST",
+            "/resource_providers",
+            body={"name": self.nodename, "uuid": uuid},
+            allow=(409,),
+        )
+        if response.status == 409:
+            return None
+        view.adopt_new_root(uuid, int(response.body["generation"]))
+        LOG.info("Created resource provider %s (%s)", self.nodename, uuid)
+        return self.nodename
 
     def read_tree(self) -> ProviderTree:
         """A provider tree as Placement holds it (from the cache when it
