@@ -227,3 +227,22 @@ def test_an_xid_error_holds_the_gpu_until_an_hour_passes_without_one():
     assert RTX in health.unhealthy(host.discover())
     now[0] += 1
     assert health.unhealthy(host.discover()) == {}
+
+
+def test_discover_shows_what_nvml_says_of_each_card(capsys):
+    import json
+
+    from vgpu_driver.cmd import main as cli
+
+    code = cli.main(
+        ["--host-description", "h100nvl-mig", "discover", "--format", "json"]
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert data["nvml"]["driver_version"] == "550.127.06"
+    [card] = data["sriov"]
+    # JSON keys are strings
+    assert card["nvml"]["mig"]
+    assert card["nvml"]["free_instances"] == {"19": 5}
+    cli.main(["--host-description", "h100nvl-mig", "discover"])
+    assert "free GPU instances profile 19: 5" in capsys.readouterr().out

@@ -87,8 +87,20 @@ def report(
         entry["made_by"] = _made_by(mdev.uuid, made)
         mdevs.append(entry)
     sriov = []
+    said = inventory.nvml
     for pf in inventory.pfs:
         entry = dataclasses.asdict(pf)
+        gpu = said.gpu(pf.address) if said else None
+        entry["nvml"] = (
+            {
+                "mig": gpu.mig,
+                "free_instances": dict(gpu.free_instances),
+                "fault": gpu.fault,
+                "migration": gpu.migration,
+            }
+            if gpu
+            else None
+        )
         for vf_entry in entry["vfs"]:
             vf_entry["guest"] = pci_users.get(vf_entry["address"])
             vf_entry["made_by"] = (
@@ -102,7 +114,29 @@ def report(
         "mdevs": mdevs,
         "sriov": sriov,
         "guests": [dataclasses.asdict(g) for g in inventory.guests],
+        "nvml": (
+            {
+                "driver_version": said.driver_version,
+                "heterogeneous": said.heterogeneous,
+            }
+            if said
+            else None
+        ),
     }
+
+
+def _nvml_text(said: dict[str, Any] | None) -> str:
+    """What NVML says of a card, in a table cell."""
+    if said is None:
+        return "-"
+    if said["fault"]:
+        return str(said["fault"])
+    if said["mig"]:
+        free = ", ".join(
+            f"profile {p}: {n}" for p, n in said["free_instances"].items()
+        )
+        return f"MIG on, free GPU instances {free or 'none'}"
+    return "healthy"
 
 
 def _gpu_rows(conf: Any, inventory: HostInventory, config: Any) -> list[Any]:
@@ -193,10 +227,11 @@ def run(context: Context) -> int:
                         for t, n in sorted(in_use.items())
                     ],
                     [naming.sriov_type_id(t) for t in creatable],
+                    _nvml_text(pf["nvml"]),
                 ]
             )
         output.table(
-            ["Physical GPU", "NUMA", "VFs", "In use", "Creatable"],
+            ["Physical GPU", "NUMA", "VFs", "In use", "Creatable", "NVML"],
             sriov_rows,
         )
     print("\nGPUs on the host")
