@@ -150,7 +150,11 @@ class Ours:
         for _ in range(3):
             driver.update_provider_tree(tree, "bench")
         self.calls = counted.calls / 3
+        # the steady service started as a compute service starts:
+        # init_host (which writes its records), then its refreshes
+        guests = [d.UUIDString() for d in self.conn.listAllDomains()]
         self.driver, self.tree = self._new_service(self.conn)
+        self.driver.init_host(guests)
         self.driver.update_provider_tree(self.tree, "bench")
         # the same inside Nova: on Nova's ProviderTree (None without Nova)
         self.in_nova: tuple[VgpuDriver, Any] | None = None
@@ -160,6 +164,7 @@ class Ours:
             self.in_nova = self._new_service(
                 self.conn, nova_tree.ProviderTree()
             )
+            self.in_nova[0].init_host(guests)
             self.in_nova[0].update_provider_tree(self.in_nova[1], "bench")
 
     def _new_service(
