@@ -286,7 +286,10 @@ class VgpuDriver:
         inventory = self.discover(rescan_guests=True)
         done = self.binder.recover(inventory, self._seen.snapshot(), instances)
         done["records_moved_aside"] = moved
-        self.discover()
+        if any(
+            done[k] for k in ("released", "recreated", "started", "vf_types")
+        ):
+            self.discover()  # the host changed: read what it is now
         return done
 
     def hold_in_flight(

@@ -140,3 +140,24 @@ def test_a_domain_defined_again_as_it_was_changes_no_reading(
     conn.lookupByUUIDString(guests[0]).undefine()
     driver.domain_event(guests[0], False)
     assert host.discover().generation != before and built == [1]
+
+
+def test_a_restart_with_nothing_to_recover_reads_the_host_once(
+    tmp_path, monkeypatch
+):
+    """init_host reads the host (guests included) once; it reads it
+    again only when its recovery changed the host."""
+    host, _driver, _tree, guests = service(tmp_path, (2, 16, 16))
+    conf = conf_for(dense(2, 16, 16).config, tmp_path)
+    fresh = VgpuDriver(conf, host)
+    reads = []
+    real = host.discover
+
+    def counted(**kwargs):
+        reads.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(host, "discover", counted)
+    done = fresh.init_host(guests)
+    assert not any(done[k] for k in ("released", "recreated", "started"))
+    assert len(reads) == 1 and reads[0].get("rescan_guests")

@@ -41,7 +41,7 @@ def recover(
         "dropped_claims": [],
         "failed": [],
     }
-    with ledger.locked():
+    with ledger.peeked():  # a read of the claims alone
         claimed = {
             device_id: (c["parent"], c["type_id"])
             for device_id, c in ledger.claims.items()
@@ -117,7 +117,7 @@ def restore_vf_types(
     current = {
         vf.address: vf.current_type for pf in inventory.pfs for vf in pf.vfs
     }
-    with ledger.locked():
+    with ledger.peeked():  # a read of the VF types alone
         recorded = dict(ledger.vf_types)
     restored = []
     for address, number in sorted(recorded.items()):
