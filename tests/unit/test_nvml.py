@@ -246,3 +246,40 @@ def test_discover_shows_what_nvml_says_of_each_card(capsys):
     assert card["nvml"]["free_instances"] == {"19": 5}
     cli.main(["--host-description", "h100nvl-mig", "discover"])
     assert "free GPU instances profile 19: 5" in capsys.readouterr().out
+
+
+def test_the_simulated_nvml_is_held_to_the_real_pynvml():
+    """Every function, constant and type the simulated library offers
+    (so every one the reader uses) exists in NVIDIA's own pynvml, and
+    each function takes as many arguments as pynvml's."""
+    import inspect
+
+    import pynvml
+
+    from vgpu_driver.sim.nvml_lib import SimulatedNvml
+    from vgpu_driver.sim.specs import NvmlSpec
+
+    library = SimulatedNvml(NvmlSpec("580.105.06"), list)
+    names = [
+        n for n in dir(library) if n.startswith(("nvml", "NVML", "c_nvml"))
+    ]
+    assert len(names) > 20
+    for name in names:
+        assert hasattr(pynvml, name), name
+        ours = getattr(library, name)
+        if name.startswith("nvml") and callable(ours):
+            theirs = inspect.signature(getattr(pynvml, name)).parameters
+            assert len(inspect.signature(ours).parameters) == len(
+                [p for p in theirs.values() if p.default is p.empty]
+            ), name
+    for constant in (
+        "NVML_ERROR_GPU_IS_LOST",
+        "NVML_ERROR_TIMEOUT",
+        "NVML_VGPU_DRIVER_CAP_HETEROGENEOUS_MULTI_VGPU",
+    ):
+        assert getattr(library, constant) == getattr(pynvml, constant)
+    assert library.NVML_DEVICE_MIG_ENABLE == pynvml.NVML_DEVICE_MIG_ENABLE
+    assert (
+        library.nvmlEventTypeXidCriticalError
+        == pynvml.nvmlEventTypeXidCriticalError
+    )
