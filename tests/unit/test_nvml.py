@@ -283,3 +283,26 @@ def test_the_simulated_nvml_is_held_to_the_real_pynvml():
         library.nvmlEventTypeXidCriticalError
         == pynvml.nvmlEventTypeXidCriticalError
     )
+
+
+def test_an_older_vgpu_manager_never_takes_a_card_out_of_service():
+    """An NVML without MIG-backed vGPU's call reads every type as
+    time-sliced; one that cannot answer for a card leaves it to sysfs and
+    the board table (the same totals), never reserved."""
+    from vgpu_driver.sim.nvml_lib import NVML_ERROR_FUNCTION_NOT_FOUND
+
+    host = emptied(rtx_host())
+    library = host.nvml._lib
+    library.failing["nvmlVgpuTypeGetGpuInstanceProfileId"] = (
+        NVML_ERROR_FUNCTION_NOT_FOUND
+    )
+    gpu = host.discover().nvml.gpu("0001:c8:00.0")
+    assert gpu is not None and gpu.type(1521).gi_profile is None
+    assert gpu.fault is None
+    library.failing["nvmlDeviceGetCreatableVgpus"] = (
+        NVML_ERROR_FUNCTION_NOT_FOUND
+    )
+    inventory = host.discover()
+    assert inventory.nvml.gpu("0001:c8:00.0") is None
+    assert health.unhealthy(inventory) == {}
+    assert total_of(inventory, "nvidia-1521", RTX) == (24, None)

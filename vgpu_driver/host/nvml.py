@@ -111,6 +111,7 @@ class NvmlReader:
         self._errors: dict[str, tuple[int, float]] = {}  # last XID, when
         self._cards: dict[str, _Card] = {}  # by PCI address, read once
         self._types: dict[int, tuple[str, int, int | None]] = {}
+        self._undescribed: set[str] = set()  # warned of, once each
         self._driver: tuple[str, bool] | None = None
         self.calls = 0  # NVML calls made (the structural tests count)
 
@@ -179,7 +180,20 @@ class NvmlReader:
         except lib.NVMLError as error:
             if getattr(error, "value", None) == lib.NVML_ERROR_GPU_IS_LOST:
                 return NvmlGpu(address, fault="lost (fallen off the bus)")
-            return NvmlGpu(address, fault=f"in error ({error})")
+            # NVML cannot describe this card (an older vGPU manager
+            # without a call, an error it does not explain): its
+            # capacity comes from sysfs and the board table, as without
+            # NVML; never a reason to take the card out of service
+            if address not in self._undescribed:
+                self._undescribed.add(address)
+                LOG.warning(
+                    "NVML cannot describe GPU %s (%s): its capacity comes "
+                    "from sysfs and the board table",
+                    address,
+                    error,
+                )
+            return None
+        self._undescribed.discard(address)
         return NvmlGpu(
             address=address,
             types=card.types,
@@ -197,9 +211,14 @@ class NvmlReader:
             type_id = int(raw)
             known = self._types.get(type_id)
             if known is None:
-                raw = int(
-                    self._call("nvmlVgpuTypeGetGpuInstanceProfileId", type_id)
-                )
+                try:
+                    raw = int(
+                        self._call(
+                            "nvmlVgpuTypeGetGpuInstanceProfileId", type_id
+                        )
+                    )
+                except lib.NVMLError:  # a manager older than MIG vGPU
+                    raw = _NONE
                 known = self._types[type_id] = (
                     str(self._call("nvmlVgpuTypeGetName", type_id)),
                     int(self._call("nvmlVgpuTypeGetFramebufferSize", type_id))

@@ -21,6 +21,7 @@ from vgpu_driver.sim.specs import HostDescription, NvmlSpec, PfSpec
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_NOT_FOUND = 6
+NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NVML_ERROR_GPU_IS_LOST = 15
 NVML_VGPU_DRIVER_CAP_HETEROGENEOUS_MULTI_VGPU = 0
 NVML_DEVICE_MIG_ENABLE = 1
@@ -66,6 +67,20 @@ class SimulatedNvml:
         # XID errors the GPUs report, in order: (PCI address, XID)
         self.errors: collections.deque[tuple[str, int]] = collections.deque()
         self.watched: set[str] = set()
+        # calls this NVML answers with an error code (an older vGPU
+        # manager's library lacks some: NVML_ERROR_FUNCTION_NOT_FOUND)
+        self.failing: dict[str, int] = {}
+
+    def __getattribute__(self, name: str) -> Any:
+        failing = object.__getattribute__(self, "__dict__").get("failing")
+        if failing and name in failing:
+            code = failing[name]
+
+            def refused(*_args: Any) -> Any:
+                raise NVMLError(code)
+
+            return refused
+        return object.__getattribute__(self, name)
 
     def _cards(self) -> list[PfSpec]:
         return [pf for pf in self._pfs() if pf.driver == "nvidia"]
