@@ -306,3 +306,41 @@ def test_an_older_vgpu_manager_never_takes_a_card_out_of_service():
     assert inventory.nvml.gpu("0001:c8:00.0") is None
     assert health.unhealthy(inventory) == {}
     assert total_of(inventory, "nvidia-1521", RTX) == (24, None)
+
+
+def test_the_simulated_nvml_answers_with_the_captured_figures():
+    """The figures the rtx6000-nvml and h100nvl-mig hosts' NVML gives
+    are parsed from the shipped nvidia-smi output, not copied by hand."""
+    from vgpu_driver.sim import captures
+
+    captured = captures.vgpu_types(captures.read("rtx-pro-6000-vgpu-s-v.txt"))
+    assert [(t.id, t.max_instances, t.gi_profile) for t in captured] == [
+        (0x5EE, 32, None),
+        (0x5F1, 24, None),
+        (0x604, 2, None),
+        (0x60A, 48, 19),
+    ]
+    gpu = emptied(rtx_host()).discover().nvml.gpu("0001:c8:00.0")
+    for found in captured:
+        said = gpu.type(found.id)
+        assert said is not None and said.name == found.name
+        assert said.max_instances == found.max_instances
+        assert said.framebuffer_mib == found.framebuffer_mib
+        assert said.gi_profile == found.gi_profile
+    instances = captures.gpu_instances(captures.read("h100-nvl-mig.txt"))
+    assert sorted(instances) == [(i, 19) for i in range(7, 14)]
+    host = SimulatedHost(helpers.load("h100nvl-mig"))
+    assert sorted(host._state.pfs[0].gpu_instances) == sorted(instances)
+
+
+def test_a_description_naming_a_capture_that_is_not_shipped_is_refused():
+    import json
+
+    from vgpu_driver.exception import HostDescriptionInvalid
+    from vgpu_driver.sim import description as hostdesc
+
+    path = hostdesc.Path(hostdesc.__file__).parent / "data/rtx6000-nvml.json"
+    raw = json.loads(path.read_text())
+    raw["sriov"][0]["nvml_types_from"] = "no-such-capture.txt"
+    with pytest.raises(HostDescriptionInvalid, match="no-such-capture"):
+        hostdesc.parse(json.dumps(raw), "test")

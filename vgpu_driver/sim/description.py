@@ -58,6 +58,7 @@ from typing import Any
 from vgpu_driver.exception import HostDescriptionInvalid
 from vgpu_driver.host.sysfs import NVIDIA_DRIVER
 from vgpu_driver.model import naming
+from vgpu_driver.sim import captures
 from vgpu_driver.sim.checks import check_names, check_over_capacity
 from vgpu_driver.sim.dense import dense_raw
 from vgpu_driver.sim.render import (
@@ -267,6 +268,8 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
         )
         for s in raw.get("sriov", [])
     ]
+    for pf, entry in zip(pfs, raw.get("sriov", []), strict=True):
+        captures.apply(pf, entry, bad)
     guests = [
         GuestSpec(
             uuid=g["uuid"].lower(),

@@ -1,0 +1,106 @@
+"""Real ``nvidia-smi`` output that shipped simulated hosts are built from.
+
+The files are in ``data/captures``. Each names its source in its opening
+``#`` lines. A host description points at one of them, and this module
+parses the figures the simulated host's NVML then answers with. So the
+figures are the tool's own output, never transcribed by hand:
+
+* ``nvidia-smi vgpu -s -v``: each vGPU type's id, name, framebuffer,
+  ``Max Instances`` and GPU instance profile (MIG-backed types);
+* ``nvidia-smi mig -cgi ...``: the GPU instances created, with their
+  profiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from importlib import resources
+from typing import Any
+
+from vgpu_driver.sim.specs import PfSpec
+
+SHIPPED = "vgpu_driver.sim"
+
+_INSTANCE = re.compile(
+    r"created GPU instance ID\s+(\d+) on GPU\s+\d+ using profile .*"
+    r"\(ID\s+(\d+)\)"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class CapturedType:
+    id: int
+    name: str
+    max_instances: int
+    framebuffer_mib: int
+    gi_profile: int | None
+
+
+def read(name: str) -> str:
+    """A shipped capture by its file name."""
+    path = resources.files(SHIPPED) / "data" / "captures" / name
+    return path.read_text()
+
+
+def vgpu_types(text: str) -> list[CapturedType]:
+    """The types of ``nvidia-smi vgpu -s -v``, in the order printed."""
+    blocks: list[dict[str, str]] = []
+    for line in text.splitlines():
+        if line.lstrip().startswith("#") or " : " not in line:
+            continue
+        key, value = (part.strip() for part in line.split(" : ", 1))
+        if key == "vGPU Type ID":
+            blocks.append({})
+        if blocks:
+            blocks[-1].setdefault(key, value)
+    found = []
+    for block in blocks:
+        profile = block.get("GPU Instance Profile ID", "N/A")
+        found.append(
+            CapturedType(
+                id=int(block["vGPU Type ID"], 16),
+                name=block["Name"],
+                max_instances=int(block["Max Instances"]),
+                framebuffer_mib=int(block["FB Memory"].split()[0]),
+                gi_profile=None if profile == "N/A" else int(profile),
+            )
+        )
+    return found
+
+
+def gpu_instances(text: str) -> list[tuple[int, int]]:
+    """(GPU instance id, profile id) of each instance ``nvidia-smi mig
+    -cgi`` reports created, in the order reported."""
+    return [
+        (int(m.group(1)), int(m.group(2))) for m in _INSTANCE.finditer(text)
+    ]
+
+
+def apply(pf: PfSpec, entry: dict[str, Any], bad: Any) -> None:
+    """Fill a card from the captures its description names:
+    ``nvml_types_from`` (each listed type's Max Instances, framebuffer
+    and GPU instance profile, as NVML gives them) and
+    ``gpu_instances_from`` (the MIG GPU instances that exist)."""
+    name = entry.get("nvml_types_from")
+    if name:
+        captured = {t.id: t for t in vgpu_types(_shipped(name, bad))}
+        for spec in pf.types:
+            found = captured.get(spec.id)
+            if found is None:
+                continue
+            spec.nvml_max_instances = found.max_instances
+            spec.gi_profile = found.gi_profile
+            spec.framebuffer_gb = found.framebuffer_mib // 1024
+    name = entry.get("gpu_instances_from")
+    if name:
+        pf.gpu_instances = gpu_instances(_shipped(name, bad))
+
+
+def _shipped(name: Any, bad: Any) -> str:
+    try:
+        return read(str(name))
+    except (OSError, ValueError) as exc:
+        raise bad(
+            f"capture {name!r} is not a shipped capture (data/captures): {exc}"
+        ) from exc
