@@ -215,7 +215,7 @@ def test_an_xid_error_holds_the_gpu_until_an_hour_passes_without_one():
     host = rtx_host()
     reader = host.nvml
     now = [1000.0]
-    reader.clock = lambda: now[0]
+    reader.errors.clock = lambda: now[0]
     assert health.unhealthy(host.discover()) == {}
     library = reader._lib
     library.errors.append(("0001:c8:00.0", 13))  # a guest's program: not
@@ -223,7 +223,7 @@ def test_an_xid_error_holds_the_gpu_until_an_hour_passes_without_one():
     library.errors.append(("0001:c8:00.0", 48))  # double-bit ECC error
     why = health.unhealthy(host.discover())[RTX]
     assert "XID 48" in why
-    now[0] += reader.error_hold - 1
+    now[0] += reader.errors.hold - 1
     assert RTX in health.unhealthy(host.discover())
     now[0] += 1
     assert health.unhealthy(host.discover()) == {}

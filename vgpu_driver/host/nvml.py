@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from vgpu_driver.host.nvml_errors import ERROR_HOLD, XidErrors
 from vgpu_driver.model.device import Parent, PhysicalFunction
 from vgpu_driver.model.nvml import NvmlGpu, NvmlReading, NvmlType
 
@@ -29,12 +30,6 @@ LOG = logging.getLogger(__name__)
 _MAX_GPU_INSTANCES = 32
 # what NVML answers for "no GPU instance profile" / "no GPU instance"
 _NONE = 0xFFFFFFFF
-# XIDs a guest's own program causes (a bad kernel, a page fault in its
-# context), not the GPU: NVIDIA's Kubernetes device plugin skips the
-# same ones when it marks GPUs unhealthy
-APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68, 109})
-# how long a GPU that reported any other XID takes no new guest
-ERROR_HOLD = 3600.0
 
 
 def load() -> tuple[NvmlReader | None, str]:
@@ -64,7 +59,7 @@ def maybe_load(
     if reader is None:
         LOG.debug("Capacity from sysfs and the board table: %s", why)
     else:
-        reader.error_hold = error_hold
+        reader.errors.hold = error_hold
     return reader
 
 
@@ -105,10 +100,7 @@ class NvmlReader:
         over: a reset GPU reports none, and is offered again when the
         hold ends)."""
         self._lib = lib
-        self.error_hold = error_hold
-        self.clock = clock
-        self._events: Any = None  # NVML's event set, made at first use
-        self._errors: dict[str, tuple[int, float]] = {}  # last XID, when
+        self.errors = XidErrors(self._call, lib, error_hold, clock)
         self._cards: dict[str, _Card] = {}  # by PCI address, read once
         self._types: dict[int, tuple[str, int, int | None]] = {}
         self._undescribed: set[str] = set()  # warned of, once each
@@ -135,7 +127,7 @@ class NvmlReader:
                 "NVML does not answer (%s): capacity from sysfs", error
             )
             return None
-        self._drain_errors()
+        self.errors.drain()
         gpus = [self._gpu(address) for address in sorted(set(addresses))]
         version, heterogeneous = self._driver
         return NvmlReading(
@@ -176,7 +168,7 @@ class NvmlReader:
             )
             mig = self._mig(handle)
             free = self._free_instances(handle, card) if mig else ()
-            fault = self._fault(handle) or self._recent_error(address)
+            fault = self._fault(handle) or self.errors.recent(address)
         except lib.NVMLError as error:
             if getattr(error, "value", None) == lib.NVML_ERROR_GPU_IS_LOST:
                 return NvmlGpu(address, fault="lost (fallen off the bus)")
@@ -239,7 +231,7 @@ class NvmlReader:
                     gi_profile=profile,
                 )
             )
-        self._watch(handle)
+        self.errors.watch(handle)
         try:
             metadata = self._call("nvmlDeviceGetVgpuMetadata", handle)
             caps: int | None = int(metadata.pgpuVirtualizationCaps)
@@ -302,67 +294,3 @@ class NvmlReader:
         if pending:
             return "has memory rows to remap at its next reset"
         return None
-
-    # -- XID errors ----------------------------------------------------
-
-    def _watch(self, handle: Any) -> None:
-        """Register for the GPU's XID error events (once per GPU)."""
-        lib = self._lib
-        try:
-            if self._events is None:
-                self._events = self._call("nvmlEventSetCreate")
-            self._call(
-                "nvmlDeviceRegisterEvents",
-                handle,
-                lib.nvmlEventTypeXidCriticalError,
-                self._events,
-            )
-        except lib.NVMLError as error:
-            LOG.debug("No XID events from this GPU: %s", error)
-
-    def _drain_errors(self) -> None:
-        """Take the XID events that came since the last read (no wait)."""
-        lib = self._lib
-        if self._events is None:
-            return
-        while True:
-            try:
-                event = self._call("nvmlEventSetWait_v2", self._events, 0)
-                xid = int(event.eventData)
-                if xid in APPLICATION_XIDS:
-                    continue
-                info = self._call("nvmlDeviceGetPciInfo", event.device)
-            except lib.NVMLError as error:
-                if getattr(error, "value", None) != lib.NVML_ERROR_TIMEOUT:
-                    LOG.debug("NVML events: %s", error)
-                return
-            address = pci_address(info.busId)
-            LOG.error(
-                "GPU %s reported XID %d: it takes no new guest until %d s "
-                "pass without another",
-                address,
-                xid,
-                self.error_hold,
-            )
-            self._errors[address] = (xid, self.clock())
-
-    def _recent_error(self, address: str) -> str | None:
-        found = self._errors.get(address)
-        if found is None:
-            return None
-        xid, when = found
-        age = self.clock() - when
-        if age >= self.error_hold:
-            del self._errors[address]
-            return None
-        return (
-            f"reported XID {xid} (a GPU error) {age:.0f} s ago; it is held "
-            f"{self.error_hold:.0f} s after the last one"
-        )
-
-
-def pci_address(bus_id: str | bytes) -> str:
-    """NVML's ``00000001:C8:00.0`` as sysfs writes it: ``0001:c8:00.0``."""
-    text = bus_id.decode() if isinstance(bus_id, bytes) else bus_id
-    domain, rest = text.split(":", 1)
-    return f"{int(domain, 16):04x}:{rest.lower()}"
