@@ -134,9 +134,9 @@ def test_a_steady_read_is_a_few_calls_per_gpu():
     host.discover()
     before = reader.calls
     reader.read(["0001:c8:00.0"])
-    # handle, creatable, MIG mode, remapped rows per GPU, and one look at
-    # the XID events: the card's types and capabilities are read once
-    assert reader.calls - before == 4 + 1
+    # handle, creatable, MIG and mixed-size modes, remapped rows per GPU,
+    # and one look at the XID events: types and capabilities are read once
+    assert reader.calls - before == 5 + 1
 
 
 def test_migration_trait_follows_the_capability():
@@ -344,3 +344,23 @@ def test_a_description_naming_a_capture_that_is_not_shipped_is_refused():
     raw["sriov"][0]["nvml_types_from"] = "no-such-capture.txt"
     with pytest.raises(HostDescriptionInvalid, match="no-such-capture"):
         hostdesc.parse(json.dumps(raw), "test")
+
+
+def test_nvml_says_which_size_mode_each_card_is_in():
+    host = rtx_host()
+    gpu = host.discover().nvml.gpu("0001:c8:00.0")
+    assert gpu.mixed_size is False
+    host._state.pfs[0].mixed_size = True  # nvidia-smi vgpu -shm 1
+    gpu = host.discover().nvml.gpu("0001:c8:00.0")
+    assert gpu.mixed_size is True
+    from vgpu_driver.cmd import doctor
+
+    found = doctor.nvml_findings(
+        doctor.HostFacts(0, frozenset(), None, False, True),
+        [],
+        host.discover(),
+    )
+    assert any("mixed-size mode" in f.detail for f in found)
+    library = host.nvml._lib
+    library.failing["nvmlDeviceGetVgpuHeterogeneousMode"] = 13
+    assert host.discover().nvml.gpu("0001:c8:00.0").mixed_size is None

@@ -94,6 +94,7 @@ def report(
         entry["nvml"] = (
             {
                 "mig": gpu.mig,
+                "mixed_size": gpu.mixed_size,
                 "free_instances": dict(gpu.free_instances),
                 "fault": gpu.fault,
                 "migration": gpu.migration,
@@ -136,6 +137,8 @@ def _nvml_text(said: dict[str, Any] | None) -> str:
             f"profile {p}: {n}" for p, n in said["free_instances"].items()
         )
         return f"MIG on, free GPU instances {free or 'none'}"
+    if said["mixed_size"] is not None:
+        return "mixed-size mode" if said["mixed_size"] else "equal-size mode"
     return "healthy"
 
 

@@ -105,6 +105,14 @@ def nvml_findings(
             found.append(
                 Finding("error", f"GPU {gpu.address}", f"NVML: {gpu.fault}")
             )
+        elif gpu.mixed_size is not None and not gpu.mig:
+            mode = (
+                "mixed-size mode: vGPUs of several sizes at once"
+                if gpu.mixed_size
+                else "equal-size mode: the first vGPU fixes the size of "
+                "the others (nvidia-smi vgpu -i <GPU> -shm 1 mixes them)"
+            )
+            found.append(Finding("info", f"GPU {gpu.address}", mode))
         elif gpu.mig:
             free = ", ".join(
                 f"profile {p}: {n}" for p, n in gpu.free_instances

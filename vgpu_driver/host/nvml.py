@@ -167,6 +167,7 @@ class NvmlReader:
                 for t in self._call("nvmlDeviceGetCreatableVgpus", handle)
             )
             mig = self._mig(handle)
+            mixed = self._mixed_size(handle)
             free = self._free_instances(handle, card) if mig else ()
             fault = self._fault(handle) or self.errors.recent(address)
         except lib.NVMLError as error:
@@ -191,6 +192,7 @@ class NvmlReader:
             types=card.types,
             creatable=creatable,
             mig=mig,
+            mixed_size=mixed,
             free_instances=free,
             fault=fault,
             virtualization_caps=card.virtualization_caps,
@@ -246,6 +248,16 @@ class NvmlReader:
         except lib.NVMLError:  # not a MIG-capable GPU
             return False
         return bool(current == lib.NVML_DEVICE_MIG_ENABLE)
+
+    def _mixed_size(self, handle: Any) -> bool | None:
+        """Whether the GPU is in mixed-size mode (``nvidia-smi vgpu -shm``;
+        None where the manager cannot say)."""
+        lib = self._lib
+        try:
+            mode = self._call("nvmlDeviceGetVgpuHeterogeneousMode", handle)
+        except lib.NVMLError:
+            return None
+        return bool(mode)
 
     def _free_instances(
         self, handle: Any, card: _Card

@@ -42,6 +42,9 @@ class NvmlGpu:
     types: tuple[NvmlType, ...] = ()
     creatable: frozenset[int] = frozenset()
     mig: bool = False
+    # mixed-size (heterogeneous) mode: vGPUs of several framebuffer sizes
+    # at once (None: NVML did not say, as before vGPU 17)
+    mixed_size: bool | None = None
     # GPU instance profile id -> instances of it that hold no vGPU
     free_instances: tuple[tuple[int, int], ...] = ()
     # why NVML says the GPU must take no new guest (lost, rows to remap)

@@ -158,6 +158,9 @@ class SimulatedNvml:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return [int(mig), int(mig)]
 
+    def nvmlDeviceGetVgpuHeterogeneousMode(self, handle: str) -> int:
+        return int(self._card(handle).mixed_size)
+
     def nvmlDeviceGetActiveVgpus(self, handle: str) -> list[str]:
         pf = self._card(handle)
         return [
