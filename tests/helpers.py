@@ -183,6 +183,38 @@ def new_tree(nodename: str = "node1") -> ProviderTree:
     return tree
 
 
+def host_findings(inventory):
+    """What ``audit`` finds from the host alone (no records, no
+    configuration, no Placement)."""
+    from vgpu_driver.model import audit
+
+    return audit.audit(
+        inventory,
+        claims={},
+        vf_types={},
+        configured={},
+        device_of={},
+        parent_of={},
+        allocations=None,
+    )
+
+
+def metered(make_conf, tmp_path, host):
+    """A metered driver on ``host`` with its own registry and state, and
+    a provider tree it has refreshed once: (driver, registry, tree)."""
+    from prometheus_client import CollectorRegistry
+
+    from vgpu_driver.metrics import MeteredDriver
+
+    conf = make_conf(host.description.config)
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    registry = CollectorRegistry()
+    driver = MeteredDriver(conf, host, registry=registry)
+    tree = new_tree()
+    driver.update_provider_tree(tree, "node1")
+    return driver, registry, tree
+
+
 class Node:
     """A driver on a simulated host, with its provider tree."""
 

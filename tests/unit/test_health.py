@@ -8,21 +8,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests import helpers
 from vgpu_driver.metrics import MeteredDriver
-from vgpu_driver.model import audit, health
+from vgpu_driver.model import health
 from vgpu_driver.sim.simulated import SimulatedHost
 
 
 def test_vgpu_manager_down_reserves_every_nvidia_provider_until_back(
     make_conf, tmp_path
 ):
-    description = helpers.load("l40-sriov")
-    host = SimulatedHost(description)
-    conf = make_conf(description.config)
-    conf.set_override("state_path", str(tmp_path / "state"), "devices")
-    registry = CollectorRegistry()
-    driver = MeteredDriver(conf, host, registry=registry)
-    tree = helpers.new_tree()
-    [plan] = driver.update_provider_tree(tree, "node1")
+    host = SimulatedHost(helpers.load("l40-sriov"))
+    driver, registry, tree = helpers.metered(make_conf, tmp_path, host)
+    [plan] = driver.last_plans
     assert plan.reserved == 0
     host._state.modules = ["vfio", "vfio_pci"]  # the nvidia module gone
     [plan] = driver.update_provider_tree(tree, "node1")
@@ -68,15 +63,7 @@ def test_audit_names_the_device_down_and_a_guest_whose_vgpu_is_gone():
     gone = description.mdevs[0].uuid
     description.mdevs = description.mdevs[1:]
     inventory = SimulatedHost(description).discover()
-    found = audit.audit(
-        inventory,
-        claims={},
-        vf_types={},
-        configured={},
-        device_of={},
-        parent_of={},
-        allocations=None,
-    )
+    found = helpers.host_findings(inventory)
     kinds = {(f.kind, f.subject) for f in found}
     assert any(k == "device_unhealthy" for k, _ in kinds)
     [lost] = [f for f in found if f.kind == "guest_device_gone"]

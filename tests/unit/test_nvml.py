@@ -169,18 +169,12 @@ def test_bus_ids_are_spelt_as_nvml_spells_them():
 def test_an_nvml_fault_shows_in_metrics_and_audit_within_one_refresh(
     make_conf, tmp_path
 ):
-    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import generate_latest
 
-    from vgpu_driver.metrics import MeteredDriver
-    from vgpu_driver.model import audit
 
     host = rtx_host()
-    conf = make_conf(host.description.config)
-    conf.set_override("state_path", str(tmp_path / "state"), "devices")
-    registry = CollectorRegistry()
-    driver = MeteredDriver(conf, host, registry=registry)
-    tree = helpers.new_tree()
-    [plan] = driver.update_provider_tree(tree, "node1")
+    driver, registry, tree = helpers.metered(make_conf, tmp_path, host)
+    [plan] = driver.last_plans
     assert plan.reserved == 0
     flag = f'vgpu_driver_provider_unschedulable{{device="{RTX}"'
 
@@ -196,15 +190,7 @@ def test_an_nvml_fault_shows_in_metrics_and_audit_within_one_refresh(
     assert unschedulable() == 1
     text = generate_latest(registry).decode()
     assert 'cause="gpu_fault"' in text and f'device="{RTX}"' in text
-    found = audit.audit(
-        host.discover(),
-        claims={},
-        vf_types={},
-        configured={},
-        device_of={},
-        parent_of={},
-        allocations=None,
-    )
+    found = helpers.host_findings(host.discover())
     assert ("device_unhealthy", RTX) in {(f.kind, f.subject) for f in found}
     host._state.pfs[0].fault = None
     [plan] = driver.update_provider_tree(tree, "node1")

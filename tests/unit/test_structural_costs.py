@@ -30,6 +30,18 @@ def service(tmp_path, shape):
     return host, driver, tree, guests
 
 
+def defined_again_as_it_was(host, driver, uuid):
+    """libvirt undefines a guest and defines it again unchanged; the
+    driver is told both, as Nova's lifecycle callback tells it."""
+    conn = host.connection()
+    guest = conn.lookupByUUIDString(uuid)
+    xml = guest.XMLDesc(0)
+    guest.undefine()
+    conn.defineXML(xml)
+    driver.domain_event(uuid, False)
+    driver.domain_event(uuid, True)
+
+
 @pytest.mark.parametrize("shape", [(2, 16, 16), (8, 256, 256)])
 def test_a_guest_event_costs_two_calls_whatever_the_guests(tmp_path, shape):
     host, driver, tree, guests = service(tmp_path, shape)
@@ -37,13 +49,7 @@ def test_a_guest_event_costs_two_calls_whatever_the_guests(tmp_path, shape):
     driver.update_provider_tree(tree, "n")
     idle = Counter(host.calls)
     assert idle == Counter({"XMLDesc": shape[0]})  # one per parent
-    conn = host.connection()
-    guest = conn.lookupByUUIDString(guests[0])
-    xml = guest.XMLDesc(0)
-    guest.undefine()
-    conn.defineXML(xml)
-    driver.domain_event(guests[0], False)
-    driver.domain_event(guests[0], True)
+    defined_again_as_it_was(host, driver, guests[0])
     host.calls.clear()
     driver.update_provider_tree(tree, "n")
     assert Counter(host.calls) - idle == Counter(
@@ -129,15 +135,9 @@ def test_a_domain_defined_again_as_it_was_changes_no_reading(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(libvirt_host, "sort_inventory", counted)
-    conn = host.connection()
-    guest = conn.lookupByUUIDString(guests[0])
-    xml = guest.XMLDesc(0)
-    guest.undefine()
-    conn.defineXML(xml)
-    driver.domain_event(guests[0], False)
-    driver.domain_event(guests[0], True)
+    defined_again_as_it_was(host, driver, guests[0])
     assert host.discover().generation == before and built == [0]
-    conn.lookupByUUIDString(guests[0]).undefine()
+    host.connection().lookupByUUIDString(guests[0]).undefine()
     driver.domain_event(guests[0], False)
     assert host.discover().generation != before and built == [1]
 
