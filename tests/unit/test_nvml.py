@@ -171,7 +171,6 @@ def test_an_nvml_fault_shows_in_metrics_and_audit_within_one_refresh(
 ):
     from prometheus_client import generate_latest
 
-
     host = rtx_host()
     driver, registry, tree = helpers.metered(make_conf, tmp_path, host)
     [plan] = driver.last_plans
