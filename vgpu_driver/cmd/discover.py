@@ -12,7 +12,7 @@ from vgpu_driver.cmd import output
 from vgpu_driver.cmd.context import Context
 from vgpu_driver.conf import devices, loader
 from vgpu_driver.host.pci_scan import scan_gpus
-from vgpu_driver.model import check, gpus, naming, trait
+from vgpu_driver.model import check, gpus, naming, nvml, trait
 from vgpu_driver.model.device import HostInventory, MdevType
 from vgpu_driver.records.claims import MADE_RECORD
 from vgpu_driver.records.store import StateStore
@@ -133,10 +133,8 @@ def _nvml_text(said: dict[str, Any] | None) -> str:
     if said["fault"]:
         return str(said["fault"])
     if said["mig"]:
-        free = ", ".join(
-            f"profile {p}: {n}" for p, n in said["free_instances"].items()
-        )
-        return f"MIG on, free GPU instances {free or 'none'}"
+        free = nvml.free_instances_text(said["free_instances"].items())
+        return f"MIG on, free GPU instances {free}"
     if said["mixed_size"] is not None:
         return "mixed-size mode" if said["mixed_size"] else "equal-size mode"
     return "healthy"

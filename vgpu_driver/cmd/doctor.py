@@ -11,7 +11,7 @@ from vgpu_driver.cmd.context import Context
 from vgpu_driver.conf import loader
 from vgpu_driver.host.pci_scan import scan_gpus
 from vgpu_driver.host.preflight import HostFacts, read_facts
-from vgpu_driver.model import check, gpus
+from vgpu_driver.model import check, gpus, nvml
 from vgpu_driver.model.config import DeviceConfig
 from vgpu_driver.model.device import HostInventory
 
@@ -114,14 +114,12 @@ def nvml_findings(
             )
             found.append(Finding("info", f"GPU {gpu.address}", mode))
         elif gpu.mig:
-            free = ", ".join(
-                f"profile {p}: {n}" for p, n in gpu.free_instances
-            )
+            free = nvml.free_instances_text(gpu.free_instances)
             found.append(
                 Finding(
                     "info",
                     f"GPU {gpu.address}",
-                    f"MIG on; free GPU instances {free or 'none'} (each "
+                    f"MIG on; free GPU instances {free} (each "
                     "MIG-backed vGPU takes one of its profile)",
                 )
             )

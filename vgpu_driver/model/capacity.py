@@ -112,13 +112,13 @@ def sriov_room(
     a board this table cannot size, their word stands in for NVIDIA's
     figure; the host-wide cap still applies). ``gpu``: what NVML says of
     the card, when present: its word replaces the table's."""
-    if gpu is not None:
-        return _nvml_room(pf, gpu)
-    names = {t.type_id: t.name for t in pf.known_types()}
     listing: Counter[str] = Counter(
         t.type_id for vf in pf.vfs for t in vf.creatable
     )
     placed = Counter(vf.current_type for vf in pf.vfs if vf.current_type)
+    if gpu is not None:
+        return _nvml_room(gpu, listing, placed)
+    names = {t.type_id: t.name for t in pf.known_types()}
     board = board_of(pf.product_id)
     free_gb: int | None = None
     if board is not None:
@@ -148,12 +148,10 @@ def sriov_room(
 
 
 def _nvml_room(
-    pf: PhysicalFunction, gpu: nvml.NvmlGpu
+    gpu: nvml.NvmlGpu, listing: Counter[str], placed: Counter[int]
 ) -> tuple[Counter[str], dict[str, str]]:
-    listing: Counter[str] = Counter(
-        t.type_id for vf in pf.vfs for t in vf.creatable
-    )
-    placed = Counter(vf.current_type for vf in pf.vfs if vf.current_type)
+    """The table's rule with NVML's word for the room (``listing``: VFs
+    that list each type; ``placed``: vGPUs by type number)."""
     rooms: Counter[str] = Counter()
     notes: dict[str, str] = {}
     for type_id, offered in listing.items():

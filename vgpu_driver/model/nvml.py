@@ -20,7 +20,7 @@ Two traps, both in real ``nvidia-smi vgpu -s -v`` output:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 # NVIDIA's pGPU virtualization capability bit for vGPU migration
 # (nvml.h, NVML_VGPU_PGPU_VIRTUALIZATION_CAP_MIGRATION 0:0)
@@ -139,3 +139,8 @@ def migration_refusal(here: NvmlReading | None) -> str | None:
         "CUSTOM_VGPU_LIVE_MIGRATION trait in the flavor to keep the "
         "scheduler to hosts that can"
     )
+
+
+def free_instances_text(free: Iterable[tuple[int, int]]) -> str:
+    """``profile 19: 5, profile 14: 3`` (or ``none``), as tools print it."""
+    return ", ".join(f"profile {p}: {n}" for p, n in free) or "none"

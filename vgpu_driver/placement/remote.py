@@ -252,6 +252,14 @@ INVENTORY_DEFAULTS = {
 }
 
 
+def full_inventory(
+    inventory: dict[str, dict[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """Every record of an inventory with Placement's defaults filled in
+    (so two inventories compare as Placement would hold them)."""
+    return {rc: full_record(record) for rc, record in inventory.items()}
+
+
 def full_record(record: dict[str, Any]) -> dict[str, Any]:
     """An inventory record with Placement's defaults filled in."""
     full = {**INVENTORY_DEFAULTS, "max_unit": record.get("total"), **record}

@@ -13,7 +13,7 @@ from vgpu_driver.exception import PlacementError
 from vgpu_driver.placement.remote import (
     RemoteView,
     SyncReport,
-    full_record,
+    full_inventory,
     summary,
 )
 from vgpu_driver.placement.writer import ProviderWriter
@@ -70,9 +70,7 @@ def reshape(
                     "resource_provider_generation": view.providers[
                         uuid_map[d.uuid]
                     ].generation,
-                    "inventories": {
-                        rc: full_record(r) for rc, r in d.inventory.items()
-                    },
+                    "inventories": full_inventory(d.inventory),
                 }
                 for d in wanted
             },
@@ -132,8 +130,7 @@ def batch_inventories(
     view = writer.view
     client = view.client
     wanted = {
-        uuid: {rc: full_record(r) for rc, r in inventory.items()}
-        for uuid, _name, inventory in changes
+        uuid: full_inventory(inventory) for uuid, _name, inventory in changes
     }
     try:
         for inventory in wanted.values():

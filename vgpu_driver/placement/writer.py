@@ -29,6 +29,7 @@ from vgpu_driver.placement.remote import (
     Remote,
     RemoteView,
     SyncReport,
+    full_inventory,
     full_record,
     summary,
 )
@@ -146,9 +147,7 @@ class ProviderWriter:
         self, uuid: str, inventory: dict[str, dict[str, Any]]
     ) -> bool:
         remote = self.view.providers[uuid]
-        return {rc: full_record(r) for rc, r in remote.inventory.items()} != {
-            rc: full_record(r) for rc, r in inventory.items()
-        }
+        return full_inventory(remote.inventory) != full_inventory(inventory)
 
     def set_inventory(
         self,
@@ -157,12 +156,10 @@ class ProviderWriter:
         inventory: dict[str, dict[str, Any]],
         report: SyncReport,
     ) -> None:
-        wanted = {rc: full_record(rec) for rc, rec in inventory.items()}
+        wanted = full_inventory(inventory)
 
         def send(remote: Remote) -> Any:
-            if {
-                rc: full_record(r) for rc, r in remote.inventory.items()
-            } == wanted:
+            if full_inventory(remote.inventory) == wanted:
                 return None
             for rc in wanted:
                 self.client.ensure_resource_class(rc)
@@ -258,9 +255,7 @@ class ProviderWriter:
             rc: {**full_record(rec), "reserved": int(rec["total"])}
             for rc, rec in remote.inventory.items()
         }
-        if reserved != {
-            rc: full_record(r) for rc, r in remote.inventory.items()
-        }:
+        if reserved != full_inventory(remote.inventory):
             LOG.warning(
                 "Provider %s is reserved: its device is gone or serves no "
                 "type, but allocations remain on it",
