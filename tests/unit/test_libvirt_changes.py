@@ -394,3 +394,36 @@ def test_mdevs_are_listed_again_when_a_parent_changes_or_after_the_interval(
     assert host.discover() is steady  # the same reading, nothing redone
     host.devices.listed_at -= host.relist_interval  # the safety net's interval
     assert free not in {m.uuid for m in host.discover().mdevs}
+
+
+class ReasonLostOnce:
+    """A connection whose INACTIVE listing fails once with its reason
+    already cleared, as when the garbage collector frees a libvirt
+    object between the C call and the exception (libvirt's last error
+    is per thread): the test driver's refusal then has no code."""
+
+    def __init__(self, conn):
+        self.conn, self.lost = conn, 1
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+    def listAllDevices(self, flags=0):
+        if flags & INACTIVE and self.lost:
+            self.lost -= 1
+            libvirt.virResetLastError()
+            raise libvirt.libvirtError("virConnectListAllNodeDevices() failed")
+        return self.conn.listAllDevices(flags)
+
+
+def test_a_refusal_whose_reason_was_cleared_is_asked_again(tmp_path):
+    """The test driver refuses INACTIVE; a refusal read without its code
+    is asked once more and then known for the refusal it is, not taken
+    for the host failing (each new service on a shared connection met it
+    now and then: seen as 'could not discover: None')."""
+    uri, sysfs = helpers.hostdesc.materialize(helpers.load("m10"), tmp_path)
+    flaky = ReasonLostOnce(libvirt.open(uri))
+    host = LibvirtHost(sysfs_root=sysfs, connection=flaky)
+    inventory = host.discover()
+    assert inventory.parents and flaky.lost == 0
+    assert host.calls["listAllDevices"] >= 3  # asked again

@@ -261,9 +261,7 @@ class NodeDevices:
             return set()
         api = self.link.api
         try:
-            found = self.link.call(
-                "listAllDevices", conn.listAllDevices, api.list_inactive_mdevs
-            )
+            found = self._list_inactive(conn)
         except api.error as exc:
             if api.code(exc) not in api.unsupported:
                 raise
@@ -274,6 +272,25 @@ class NodeDevices:
             self._inactive_supported = False
             return set()
         return {d.name() for d in found}
+
+    def _list_inactive(self, conn: Any) -> Any:
+        """The inactive mdevs; asked twice when the refusal came without
+        its reason (libvirt's last error is per thread, and a libvirt
+        object freed by the garbage collector between the call and the
+        exception clears it: seen as a refusal with no code)."""
+        api = self.link.api
+
+        def listed() -> Any:
+            return self.link.call(
+                "listAllDevices", conn.listAllDevices, api.list_inactive_mdevs
+            )
+
+        try:
+            return listed()
+        except api.error as exc:
+            if api.code(exc) is not None:
+                raise
+        return listed()
 
     def _xml(self, device: Any, name: str) -> str | None:
         api = self.link.api
