@@ -86,33 +86,54 @@ def test_vgpu_on_the_root_moves_to_per_pgpu_children(
     assert node.sync().requests == 0
 
 
+@pytest.mark.parametrize(
+    ("host", "vfs", "gpu", "total"),
+    [
+        # vendor-VFIO SR-IOV (L40): Nova named a VF's provider by address
+        (
+            "l40-sriov",
+            ("0000:41:00.4", "0000:41:00.5", "0000:41:00.6"),
+            "pci_0000_41_00_0",
+            12,
+        ),
+        # VFs as mdev parents (A2 before kernel 6.8): by the VF's name
+        (
+            "a2-vf-parents",
+            ("pci_0000_3b_00_4", "pci_0000_3b_00_5"),
+            "pci_0000_3b_00_0",
+            4,
+        ),
+    ],
+)
 def test_per_vf_providers_move_to_one_provider_per_physical_gpu(
-    placement_url, tmp_path, client
+    placement_url, tmp_path, client, host, vfs, gpu, total
 ):
-    node = Node(placement_url, tmp_path, host_name="l40-sriov")
+    """The guest (on the first VF listed) has its unit moved to the GPU's
+    provider, and the VFs' providers are gone."""
+    node = Node(placement_url, tmp_path, host_name=host)
     root = make_provider(
         client,
         node.nodename,
         uuid_=root_uuid_for(node.nodename),
         inventory={"VCPU": 8},
     )
-    vf_rps = {
-        address: make_provider(
+    vf_rps = [
+        make_provider(
             client,
-            f"{node.nodename}_{address}",
+            f"{node.nodename}_{vf}",
             parent=root,
             inventory={"VGPU": 1},
         )
-        for address in ("0000:41:00.4", "0000:41:00.5", "0000:41:00.6")
-    }
-    [guest] = node.host.discover().guests  # uses VF 0000:41:00.4
-    put_allocation(client, guest.uuid, {vf_rps["0000:41:00.4"]: {"VGPU": 1}})
+        for vf in vfs
+    ]
+    [guest] = node.host.discover().guests
+    put_allocation(client, guest.uuid, {vf_rps[0]: {"VGPU": 1}})
     node.sync()
     view = placement_view(client, node.nodename)
-    assert set(view) == {node.nodename, "pci_0000_41_00_0"}  # VF rps gone
-    pf_rp = view["pci_0000_41_00_0"][2]
-    assert view["pci_0000_41_00_0"][0] == {"VGPU": (12, 0)}
-    assert get_allocation(client, guest.uuid) == {pf_rp: {"VGPU": 1}}
+    assert set(view) == {node.nodename, gpu}  # VF rps gone
+    assert view[gpu][0] == {"VGPU": (total, 0)}
+    assert get_allocation(client, guest.uuid) == {view[gpu][2]: {"VGPU": 1}}
+    assert node.sync().requests == 0
 
 
 def test_unmatched_consumer_fails_clearly_and_changes_nothing(

@@ -276,22 +276,25 @@ def a2_totals(inventory, **kwargs):
     return plans
 
 
-def test_the_vfs_of_one_gpu_share_what_the_gpu_holds():
+def test_the_vfs_of_one_gpu_are_one_provider_of_what_the_gpu_holds():
     """An A2 (16 VFs, each an mdev parent of one vGPU) with one A2-4Q in
-    use: the type's description says max_instance=4, so the VFs offer 4
-    in all, not 16; the one in use counts first."""
+    use on a VF: one provider, named after the GPU as the seeds' pGPU
+    model has it, of the type description's max_instance=4, not 16."""
     inventory = helpers.simulated_host("a2-vf-parents").discover()
     assert len(inventory.parents) == 16
-    plans = a2_totals(inventory)
-    assert sum(p.total for p in plans) == 4
-    assert {p.device: p.total for p in plans}["pci_0000_3b_00_4"] == 1
-    assert all(p.total <= 1 for p in plans)
+    [plan] = a2_totals(inventory)
+    assert (plan.name, plan.device) == (
+        "cn_pci_0000_3b_00_0",
+        "pci_0000_3b_00_0",
+    )
+    assert (plan.total, plan.reserved) == (4, 0)
+    assert plan.limit is None  # max_instance is proven: nothing to say
 
 
 def test_the_simulated_kernel_refuses_a_fifth_as_the_driver_does():
     host = helpers.simulated_host("a2-vf-parents")
-    for plan in a2_totals(host.discover()):
-        parent = host.discover().parent(plan.device)
+    for name in [p.name for p in host.discover().parents]:
+        parent = host.discover().parent(name)
         if parent.type("nvidia-744").available:
             host.create_mdev(parent, "nvidia-744", str(uuid.uuid4()))
     inventory = host.discover()

@@ -25,9 +25,14 @@ from vgpu_driver.model.device_view import foreign_devices
 from vgpu_driver.placement.allocations import device_allocations
 
 
-def _parent_of(driver: VgpuDriver, inventory: HostInventory) -> dict[str, str]:
+def device_ids_on(
+    driver: VgpuDriver, inventory: HostInventory
+) -> dict[str, str]:
+    """Device id -> the device whose provider reports it (a VF parent's
+    mdev: its GPU's)."""
     found = {uuid: where[0] for uuid, where in driver.seen_mdevs().items()}
     found.update({m.uuid: m.parent for m in inventory.mdevs})
+    found = {d: inventory.device_of(p) for d, p in found.items()}
     for pf in inventory.pfs:
         found.update({vf.address: pf.name for vf in pf.vfs})
     return found
@@ -93,7 +98,7 @@ def run(context: Context) -> int:
         vf_types=driver.binder.vf_types,
         configured=driver.configured_types(inventory),
         device_of=device_of,
-        parent_of=_parent_of(driver, inventory),
+        parent_of=device_ids_on(driver, inventory),
         allocations=allocations,
         ours=owned,
     )

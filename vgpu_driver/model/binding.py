@@ -62,10 +62,14 @@ def choose(
     parents: Mapping[str, ParentView],
     pfs: Mapping[str, PfView],
     busy: set[str],
+    groups: Mapping[str, tuple[str, ...]] | None = None,
 ) -> list[BoundDevice]:
     """Devices for ``wanted`` units: (device name, type id, count).
 
-    ``busy``: device ids used by guests or claimed. Raises
+    ``busy``: device ids used by guests or claimed. ``groups``: GPU name
+    -> its VF parents, one of which takes each unit asked of the GPU (a
+    free mdev on any of them first, else a new one on the first with
+    room). Raises
     DeviceCapacityExhausted when a parent has no room. ``created``
     marks what would have to be made.
     """
@@ -73,7 +77,17 @@ def choose(
     chosen: list[BoundDevice] = []
     for device, type_id, count in wanted:
         for _ in range(count):
-            pick = _pick(device, type_id, parents, pfs, taken, chosen)
+            pick = None
+            members = (groups or {}).get(device, (device,))
+            for reuse_only in (True, False):
+                for name in members:
+                    pick = _pick(
+                        name, type_id, parents, pfs, taken, chosen, reuse_only
+                    )
+                    if pick is not None:
+                        break
+                if pick is not None:
+                    break
             if pick is None:
                 raise DeviceCapacityExhausted(
                     count=count, type_id=type_id, parent=device
@@ -90,6 +104,7 @@ def _pick(
     pfs: Mapping[str, PfView],
     taken: set[str],
     chosen: list[BoundDevice],
+    reuse_only: bool = False,
 ) -> BoundDevice | None:
     if device in pfs:
         pf = pfs[device]
@@ -112,6 +127,8 @@ def _pick(
     for uuid in parent.free.get(type_id, []):
         if uuid not in taken:
             return BoundDevice("mdev", uuid, device, type_id)
+    if reuse_only:
+        return None
     pending = sum(1 for c in chosen if c.parent == device and c.created)
     if parent.available.get(type_id, 0) - pending > 0:
         return BoundDevice("mdev", str(uuidlib.uuid4()), device, type_id, True)

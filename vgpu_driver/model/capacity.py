@@ -200,40 +200,17 @@ def _room(
 
 
 def gpu_room(
-    members: list[tuple[str | None, str, int, int, int | None]],
-) -> dict[tuple[str, str], tuple[int, str | None]]:
-    """The room each GPU has left for a type when its VFs are the mdev
-    parents (NVIDIA Ampere before kernel 6.8: one vGPU per VF, and the
-    VFs together hold the type's ``max_instance``), and why, when that
-    is less than its VFs offer. ``members``: (GPU, type id, devices of
-    the type on that VF, more the VF offers, max_instance from the type's
-    description). Unknown max_instance: one more than in use, said."""
-    used: Counter[tuple[str, str]] = Counter()
-    offered: Counter[tuple[str, str]] = Counter()
-    cap: dict[tuple[str, str], int | None] = {}
-    for gpu, type_id, in_use, more, max_instance in members:
-        if gpu is None:
-            continue
-        key = (gpu, type_id)
-        used[key] += in_use
-        offered[key] += more
-        if cap.get(key) is None:
-            cap[key] = max_instance
-    rooms: dict[tuple[str, str], tuple[int, str | None]] = {}
-    for key, limit in cap.items():
-        gpu, type_id = key
-        if limit is None:
-            room = 1
-            why = (
-                f"the VFs of GPU {gpu} are its mdev parents and {type_id}'s "
-                "description gives no max_instance, so what the GPU holds "
-                "is unknown; offering one more than in use at a time"
-            )
-        else:
-            room = max(0, limit - used[key])
-            why = (
-                f"the VFs of GPU {gpu} share its max_instance={limit} of "
-                f"{type_id}"
-            )
-        rooms[key] = (room, why if room < offered[key] else None)
-    return rooms
+    gpu: str, type_id: str, in_use: int, max_instance: int | None
+) -> tuple[int, str | None]:
+    """The room a GPU whose VFs are the mdev parents (NVIDIA Ampere before
+    kernel 6.8: one vGPU per VF) has left for a type: its VFs together
+    hold the type's ``max_instance`` (the description says it: proven,
+    nothing to say). Unknown max_instance: one more than ``in_use``, and
+    why."""
+    if max_instance is not None:
+        return max(0, max_instance - in_use), None
+    return 1, (
+        f"the VFs of GPU {gpu} are its mdev parents and {type_id}'s "
+        "description gives no max_instance, so what the GPU holds is "
+        "unknown; offering one more than in use at a time"
+    )

@@ -77,6 +77,7 @@ def host_problems(
                 problems.append(
                     _sriov_disabled(type_cfg.group, address, disabled)
                 )
+    problems += _vf_parent_addresses(config, inventory)
     for type_cfg in config.types:
         if type_cfg.type_id not in everywhere:
             problems.append(
@@ -120,3 +121,30 @@ def _sriov_disabled(
         f"offers no vGPU: enable its VFs ('{command}' with NVIDIA's vGPU "
         "manager), then restart the service",
     )
+
+
+def _vf_parent_addresses(
+    config: DeviceConfig, inventory: HostInventory
+) -> list[Problem]:
+    """A VF listed where a GPU's VFs are its mdev parents: the GPU is one
+    provider, so the entry means the whole GPU (a warning that says so
+    and which address to write)."""
+    gpu_of = {
+        p.address: p.physical_function
+        for p in inventory.parents
+        if p.address and p.physical_function
+    }
+    return [
+        Problem(
+            type_cfg.group,
+            "device_addresses",
+            address,
+            f"is a VF of GPU {gpu_of[address]}, whose VFs are one provider: "
+            f"the whole GPU serves {type_cfg.type_id}; list the GPU's "
+            f"address ({gpu_of[address]}) to say so",
+            "warning",
+        )
+        for type_cfg in config.types
+        for address in type_cfg.addresses
+        if address in gpu_of
+    ]

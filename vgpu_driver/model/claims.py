@@ -15,7 +15,7 @@ the device (``kind``, ``id``, ``parent``, ``type_id``, ``created``), the
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from vgpu_driver.exception import ClaimConflict
@@ -113,15 +113,20 @@ def check_same_bind(
     held: list[BoundDevice],
     wanted: Iterable[tuple[str, str, int]],
     any_parent: bool,
+    device_of: Callable[[str], str] | None = None,
 ) -> None:
     """Raise ClaimConflict unless ``held`` is what ``wanted`` asks for.
     ``any_parent``: the parents were picked by room, so only the types
-    are compared."""
+    are compared. ``device_of``: the device a held device's parent
+    counts as (a VF parent: its GPU, which ``wanted`` names)."""
 
     def key(parent: str, type_id: str) -> tuple[str, str]:
         return ("", type_id) if any_parent else (parent, type_id)
 
-    has = Counter(key(d.parent, d.type_id) for d in held)
+    has = Counter(
+        key(device_of(d.parent) if device_of else d.parent, d.type_id)
+        for d in held
+    )
     asks: Counter[tuple[str, str]] = Counter()
     for parent, type_id, units in wanted:
         asks[key(parent, type_id)] += units

@@ -213,6 +213,34 @@ class HostInventory:
             found.setdefault(mdev.parent, []).append(mdev)
         return {name: tuple(mdevs) for name, mdevs in found.items()}
 
+    @functools.cached_property
+    def _gpu_of(self) -> dict[str, str]:
+        return {
+            p.name: naming.libvirt_pci_name(p.physical_function)
+            for p in self.parents
+            if p.physical_function
+        }
+
+    @functools.cached_property
+    def _gpu_members(self) -> dict[str, tuple[Parent, ...]]:
+        found: dict[str, list[Parent]] = {}
+        for parent in self.parents:
+            gpu = self._gpu_of.get(parent.name)
+            if gpu is not None:
+                found.setdefault(gpu, []).append(parent)
+        return {gpu: tuple(members) for gpu, members in found.items()}
+
+    def device_of(self, name: str) -> str:
+        """The device whose provider reports parent ``name``: its GPU for
+        a VF parent (Ampere before kernel 6.8: the VFs of one GPU are one
+        provider, named after the GPU), else the parent itself."""
+        return self._gpu_of.get(name, name)
+
+    def vf_parents(self, gpu: str) -> tuple[Parent, ...]:
+        """The VF parents of GPU ``gpu`` (its libvirt name), in name
+        order; () for any other device."""
+        return self._gpu_members.get(gpu, ())
+
     def mdev_users(self) -> dict[str, str]:
         """mdev uuid -> uuid of the guest that has it (read-only)."""
         return self._mdev_users

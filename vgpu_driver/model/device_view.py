@@ -28,10 +28,23 @@ class DeviceView:
     # devices another manager made (an mdev this library did not create,
     # a VF it did not type): never handed out, removed or retyped
     foreign: set[str] = dataclasses.field(default_factory=set)
+    # GPU name -> its VF parents' names (Ampere before kernel 6.8: one
+    # provider stands for all of them)
+    groups: dict[str, tuple[str, ...]] = dataclasses.field(
+        default_factory=dict
+    )
 
     @classmethod
     def empty(cls) -> DeviceView:
         return cls({}, {}, {}, {}, {})
+
+    def device_of(self, parent: str) -> str:
+        """The device whose provider reports ``parent`` (its GPU for a VF
+        parent)."""
+        for gpu, members in self.groups.items():
+            if parent in members:
+                return gpu
+        return parent
 
     @classmethod
     def of(
@@ -73,6 +86,14 @@ class DeviceView:
             foreign=set()
             if ours is None
             else foreign_devices(inventory, ours),
+            groups={
+                inventory.device_of(p.name): tuple(
+                    m.name
+                    for m in inventory.vf_parents(inventory.device_of(p.name))
+                )
+                for p in inventory.parents
+                if p.physical_function
+            },
         )
 
     def busy(self, claims: Claims) -> set[str]:
@@ -126,11 +147,14 @@ class DeviceView:
         ``candidates`` (parent -> type id)."""
         room: dict[str, list[int]] = {}
         for parent, type_id in candidates.items():
-            view = self.parents.get(parent)
-            if view is None:
-                continue
-            free = [u for u in view.free.get(type_id, []) if u not in busy]
-            room[parent] = [len(free), view.available.get(type_id, 0)]
+            for name in self.groups.get(parent, (parent,)):
+                view = self.parents.get(name)
+                if view is None:
+                    continue
+                free = [u for u in view.free.get(type_id, []) if u not in busy]
+                counts = room.setdefault(parent, [0, 0])
+                counts[0] += len(free)
+                counts[1] += view.available.get(type_id, 0)
         return room
 
     def take_off_free_list(self, device_id: str) -> None:

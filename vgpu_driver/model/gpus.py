@@ -88,7 +88,7 @@ def roles(
             found.append(
                 _served(
                     f"GPU whose {parents_on_gpu[gpu.address]} VFs are mdev "
-                    "parents",
+                    "parents (one provider)",
                     gpu,
                     type_cfg,
                     vfs,

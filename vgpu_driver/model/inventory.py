@@ -2,7 +2,9 @@
 
 For each mdev parent (and each NVIDIA SR-IOV physical GPU) that serves an
 enabled type, one child provider of the compute node, named as Nova names
-it: ``<nodename>_<libvirt device name>``.
+it: ``<nodename>_<libvirt device name>``. The VF parents of one GPU (NVIDIA
+Ampere before kernel 6.8) are one provider, named after the GPU, whose
+total is what the GPU holds (the type's ``max_instance``).
 
 * total = devices of the type that exist on the parent + its
   ``availableInstances`` (SR-IOV: VFs that have the type + VFs that could
@@ -20,17 +22,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import os_resource_classes as orc
 
-from vgpu_driver.model import capacity, health, naming, nvml, trait
+from vgpu_driver.model import capacity, health, naming, trait
 from vgpu_driver.model.config import DeviceConfig, TypeConfig
-from vgpu_driver.model.device import (
-    HostInventory,
-    Parent,
-    PhysicalFunction,
-)
+from vgpu_driver.model.device import HostInventory
+from vgpu_driver.model.plan_devices import Device, by_device, devices_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,68 +55,6 @@ class ProviderPlan:
                 "allocation_ratio": 1.0,
             }
         }
-
-
-@dataclasses.dataclass(frozen=True)
-class _Device:
-    """One parent or physical function, reduced to what the plan needs."""
-
-    name: str
-    keys: tuple[str, ...]
-    supported: tuple[str, ...]
-    existing: Counter[str]  # type id -> devices of it that exist
-    available: Mapping[str, int]  # type id -> room for more
-    # type id -> what it offers, asked for the type a plan reports only
-    # (a GRID pGPU lists about 18 types)
-    capabilities: Callable[[str], trait.Capabilities]
-    # type id -> why it offers less than the host lists (capacity.Room)
-    limits: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    gpu: str | None = None  # a VF parent's GPU (whose room its VFs share)
-    driver: str | None = None  # its host driver (for the version trait)
-    migration: bool | None = None  # NVML: its vGPUs can live-migrate
-
-
-def _from_parent(parent: Parent, existing: Counter[str]) -> _Device:
-    def caps(type_id: str) -> trait.Capabilities:
-        found = parent.type(type_id)
-        return trait.capabilities_of(found) if found else trait.NOTHING_KNOWN
-
-    return _Device(
-        name=parent.name,
-        keys=parent.keys,
-        supported=parent.type_ids,
-        existing=existing,
-        available={t.id: t.available for t in parent.types},
-        capabilities=caps,
-        gpu=parent.physical_function,
-        driver=parent.driver,
-    )
-
-
-def _from_pf(
-    pf: PhysicalFunction, vouched: frozenset[str], gpu: nvml.NvmlGpu | None
-) -> _Device:
-    existing = Counter(
-        naming.sriov_type_id(vf.current_type)
-        for vf in pf.vfs
-        if vf.current_type
-    )
-    available, limits = capacity.sriov_room(pf, vouched, gpu)
-    names = {t.type_id: t.name for t in pf.known_types()}
-    supported = tuple(dict.fromkeys([*names, *existing]))
-    return _Device(
-        name=pf.name,
-        keys=pf.keys,
-        supported=supported,
-        existing=existing,
-        available=available,
-        capabilities=lambda type_id: trait.CATALOGUE.get(
-            names.get(type_id, ""), trait.NOTHING_KNOWN
-        ),
-        limits=limits,
-        driver=pf.driver,
-        migration=gpu.migration if gpu is not None else None,
-    )
 
 
 def type_traits(type_cfg: TypeConfig, caps: trait.Capabilities) -> set[str]:
@@ -154,29 +91,19 @@ def plan_providers(
     allocated = allocated or {}
     existing = existing or {}
     failing = set(unschedulable)
-    down = health.unhealthy(inventory)
-    by_parent: dict[str, Counter[str]] = {}
-    for mdev in inventory.mdevs:
-        counts = by_parent.get(mdev.parent)
-        if counts is None:
-            counts = by_parent[mdev.parent] = Counter()
-        counts[mdev.type_id] += 1
-    devices = [
-        _from_parent(p, by_parent.get(p.name, Counter()))
-        for p in inventory.parents
-    ]
-    vouched = frozenset(t.type_id for t in config.types if t.max_instances)
-    said = inventory.nvml
-    devices += [
-        _from_pf(pf, vouched, said.gpu(pf.address) if said else None)
-        for pf in inventory.pfs
-    ]
+    down = {
+        inventory.device_of(name): why
+        for name, why in sorted(health.unhealthy(inventory).items())
+    }
+    held_here = by_device(inventory, held)
+    foreign_here = by_device(inventory, foreign or {})
+    devices = devices_of(inventory, config)
 
-    chosen: list[tuple[_Device, TypeConfig]] = []
+    chosen: list[tuple[Device, TypeConfig]] = []
     plans: dict[str, ProviderPlan] = {}
     for device in devices:
         type_cfg = config.type_for_parent(device.keys, device.supported)
-        in_use = {t: n for t, n in held.get(device.name, {}).items() if n}
+        in_use = {t: n for t, n in held_here.get(device.name, {}).items() if n}
         other = {
             t: n
             for t, n in in_use.items()
@@ -212,43 +139,30 @@ def plan_providers(
     used_total: Counter[str] = Counter()
     for device, type_cfg in chosen:
         used_total[type_cfg.type_id] += _used(
-            device, type_cfg, held, allocated, nodename
+            device, type_cfg, held_here, allocated, nodename
         )
     free_budget = {
         type_id: max(0, cap - used_total[type_id])
         for type_id, cap in budgets.items()
     }
-    gpu_free = capacity.gpu_room(
-        [
-            (
-                d.gpu,
-                t.type_id,
-                max(
-                    d.existing[t.type_id],
-                    _used(d, t, held, allocated, nodename),
-                ),
-                d.available.get(t.type_id, 0),
-                d.capabilities(t.type_id).max_instance,
-            )
-            for d, t in chosen
-            if d.gpu
-        ]
-    )
     type_traits_of: dict[tuple[str, trait.Capabilities], frozenset[str]] = {}
     for device, type_cfg in sorted(chosen, key=lambda c: c[0].name):
         type_id = type_cfg.type_id
         total = device.existing[type_id] + device.available.get(type_id, 0)
-        used = _used(device, type_cfg, held, allocated, nodename)
+        used = _used(device, type_cfg, held_here, allocated, nodename)
         reason = None
         limit = device.limits.get(type_id)
         if device.gpu:
-            # the VFs of one GPU share what the GPU holds, in name order
+            # its VFs hold one vGPU each, the GPU what the type says
             occupied = max(device.existing[type_id], used)
             free_here = max(0, total - occupied)
-            room, why = gpu_free.get((device.gpu, type_id), (0, None))
-            granted = min(free_here, room)
-            gpu_free[(device.gpu, type_id)] = (room - granted, why)
-            total = occupied + granted
+            room, why = capacity.gpu_room(
+                device.gpu,
+                type_id,
+                occupied,
+                device.capabilities(type_id).max_instance,
+            )
+            total = occupied + min(free_here, room)
             limit = limit or why
         if type_id in free_budget:
             free_here = max(0, total - used)
@@ -266,7 +180,7 @@ def plan_providers(
             reserved = total
         else:
             reason = None
-        outside = (foreign or {}).get(device.name, {}).get(type_id, 0)
+        outside = foreign_here.get(device.name, Counter())[type_id]
         if outside and reserved < total:
             reserved = min(total, reserved + outside)
             if reserved == total and not reason:
@@ -310,13 +224,13 @@ def plan_providers(
         if rp_name in planned_names:
             continue
         device_name = rp_name.removeprefix(f"{nodename}_")
-        in_use_held = sum(held.get(device_name, {}).values())
+        in_use_held = sum(held_here.get(device_name, {}).values())
         in_use_alloc = sum(allocated.get(rp_name, {}).values())
         count = max(in_use_held, in_use_alloc)
         if not count:
             continue
         classes = list(classes) or [str(orc.VGPU)]
-        types = held.get(device_name, {})
+        types = held_here.get(device_name, Counter())
         old_type = max(types, key=lambda t: types[t]) if types else ""
         why = (
             "its device is no longer on the host"
@@ -336,7 +250,7 @@ def plan_providers(
 
 
 def _used(
-    device: _Device,
+    device: Device,
     type_cfg: TypeConfig,
     held: Mapping[str, Mapping[str, int]],
     allocated: Mapping[str, Mapping[str, int]],

@@ -1,6 +1,7 @@
 """Upgrades from older layouts (pure): VGPU units on the compute node's
-own provider (Nova's first vGPU code) or on one provider per VF move to
-one provider per pGPU, following the devices the guests have.
+own provider (Nova's first vGPU code) or on one provider per VF (an
+NVIDIA SR-IOV card's VFs, or VFs that are mdev parents) move to one
+provider per pGPU, following the devices the guests have.
 
 The functions read and write a provider tree through its public
 interface (this library's :class:`~vgpu_driver.model.provider_tree.
@@ -39,6 +40,13 @@ def old_layout(
     vf_names = {
         f"{nodename}_{vf.address}" for pf in inventory.pfs for vf in pf.vfs
     }
+    # VF parents (Ampere before kernel 6.8) were a provider each; their
+    # GPU is one now
+    vf_names.update(
+        naming.provider_name(nodename, p.name)
+        for p in inventory.parents
+        if p.physical_function
+    )
     per_vf = sorted(
         p.name
         for p in under
@@ -102,7 +110,7 @@ def plan_moves(
                 parent, type_id = seen[uuid]
                 type_cfg = config.get(type_id)
                 rc = type_cfg.resource_class if type_cfg else str(orc.VGPU)
-                devices.append((parent, rc))
+                devices.append((inventory.device_of(parent), rc))
         for address in guest.pci_devices:
             if address in vf_pf:
                 devices.append((vf_pf[address], str(orc.VGPU)))

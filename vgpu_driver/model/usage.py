@@ -31,21 +31,23 @@ def held_devices(
     seen: Mapping[str, tuple[str, str]],
     claims: Sequence[tuple[str, str, str]],
 ) -> dict[str, Counter[str]]:
-    """Device name -> type id -> devices of that type that guests use or
-    that are claimed (bound, not yet in a guest; or reserved for an
-    incoming live migration). ``seen``: mdev uuid -> (parent, type) of
-    every mdev seen; ``claims``: (device id, parent, type id)."""
+    """Device name (a VF parent counts as its GPU: see
+    HostInventory.device_of) -> type id -> devices of that type that
+    guests use or that are claimed (bound, not yet in a guest; or
+    reserved for an incoming live migration). ``seen``: mdev uuid ->
+    (parent, type) of every mdev seen; ``claims``: (device id, parent,
+    type id)."""
     held: dict[str, Counter[str]] = defaultdict(Counter)
     users = inventory.mdev_users()
     for uuid in users:
         known = seen.get(uuid)
         if known is not None:
             parent, type_id = known
-            held[parent][type_id] += 1
+            held[inventory.device_of(parent)][type_id] += 1
     pci_users = inventory.pci_users()
     for device_id, parent, type_id in claims:
         if device_id not in users and device_id not in pci_users:
-            held[parent][type_id] += 1
+            held[inventory.device_of(parent)][type_id] += 1
     vf_owner = {
         vf.address: (pf.name, vf.current_type)
         for pf in inventory.pfs

@@ -202,7 +202,9 @@ class DeviceBinder:
                 ledger.view.returned(device_of(guess), made=False)
             mine = held_by(ledger.claims, instance, purpose)
             if mine:
-                check_same_bind(instance, mine, wanted, any_parent)
+                check_same_bind(
+                    instance, mine, wanted, any_parent, ledger.view.device_of
+                )
                 return mine  # the same bind again: idempotent
             chosen = ledger.choose(wanted)
             for device in chosen:
@@ -227,7 +229,9 @@ class DeviceBinder:
                     count=1, type_id=first.type_id, parent=first.parent
                 ) from exc
             raise
-        self.unschedulable.worked(d.parent for d in done)
+        self.unschedulable.worked(
+            ledger.view.device_of(d.parent) for d in done
+        )
         LOG.info(
             "Bound %s to instance %s: %s",
             ", ".join(f"{d.kind} {d.id}" for d in chosen) or "nothing",
@@ -293,7 +297,7 @@ class DeviceBinder:
                 exc, HostUnreachable
             ):
                 for parent in failing:
-                    self.unschedulable.mark(parent, exc)
+                    self.unschedulable.mark(ledger.view.device_of(parent), exc)
             ledger.save()
         LOG.warning(
             "Bind for instance %s failed and was undone: %s", instance, exc

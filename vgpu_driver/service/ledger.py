@@ -199,7 +199,9 @@ class Ledger:
         view = self.view
         for _attempt in range(8):
             busy = view.busy(self.claims)
-            chosen = binding.choose(wanted, view.parents, view.pfs, busy)
+            chosen = binding.choose(
+                wanted, view.parents, view.pfs, busy, view.groups
+            )
             gone = [
                 d
                 for d in chosen

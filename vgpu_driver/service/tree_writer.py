@@ -76,9 +76,12 @@ class TreeWriter:
         """Traits this library may add or remove; any other trait on the
         provider (an operator's) is left alone."""
         managed = set(configured.names)
-        parent = inventory.parent(plan.device)
-        if parent is not None:
-            managed.update(naming.type_trait(t) for t in parent.type_ids)
+        parents = inventory.vf_parents(plan.device)[:1] or (
+            inventory.parent(plan.device),
+        )
+        for parent in parents:
+            if parent is not None:
+                managed.update(naming.type_trait(t) for t in parent.type_ids)
         if plan.type_id:
             managed.add(naming.type_trait(plan.type_id))
         managed.update(self.traits.managed(plan.name))
