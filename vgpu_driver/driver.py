@@ -227,10 +227,11 @@ class VgpuDriver:
         found.update(self.binder.mdev_types(wanted))
         return found
 
-    def vf_devices(self) -> set[str]:
-        """PCI addresses of the VFs of NVIDIA SR-IOV vGPU cards: the PCI
-        devices this library gives to guests (any other PCI device a
-        guest has is the caller's). No host call."""
+    def vf_devices(self) -> dict[str, bool]:
+        """The VFs this library gives to guests (any other PCI device a
+        guest has is the caller's), each with whether libvirt manages it
+        (True: a VF given as it is, AMD or Intel; False: an NVIDIA SR-IOV
+        vGPU's, which stays bound to NVIDIA's driver). No host call."""
         return self.binder.vf_addresses()
 
     def domain_event(self, instance_uuid: str, defined: bool) -> None:

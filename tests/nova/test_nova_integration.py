@@ -255,12 +255,26 @@ def test_nova_s_start_up_drops_bind_claims_of_instances_it_no_longer_has(
 def sriov(tmp_path):
     """Nova's CONF and an adapter on the L40 host: an NVIDIA SR-IOV card
     whose VFs carry one vGPU each (one VF in use by a guest)."""
+    yield from _sriov_driver(
+        tmp_path, "l40-sriov", "nvidia-1157", "0000:41:00.0"
+    )
+
+
+@pytest.fixture
+def mxgpu(tmp_path):
+    """The same on the AMD MxGPU host: VFs given as they are."""
+    yield from _sriov_driver(
+        tmp_path, "amd-mxgpu", "vf-1002-692f", "0000:61:00.0"
+    )
+
+
+def _sriov_driver(tmp_path, host, type_id, address):
     conf = config_fixture.Config(CONF)
     conf.setUp()
-    conf.config(enabled_mdev_types=["nvidia-1157"], group="devices")
+    conf.config(enabled_mdev_types=[type_id], group="devices")
     nova_conf.devices.register_dynamic_opts(CONF)
-    conf.config(device_addresses=["0000:41:00.0"], group="mdev_nvidia-1157")
-    uri, sysfs = hostdesc.materialize(helpers.load("l40-sriov"), tmp_path)
+    conf.config(device_addresses=[address], group=f"mdev_{type_id}")
+    uri, sysfs = hostdesc.materialize(helpers.load(host), tmp_path)
     connection = libvirt.open(uri)
     vconf.register_opts(CONF)
     conf.config(state_path=str(tmp_path / "state"), group="devices")
@@ -303,6 +317,25 @@ def test_an_sriov_vgpu_reaches_nova_s_guest_config_as_a_vf(sriov):
     ) == {vf: instance}
     in_use = "cf2c2652-0777-5ada-aed9-f00b6c76566b"  # has 0000:41:00.4
     assert adapter.vfs_of(in_use) == ["0000:41:00.4"]
+
+
+def test_an_amd_vf_reaches_nova_s_guest_config_managed_by_libvirt(mxgpu):
+    """A VF given as it is: libvirt binds it to vfio-pci (managed)."""
+    from nova.virt.libvirt import config as vconfig
+
+    driver, adapter, tree = mxgpu
+    rp = tree.data(f"{NODE}_pci_0000_61_00_0").uuid
+    instance = str(uuid.uuid4())
+    [vf] = adapter.allocate(instance, {rp: {"resources": {"VGPU": 1}}})
+    assert vf == "0000:61:02.0"
+    guest = vconfig.LibvirtConfigGuest()
+    driver._guest_add_mdevs(guest, [vf])
+    [hostdev] = guest.devices
+    xml = hostdev.to_xml()
+    assert 'managed="yes"' in xml or "managed='yes'" in xml
+    assert driver._get_all_assigned_mediated_devices(
+        type("I", (), {"uuid": instance})
+    ) == {vf: instance}
 
 
 def test_suspend_detaches_the_vf_and_resume_finds_it_again(sriov):

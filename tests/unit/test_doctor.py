@@ -85,14 +85,15 @@ def test_vfs_not_enabled_give_the_command(capsys, tmp_path):
 
 
 def test_an_amd_sriov_gpu_is_shown_with_what_to_do_not_ignored(capsys):
-    """Seed 000 names AMD MxGPU: the library does not drive it, and says
-    so (discover used to print 'mdev parents none' and nothing else)."""
+    """Seed 000 names AMD MxGPU: its VFs are given as they are, and
+    discover says how to enable them (it used to print 'mdev parents
+    none' and nothing else)."""
     code, data = run(capsys, "amd-mxgpu", "discover")
     assert code == 0
     [gpu] = data["gpus"]
     assert gpu["vendor"] == "AMD" and gpu["vfs"] == 16
-    assert "16 of 16 VFs enabled" in gpu["role"]
-    assert "[pci] device_spec" in gpu["note"]
+    assert "VFs given as they are" in gpu["role"]
+    assert "enabled_mdev_types = vf-1002-692f" in gpu["note"]
     code, data = run(capsys, "amd-mxgpu")
     assert code == 0
     assert any("AMD SR-IOV GPU" in f["detail"] for f in data["findings"])

@@ -119,10 +119,14 @@ def hostdev_xml_for_mdev(uuid: str) -> str:
     )
 
 
-def hostdev_xml_for_pci(address: str) -> str:
+def hostdev_xml_for_pci(address: str, managed: bool = False) -> str:
+    """``managed``: libvirt detaches the VF from its host driver and
+    binds it to vfio-pci (a VF given as it is); not for an NVIDIA vGPU
+    VF, which stays bound to NVIDIA's driver."""
     domain, bus, slot, function = naming.split_pci_address(address)
     return (
-        "<hostdev mode='subsystem' type='pci' managed='no'>\n"
+        "<hostdev mode='subsystem' type='pci' "
+        f"managed='{'yes' if managed else 'no'}'>\n"
         "  <source>\n"
         f"    <address domain='0x{domain}' bus='0x{bus}' slot='0x{slot}' "
         f"function='0x{function}'/>\n"
@@ -135,4 +139,6 @@ def hostdev_xml(device: BoundDevice) -> str:
     """The ``<hostdev>`` element that gives ``device`` to a guest."""
     if device.kind == "vf":
         return hostdev_xml_for_pci(device.id)
+    if device.kind == "pci":  # libvirt binds it to vfio-pci
+        return hostdev_xml_for_pci(device.id, managed=True)
     return hostdev_xml_for_mdev(device.id)

@@ -54,6 +54,7 @@ from vgpu_driver.host.mdev_ops import Creator, MdevOperations
 from vgpu_driver.host.nodedevs import NodeDevices
 from vgpu_driver.host.nvml import NvmlReader, nvidia_gpus
 from vgpu_driver.host.parents import ParentReader
+from vgpu_driver.host.plain_sriov import PlainSriovScan
 from vgpu_driver.host.sysfs import SysfsTree
 from vgpu_driver.model.device import (
     Guest,
@@ -100,6 +101,7 @@ class LibvirtHost:
             uri, opener=opener, connection=connection, connect=connect, api=api
         )
         self.sysfs = SysfsTree(sysfs_root)
+        self.plain_sriov = PlainSriovScan(str(self.sysfs.root))
         reader = ParentReader(self.sysfs)
         self.devices = NodeDevices(
             self.link, self.sysfs, reader, relist_interval
@@ -184,6 +186,7 @@ class LibvirtHost:
             else:
                 tracker.take_changes()
             pfs = self.sysfs.sriov_functions()
+            plain = self.plain_sriov.gpus()
             said = (
                 self.nvml.read(nvidia_gpus(parents, pfs))
                 if self.nvml is not None
@@ -198,6 +201,7 @@ class LibvirtHost:
                 and [id(p) for p in parents] == self._all_parent_ids
                 and tuple(sorted(pfs, key=lambda p: p.name)) == last.pfs
                 and said == last.nvml
+                and tuple(plain) == last.plain_gpus
             ):
                 return last  # nothing changed: the same reading
             self._all_parent_ids = [id(p) for p in parents]
@@ -212,6 +216,7 @@ class LibvirtHost:
                 self.sysfs.driver_versions(drivers),
                 self.sysfs.modules(),
                 said,
+                plain,
             )
             if last is not None and reading == last:
                 return last  # read again, the same: the same generation

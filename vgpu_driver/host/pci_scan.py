@@ -9,7 +9,8 @@ import os
 from vgpu_driver.model.gpus import PciGpu, is_gpu_class
 
 
-def _read(path: str) -> str | None:
+def read_value(path: str) -> str | None:
+    """A sysfs file's stripped text (None: absent or empty)."""
     try:
         with open(path) as handle:
             return handle.read().strip() or None
@@ -17,8 +18,8 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _int(path: str) -> int | None:
-    text = _read(path)
+def read_int(path: str) -> int | None:
+    text = read_value(path)
     try:
         return int(text) if text is not None else None
     except ValueError:
@@ -42,18 +43,18 @@ def scan_gpus(root: str) -> list[PciGpu]:
     found = []
     for name in names:
         base = os.path.join(devices, name)
-        pci_class = _read(os.path.join(base, "class"))
+        pci_class = read_value(os.path.join(base, "class"))
         if not is_gpu_class(pci_class):
             continue
         found.append(
             PciGpu(
                 address=name,
-                vendor_id=_read(os.path.join(base, "vendor")),
-                product_id=_read(os.path.join(base, "device")),
+                vendor_id=read_value(os.path.join(base, "vendor")),
+                product_id=read_value(os.path.join(base, "device")),
                 pci_class=pci_class,
                 driver=_link_name(os.path.join(base, "driver")),
-                total_vfs=_int(os.path.join(base, "sriov_totalvfs")),
-                num_vfs=_int(os.path.join(base, "sriov_numvfs")),
+                total_vfs=read_int(os.path.join(base, "sriov_totalvfs")),
+                num_vfs=read_int(os.path.join(base, "sriov_numvfs")),
                 physfn=_link_name(os.path.join(base, "physfn")),
             )
         )

@@ -21,7 +21,9 @@ from vgpu_driver.model import naming
 class BoundDevice:
     """A device given (or to be given) to a guest."""
 
-    kind: str  # "mdev" or "vf"
+    # "mdev"; "vf" (an NVIDIA SR-IOV VF, typed); "pci" (a VF given as it
+    # is: AMD, Intel)
+    kind: str
     id: str  # mdev uuid, or VF PCI address
     parent: str  # parent or physical function (libvirt name)
     type_id: str
@@ -63,13 +65,15 @@ def choose(
     pfs: Mapping[str, PfView],
     busy: set[str],
     groups: Mapping[str, tuple[str, ...]] | None = None,
+    plain: Mapping[str, tuple[str, ...]] | None = None,
 ) -> list[BoundDevice]:
     """Devices for ``wanted`` units: (device name, type id, count).
 
     ``busy``: device ids used by guests or claimed. ``groups``: GPU name
     -> its VF parents, one of which takes each unit asked of the GPU (a
     free mdev on any of them first, else a new one on the first with
-    room). Raises
+    room). ``plain``: GPU name -> its VFs given as they are (the first
+    free one is taken). Raises
     DeviceCapacityExhausted when a parent has no room. ``created``
     marks what would have to be made.
     """
@@ -77,17 +81,13 @@ def choose(
     chosen: list[BoundDevice] = []
     for device, type_id, count in wanted:
         for _ in range(count):
-            pick = None
-            members = (groups or {}).get(device, (device,))
-            for reuse_only in (True, False):
-                for name in members:
-                    pick = _pick(
-                        name, type_id, parents, pfs, taken, chosen, reuse_only
-                    )
-                    if pick is not None:
-                        break
-                if pick is not None:
-                    break
+            pick = _pick_for(
+                device,
+                type_id,
+                Devices(parents, pfs, groups or {}, plain or {}),
+                taken,
+                chosen,
+            )
             if pick is None:
                 raise DeviceCapacityExhausted(
                     count=count, type_id=type_id, parent=device
@@ -95,6 +95,49 @@ def choose(
             taken.add(pick.id)
             chosen.append(pick)
     return chosen
+
+
+@dataclasses.dataclass(frozen=True)
+class Devices:
+    """What a choice is made from (see :func:`choose`)."""
+
+    parents: Mapping[str, ParentView]
+    pfs: Mapping[str, PfView]
+    groups: Mapping[str, tuple[str, ...]]
+    plain: Mapping[str, tuple[str, ...]]
+
+
+def _pick_for(
+    device: str,
+    type_id: str,
+    devices: Devices,
+    taken: set[str],
+    chosen: list[BoundDevice],
+) -> BoundDevice | None:
+    if device in devices.plain:
+        return next(
+            (
+                BoundDevice("pci", address, device, type_id)
+                for address in devices.plain[device]
+                if address not in taken
+            ),
+            None,
+        )
+    members = devices.groups.get(device, (device,))
+    for reuse_only in (True, False):
+        for name in members:
+            pick = _pick(
+                name,
+                type_id,
+                devices.parents,
+                devices.pfs,
+                taken,
+                chosen,
+                reuse_only,
+            )
+            if pick is not None:
+                return pick
+    return None
 
 
 def _pick(

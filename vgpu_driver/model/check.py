@@ -67,6 +67,9 @@ def host_problems(
         )
         for key in pf.keys:
             offered[key] = types
+    for gpu in inventory.plain_gpus:  # its VFs, given as they are
+        for key in gpu.keys:
+            offered[key] = (gpu.type_id,)
     everywhere = sorted({t for types in offered.values() for t in types})
     disabled = {
         k: pf.address for pf in inventory.pfs if not pf.vfs for k in pf.keys

@@ -141,6 +141,33 @@ def remember_types(
 
 
 @dataclasses.dataclass(frozen=True)
+class PlainSriovGpu:
+    """A GPU whose SR-IOV VFs are whole PCI devices, each given to a guest
+    as it is (AMD MxGPU / Instinct under ``gim``, Intel SR-IOV under
+    ``i915``/``xe``): no mdev, no vGPU type to set."""
+
+    name: str  # libvirt-style name, pci_0000_61_00_0
+    address: str
+    vendor_id: str | None = None
+    product_id: str | None = None
+    vf_product_id: str | None = None  # its VFs' PCI device id
+    driver: str | None = None
+    numa_node: int | None = None
+    vfs: tuple[str, ...] = ()  # VF addresses, in order
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.address, self.name)
+
+    @property
+    def type_id(self) -> str:
+        """Its VFs' "type": ``vf-<vendor>-<VF device id>``."""
+        return naming.plain_vf_type_id(
+            self.vendor_id, self.vf_product_id or self.product_id
+        )
+
+
+@dataclasses.dataclass(frozen=True)
 class Guest:
     """A libvirt domain and the host devices it is given."""
 
@@ -168,6 +195,8 @@ class HostInventory:
     modules: frozenset[str] | None = None
     # what NVIDIA's management library says of the GPUs (None: no NVML)
     nvml: NvmlReading | None = None
+    # GPUs whose SR-IOV VFs are given as they are (AMD, Intel)
+    plain_gpus: tuple[PlainSriovGpu, ...] = ()
     # set by the host that took the reading: the same number iff the same
     # content (see Host.discover); not part of the content itself
     generation: int = dataclasses.field(default=0, compare=False)
@@ -258,7 +287,17 @@ class HostInventory:
             keys.extend(parent.keys)
         for pf in self.pfs:
             keys.extend(pf.keys)
+        for gpu in self.plain_gpus:
+            keys.extend(gpu.keys)
         return frozenset(keys)
+
+    def plain_vf_owner(self) -> dict[str, PlainSriovGpu]:
+        """VF address -> its plain SR-IOV GPU (read-only)."""
+        return self._plain_vf_owner
+
+    @functools.cached_property
+    def _plain_vf_owner(self) -> dict[str, PlainSriovGpu]:
+        return {vf: gpu for gpu in self.plain_gpus for vf in gpu.vfs}
 
 
 def implied_parents(
@@ -299,6 +338,7 @@ def sort_inventory(
     driver_versions: Iterable[tuple[str, str]] = (),
     modules: Iterable[str] | None = None,
     nvml: NvmlReading | None = None,
+    plain_gpus: Iterable[PlainSriovGpu] = (),
 ) -> HostInventory:
     """A canonical inventory: everything in a stable order."""
     return HostInventory(
@@ -310,4 +350,5 @@ def sort_inventory(
         driver_versions=tuple(sorted(set(driver_versions))),
         modules=frozenset(modules) if modules is not None else None,
         nvml=nvml,
+        plain_gpus=tuple(sorted(plain_gpus, key=_BY_NAME)),
     )

@@ -33,6 +33,11 @@ class DeviceView:
     groups: dict[str, tuple[str, ...]] = dataclasses.field(
         default_factory=dict
     )
+    # GPU name -> (its VFs' type, its VFs) for GPUs whose VFs are given
+    # as they are (AMD, Intel)
+    plain: dict[str, tuple[str, tuple[str, ...]]] = dataclasses.field(
+        default_factory=dict
+    )
 
     @classmethod
     def empty(cls) -> DeviceView:
@@ -94,6 +99,7 @@ class DeviceView:
                 for p in inventory.parents
                 if p.physical_function
             },
+            plain={g.name: (g.type_id, g.vfs) for g in inventory.plain_gpus},
         )
 
     def busy(self, claims: Claims) -> set[str]:
@@ -114,13 +120,27 @@ class DeviceView:
             if device_id in pf.vfs:
                 type_id = naming.sriov_type_id(pf.vfs[device_id])
                 return BoundDevice("vf", device_id, pf.name, type_id)
+        for gpu, (type_id, vfs) in self.plain.items():
+            if device_id in vfs:
+                return BoundDevice("pci", device_id, gpu, type_id)
         return None
+
+    def vfs_managed(self) -> dict[str, bool]:
+        """VF address -> whether libvirt manages it (given as it is)."""
+        found = {v: False for pf in self.pfs.values() for v in pf.vfs}
+        for _type, vfs in self.plain.values():
+            found.update(dict.fromkeys(vfs, True))
+        return found
+
+    def plain_vfs(self) -> dict[str, tuple[str, ...]]:
+        """GPU name -> its VFs given as they are."""
+        return {gpu: vfs for gpu, (_type, vfs) in self.plain.items()}
 
     def changes_host(self, device: BoundDevice, remove_unused: bool) -> bool:
         """Does handing ``device`` back change the host (a VF's type is
         cleared; an mdev is removed when unused ones are not kept)?"""
-        if device.id in self.foreign:
-            return False  # another manager's: left as it is
+        if device.id in self.foreign or device.kind == "pci":
+            return False  # another manager's, or a VF given as it is
         if device.kind == "vf":
             pf = self.pfs.get(device.parent)
             return pf is None or pf.vfs.get(device.id) != 0
@@ -173,7 +193,10 @@ class DeviceView:
 
     def claimed(self, device: BoundDevice) -> None:
         """``device`` is claimed: off the free list, or one less unit of
-        room for a device to be made."""
+        room for a device to be made (a VF given as it is: busy by its
+        claim alone)."""
+        if device.kind == "pci":
+            return
         if device.kind == "vf":
             number = naming.sriov_type_number(device.type_id)
             self.pfs[device.parent].vfs[device.id] = number
@@ -187,6 +210,8 @@ class DeviceView:
     def returned(self, device: BoundDevice, made: bool) -> None:
         """Give a device back after its claim is dropped; ``made``: it
         was created and has since been removed."""
+        if device.kind == "pci":
+            return
         if device.kind == "vf":
             pf = self.pfs.get(device.parent)
             if pf is not None and device.created:
@@ -205,6 +230,8 @@ class DeviceView:
     def released(self, device: BoundDevice, done: bool) -> None:
         """The host was handed ``device`` back (``done``) or refused it
         (it stays as it is: a typed VF, a free mdev)."""
+        if device.kind == "pci":
+            return
         if device.kind == "vf":
             pf = self.pfs.get(device.parent)
             if pf is not None and done:

@@ -17,6 +17,9 @@ VENDORS = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}
 # PCI classes of GPUs: display controllers (0x03....) and processing
 # accelerators (0x1200..), as AMD Instinct boards report themselves
 GPU_CLASS_PREFIXES = ("0x03", "0x1200")
+# host drivers of GPUs whose SR-IOV VFs are whole PCI devices, given to
+# guests as they are: AMD MxGPU / Instinct, Intel SR-IOV
+PLAIN_SRIOV_DRIVERS = ("gim", "amdgpu", "i915", "xe")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +70,7 @@ def roles(
             key = parent.physical_function
             parents_on_gpu[key] = parents_on_gpu.get(key, 0) + 1
     pfs = {pf.address: pf for pf in inventory.pfs}
+    plain = {g.address: g for g in inventory.plain_gpus}
     found = []
     for gpu in gpus:
         if gpu.physfn:
@@ -112,6 +116,23 @@ def roles(
                 found.append(
                     _served("NVIDIA SR-IOV vGPU GPU", gpu, type_cfg, vfs)
                 )
+        elif gpu.address in plain:
+            card = plain[gpu.address]
+            type_cfg = config.type_for_parent(card.keys, (card.type_id,))
+            role = _served(
+                f"{gpu.vendor} SR-IOV GPU, VFs given as they are",
+                gpu,
+                type_cfg,
+                vfs,
+            )
+            if type_cfg is None:
+                role = dataclasses.replace(
+                    role,
+                    note=f"enable its VFs' type: [devices] enabled_mdev_types"
+                    f" = {card.type_id} (or give them to guests with Nova's "
+                    "PCI passthrough, not both)",
+                )
+            found.append(role)
         else:
             found.append(_unused(gpu, vfs))
     return found
@@ -138,10 +159,13 @@ def _unused(gpu: PciGpu, vfs: int) -> GpuRole:
             gpu,
             f"{gpu.vendor} SR-IOV GPU ({enabled} of {gpu.total_vfs} VFs "
             "enabled)",
-            "not managed by this library: its VFs are whole PCI devices; "
-            "give them to guests with Nova's PCI passthrough ([pci] "
-            "device_spec and alias)"
-            + ("" if enabled else "; enable VFs with its vendor's tool"),
+            "its VFs are whole PCI devices"
+            + (
+                ""
+                if enabled
+                else ": enable VFs with its vendor's tool, then enable "
+                "their type (see the hardware guide)"
+            ),
             vfs,
         )
     if gpu.vendor == "NVIDIA":

@@ -62,6 +62,20 @@ def sriov_type_number(type_id: str) -> int:
     return int(type_id.removeprefix(SRIOV_TYPE_PREFIX))
 
 
+PLAIN_VF_TYPE_PREFIX = "vf-"
+
+
+def plain_vf_type_id(vendor_id: str | None, product_id: str | None) -> str:
+    """How this library names the one "type" of a GPU whose SR-IOV VFs
+    are given as they are (AMD MxGPU, Intel SR-IOV): its VFs' PCI ids,
+    ``vf-1002-692f``."""
+
+    def bare(value: str | None) -> str:
+        return (value or "").lower().removeprefix("0x") or "unknown"
+
+    return f"{PLAIN_VF_TYPE_PREFIX}{bare(vendor_id)}-{bare(product_id)}"
+
+
 LIBVIRT_PCI_NAME_RE = re.compile(
     r"^pci_(?P<domain>[0-9a-fA-F]{4})_(?P<bus>[0-9a-fA-F]{2})_"
     r"(?P<slot>[0-9a-fA-F]{2})_(?P<function>[0-7])$"

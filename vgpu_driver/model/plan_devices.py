@@ -1,6 +1,7 @@
 """The devices a plan reports, one provider each (pure): an mdev parent,
 the VF parents of one GPU together (NVIDIA Ampere before kernel 6.8),
-or an NVIDIA SR-IOV physical GPU, each reduced to what the plan needs.
+an NVIDIA SR-IOV physical GPU, or a GPU whose VFs are given as they are
+(AMD, Intel), each reduced to what the plan needs.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from vgpu_driver.model.device import (
     HostInventory,
     Parent,
     PhysicalFunction,
+    PlainSriovGpu,
 )
 
 
@@ -114,6 +116,19 @@ def _from_pf(
     )
 
 
+def _from_plain(gpu: PlainSriovGpu) -> Device:
+    """Every VF exists and is of the one type: total = its VFs."""
+    return Device(
+        name=gpu.name,
+        keys=gpu.keys,
+        supported=(gpu.type_id,),
+        existing=Counter({gpu.type_id: len(gpu.vfs)}),
+        available={},
+        capabilities=lambda _type_id: trait.NOTHING_KNOWN,
+        driver=gpu.driver,
+    )
+
+
 def devices_of(inventory: HostInventory, config: DeviceConfig) -> list[Device]:
     """Every device of the reading, each with the mdevs on it."""
     on_device: dict[str, Counter[str]] = {}
@@ -144,4 +159,5 @@ def devices_of(inventory: HostInventory, config: DeviceConfig) -> list[Device]:
         _from_pf(pf, vouched, said.gpu(pf.address) if said else None)
         for pf in inventory.pfs
     ]
+    devices += [_from_plain(gpu) for gpu in inventory.plain_gpus if gpu.vfs]
     return devices

@@ -53,10 +53,13 @@ def held_devices(
         for pf in inventory.pfs
         for vf in pf.vfs
     }
+    plain = inventory.plain_vf_owner()
     for address in pci_users:
         if address in vf_owner and vf_owner[address][1]:
             pf_name, type_number = vf_owner[address]
             held[pf_name][naming.sriov_type_id(type_number)] += 1
+        elif address in plain:
+            held[plain[address].name][plain[address].type_id] += 1
     return dict(held)
 
 

@@ -215,7 +215,7 @@ class NovaAdapter:
             d for d in self.assigned(instance_uuid) if not is_mdev(d)
         )
 
-    def vf_devices(self) -> set[str]:
+    def vf_devices(self) -> dict[str, bool]:
         return self.driver.vf_devices()
 
     def mdev_types(self, uuids: Iterable[str]) -> dict[str, str]:

@@ -1,7 +1,9 @@
 """NVIDIA SR-IOV vGPUs in Nova's driver: a VF with its vGPU type set is
 given to the guest as a PCI host device (``managed='no'``: the VF stays
 bound to NVIDIA's driver), detached for suspend like an mdev; live
-migration of such an instance is refused at the source."""
+migration of such an instance is refused at the source. A VF of an AMD
+or Intel SR-IOV GPU, given as it is, goes the same way with
+``managed='yes'`` (libvirt binds it to vfio-pci)."""
 
 from __future__ import annotations
 
@@ -24,9 +26,12 @@ class SriovVfs(VgpuBase):
         NVIDIA's driver, whose vGPU type the library has set."""
         mdevs = [d for d in chosen_mdevs if is_mdev(d)]
         super()._guest_add_mdevs(guest, mdevs)
+        managed = self._vgpu.vf_devices()
         for address in chosen_mdevs:
             if not is_mdev(address):
-                guest.add_device(_vf_hostdev(address))
+                guest.add_device(
+                    _vf_hostdev(address, managed.get(address, False))
+                )
 
     def _get_mdevs_from_guest_config(self, xml: str) -> list[Any]:
         """At resume, what suspend detached: the mdevs (as Nova's own
@@ -85,7 +90,7 @@ class SriovVfs(VgpuBase):
         )
 
 
-def _vf_hostdev(address: str) -> Any:
+def _vf_hostdev(address: str, managed: bool) -> Any:
     hostdev = vconfig.LibvirtConfigGuestHostdevPCI()
     (
         hostdev.domain,
@@ -93,7 +98,7 @@ def _vf_hostdev(address: str) -> Any:
         hostdev.slot,
         hostdev.function,
     ) = naming.split_pci_address(address)
-    hostdev.managed = "no"
+    hostdev.managed = "yes" if managed else "no"
     return hostdev
 
 

@@ -231,7 +231,7 @@ def _validate_claims(record: Any) -> None:
             )
         expect(
             claim["purpose"] in PURPOSES
-            and claim["kind"] in ("mdev", "vf")
+            and claim["kind"] in ("mdev", "vf", "pci")
             and claim["id"] == device_id,
             f"claim {device_id!r} is inconsistent",
         )

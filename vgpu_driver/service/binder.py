@@ -127,10 +127,11 @@ class DeviceBinder:
         with self.ledger.locked():
             return self.ledger.view.instance_devices(self.ledger.claims)
 
-    def vf_addresses(self) -> set[str]:
-        """PCI addresses of the VFs of NVIDIA SR-IOV vGPU cards."""
+    def vf_addresses(self) -> dict[str, bool]:
+        """VF address -> whether libvirt manages it (a VF given as it is,
+        AMD or Intel: True) or not (an NVIDIA SR-IOV vGPU's: False)."""
         with self.ledger.locked():
-            return {v for pf in self.ledger.view.pfs.values() for v in pf.vfs}
+            return self.ledger.view.vfs_managed()
 
     def mdev_types(self, uuids: Iterable[str]) -> dict[str, str]:
         """mdev uuid -> type, from the current view (mdevs made since

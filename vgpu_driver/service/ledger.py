@@ -200,7 +200,12 @@ class Ledger:
         for _attempt in range(8):
             busy = view.busy(self.claims)
             chosen = binding.choose(
-                wanted, view.parents, view.pfs, busy, view.groups
+                wanted,
+                view.parents,
+                view.pfs,
+                busy,
+                view.groups,
+                view.plain_vfs(),
             )
             gone = [
                 d

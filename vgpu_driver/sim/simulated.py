@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection
 from vgpu_driver.exception import DeviceNoRoom, DeviceOperationFailed
 from vgpu_driver.host.nvml import NvmlReader, nvidia_gpus
 from vgpu_driver.host.sysfs import NVIDIA_DRIVER
+from vgpu_driver.model import naming
 from vgpu_driver.model.device import (
     Guest,
     HostInventory,
@@ -31,11 +32,13 @@ from vgpu_driver.model.device import (
     MdevType,
     Parent,
     PhysicalFunction,
+    PlainSriovGpu,
     SriovType,
     VirtualFunction,
     remember_types,
     sort_inventory,
 )
+from vgpu_driver.model.gpus import PLAIN_SRIOV_DRIVERS, is_gpu_class
 from vgpu_driver.sim.nvml_lib import SimulatedNvml
 from vgpu_driver.sim.specs import (
     GuestSpec,
@@ -92,6 +95,21 @@ def inventory_of(description: HostDescription) -> HostInventory:
     pfs = [_pf_of(pf) for pf in description.pfs if pf.driver == NVIDIA_DRIVER]
     drivers = {p.driver for p in parents} | {pf.driver for pf in pfs}
     versions = [v for v in description.driver_versions() if v[0] in drivers]
+    plain = [
+        PlainSriovGpu(
+            name=naming.libvirt_pci_name(g.address),
+            address=g.address,
+            vendor_id=g.vendor_id,
+            product_id=g.product_id,
+            vf_product_id=g.vf_product_id or g.product_id,
+            driver=g.driver,
+            vfs=tuple(g.vf_addresses),
+        )
+        for g in description.other_gpus
+        if g.driver in PLAIN_SRIOV_DRIVERS
+        and is_gpu_class(g.pci_class)
+        and g.vf_addresses
+    ]
     return sort_inventory(
         parents,
         mdevs,
@@ -100,6 +118,8 @@ def inventory_of(description: HostDescription) -> HostInventory:
         True,
         versions,
         description.loaded_modules(),
+        None,
+        plain,
     )
 
 

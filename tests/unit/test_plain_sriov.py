@@ -1,0 +1,147 @@
+"""GPUs whose SR-IOV VFs are given to guests as they are (AMD MxGPU /
+Instinct, Intel SR-IOV): one provider per GPU, total = its VFs, a free
+VF handed out whole at spawn with ``managed='yes'``. The host is
+``amd-mxgpu``: an AMD FirePro S7150 with 16 VFs (1002:692f) under
+AMD's ``gim``, from captured lspci and dmesg output."""
+
+from __future__ import annotations
+
+import pytest
+
+from vgpu_driver.exception import DeviceCapacityExhausted
+from vgpu_driver.host import domain_xml
+from vgpu_driver.model.device import Guest
+
+GPU = "pci_0000_61_00_0"
+CONFIG = """
+[devices]
+enabled_mdev_types = vf-1002-692f
+[mdev_vf-1002-692f]
+device_addresses = 0000:61:00.0
+mdev_class = CUSTOM_MXGPU
+"""
+
+
+@pytest.fixture
+def mx(node):
+    return node("amd-mxgpu", config=CONFIG)
+
+
+def test_one_provider_of_its_vfs_in_the_class_configured(mx):
+    plan = mx.update()[GPU]
+    assert (plan.total, plan.reserved) == (16, 0)
+    assert plan.resource_class == "CUSTOM_MXGPU"
+    assert "CUSTOM_VF_1002_692F" in plan.traits
+    assert (
+        mx.tree.data(f"node1_{GPU}").inventory["CUSTOM_MXGPU"]["total"] == 16
+    )
+
+
+def test_a_bind_hands_out_a_free_vf_whole_and_changes_nothing_on_the_host(
+    mx,
+):
+    before = mx.host.discover()
+    [first] = mx.driver.allocate_mdevs(
+        "i1", mx.alloc((GPU, 1), rc="CUSTOM_MXGPU")
+    )
+    [second] = mx.driver.allocate_mdevs(
+        "i2", mx.alloc((GPU, 1), rc="CUSTOM_MXGPU")
+    )
+    assert (first.kind, first.id, first.created) == (
+        "pci",
+        "0000:61:02.0",
+        False,
+    )
+    assert second.id == "0000:61:02.1"
+    assert mx.host.discover() == before  # no sysfs write, no mdev
+    [xml] = mx.driver.guest_hostdev_xml([first])
+    assert "type='pci' managed='yes'" in xml
+    assert "bus='0x61' slot='0x02' function='0x0'" in xml
+    assert mx.driver.vf_devices()["0000:61:02.0"] is True
+
+
+def test_vfs_guests_use_count_and_the_seventeenth_is_refused(mx):
+    # a guest already has the first VF (defined before the service)
+    mx.host.note_guest(Guest("g0", "instance-0", (), ("0000:61:02.0",)))
+    mx.driver.guest_defined("g0")
+    for i in range(15):
+        [vf] = mx.driver.allocate_mdevs(
+            f"i{i}", mx.alloc((GPU, 1), rc="CUSTOM_MXGPU")
+        )
+        assert vf.id != "0000:61:02.0"
+    with pytest.raises(DeviceCapacityExhausted):
+        mx.driver.allocate_mdevs("i99", mx.alloc((GPU, 1), rc="CUSTOM_MXGPU"))
+    plan = mx.update()[GPU]
+    assert plan.total == 16
+
+
+def test_a_released_vf_is_handed_out_again_and_claims_survive_a_restart(
+    mx, node
+):
+    [vf] = mx.driver.allocate_mdevs(
+        "i1", mx.alloc((GPU, 1), rc="CUSTOM_MXGPU")
+    )
+    again = node("amd-mxgpu", config=CONFIG, host=mx.host)  # restarted
+    assert again.driver.instance_devices()["i1"]["claimed"] == [vf.id]
+    again.driver.release_mdevs("i1")
+    [next_vf] = again.driver.allocate_mdevs(
+        "i2", again.alloc((GPU, 1), rc="CUSTOM_MXGPU")
+    )
+    assert next_vf.id == vf.id
+
+
+def test_without_the_type_enabled_nothing_is_offered(node):
+    assert node("amd-mxgpu").update() == {}
+
+
+def test_check_config_knows_the_vfs_type(mx):
+    from vgpu_driver.model import check
+
+    assert check.host_problems(mx.driver.config, mx.host.discover()) == []
+
+
+def test_hostdev_of_an_nvidia_vf_stays_unmanaged():
+    from vgpu_driver.model.binding import BoundDevice
+
+    nvidia = BoundDevice("vf", "0000:41:00.4", "pci_0000_41_00_0", "nvidia-1")
+    assert "managed='no'" in domain_xml.hostdev_xml(nvidia)
+
+
+def test_a_vf_a_guest_has_counts_against_max_instances(node):
+    n = node("amd-mxgpu", config=CONFIG + "max_instances = 1\n")
+    n.host.note_guest(Guest("g0", "instance-0", (), ("0000:61:03.7",)))
+    n.driver.guest_defined("g0")
+    plan = n.update()[GPU]
+    assert (plan.total, plan.reserved) == (1, 1)
+    assert "max_instances is reached" in plan.reason
+
+
+def test_the_scan_follows_vfs_enabled_and_disabled(tmp_path):
+    """sysfs as rendered from the host file: the PF under bus/pci/drivers/
+    gim; its VFs disabled (sriov_numvfs 0) offer nothing, enabled again
+    are read from its virtfn links; a device of that driver that is no
+    GPU is never a PF."""
+    from tests import helpers
+    from vgpu_driver.host.plain_sriov import PlainSriovScan
+
+    _uri, sysfs = helpers.hostdesc.materialize(
+        helpers.load("amd-mxgpu"), tmp_path
+    )
+    pf = sysfs / "bus/pci/devices/0000:61:00.0"
+    scan = PlainSriovScan(str(sysfs))
+    [gpu] = scan.gpus()
+    assert (gpu.type_id, len(gpu.vfs), gpu.vfs[0]) == (
+        "vf-1002-692f",
+        16,
+        "0000:61:02.0",
+    )
+    (pf / "sriov_numvfs").write_text("0\n")
+    assert scan.gpus() == []
+    (pf / "sriov_numvfs").write_text("16\n")
+    assert scan.gpus() == [gpu]
+    nic = sysfs / "devices/pci0000:00/0000:62:00.0"
+    nic.mkdir(parents=True)
+    (nic / "class").write_text("0x020000\n")
+    (nic / "sriov_numvfs").write_text("8\n")
+    (sysfs / "bus/pci/drivers/gim/0000:62:00.0").symlink_to(nic)
+    assert scan.gpus() == [gpu]

@@ -1,0 +1,84 @@
+"""GPUs whose SR-IOV VFs are given to guests as they are, read from
+sysfs: AMD MxGPU / Instinct (``gim``, ``amdgpu``) and Intel SR-IOV GPUs
+(``i915``, ``xe``).
+
+Found from the devices bound to those drivers, never from the whole PCI
+bus (a host without them costs one failed listing each). A PF is a
+display controller or processing accelerator there with ``sriov_numvfs``
+above 0; its VFs are its ``virtfn<N>`` links, read again only when that
+number changes. Each scan reads one ``sriov_numvfs`` per such PF.
+"""
+
+from __future__ import annotations
+
+import os
+
+from vgpu_driver.host.pci_scan import read_int, read_value
+from vgpu_driver.model import naming
+from vgpu_driver.model.device import PlainSriovGpu
+from vgpu_driver.model.gpus import PLAIN_SRIOV_DRIVERS, is_gpu_class
+
+
+class PlainSriovScan:
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._not_pf: set[str] = set()  # probed once: not a GPU PF
+        self._known: dict[str, tuple[int, PlainSriovGpu]] = {}
+
+    def gpus(self) -> list[PlainSriovGpu]:
+        """The GPUs with VFs enabled, each with its VFs."""
+        devices = f"{self.root}/bus/pci/devices"
+        found = []
+        for driver in PLAIN_SRIOV_DRIVERS:
+            try:
+                bound = os.listdir(f"{self.root}/bus/pci/drivers/{driver}")
+            except OSError:
+                continue
+            for entry in sorted(bound):
+                if entry in self._not_pf or not naming.normalize_pci_address(
+                    entry
+                ):
+                    continue  # bind, unbind, module ...: not a device
+                count = read_int(f"{devices}/{entry}/sriov_numvfs")
+                if count is None or not is_gpu_class(
+                    read_value(f"{devices}/{entry}/class")
+                ):
+                    self._not_pf.add(entry)
+                    continue
+                if count == 0:
+                    continue  # VFs not enabled (yet): nothing to offer
+                known = self._known.get(entry)
+                if known is None or known[0] != count:
+                    gpu = self._read(devices, entry, driver, count)
+                    if len(gpu.vfs) < count:  # VFs coming or going
+                        found.append(gpu)
+                        continue
+                    known = self._known[entry] = (count, gpu)
+                found.append(known[1])
+        return sorted(found, key=lambda gpu: gpu.name)
+
+    def _read(
+        self, devices: str, address: str, driver: str, count: int
+    ) -> PlainSriovGpu:
+        pf_dir = f"{devices}/{address}"
+        vfs = []
+        for index in range(count):
+            try:
+                vfs.append(
+                    os.path.basename(os.readlink(f"{pf_dir}/virtfn{index}"))
+                )
+            except OSError:
+                continue
+        numa = read_int(f"{pf_dir}/numa_node")
+        return PlainSriovGpu(
+            name=naming.libvirt_pci_name(address),
+            address=address,
+            vendor_id=read_value(f"{pf_dir}/vendor"),
+            product_id=read_value(f"{pf_dir}/device"),
+            vf_product_id=read_value(f"{devices}/{vfs[0]}/device")
+            if vfs
+            else None,
+            driver=driver,
+            numa_node=None if numa is None or numa < 0 else numa,
+            vfs=tuple(vfs),
+        )
