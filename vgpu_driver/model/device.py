@@ -259,6 +259,11 @@ class HostInventory:
                 found.setdefault(gpu, []).append(parent)
         return {gpu: tuple(members) for gpu, members in found.items()}
 
+    @property
+    def has_vf_parents(self) -> bool:
+        """Some parent is a VF (see :meth:`device_of`)."""
+        return bool(self._gpu_of)
+
     def device_of(self, name: str) -> str:
         """The device whose provider reports parent ``name``: its GPU for
         a VF parent (Ampere before kernel 6.8: the VFs of one GPU are one

@@ -131,13 +131,14 @@ def _from_plain(gpu: PlainSriovGpu) -> Device:
 
 def devices_of(inventory: HostInventory, config: DeviceConfig) -> list[Device]:
     """Every device of the reading, each with the mdevs on it."""
-    on_device: dict[str, Counter[str]] = {}
+    on_parent: dict[str, Counter[str]] = {}
     for mdev in inventory.mdevs:
-        name = inventory.device_of(mdev.parent)
-        counts = on_device.get(name)
+        counts = on_parent.get(mdev.parent)
         if counts is None:
-            counts = on_device[name] = Counter()
+            counts = on_parent[mdev.parent] = Counter()
         counts[mdev.type_id] += 1
+    # regrouped once per parent, not once per mdev
+    on_device = by_device(inventory, on_parent)
     devices = [
         _from_parent(p, on_device.get(p.name, Counter()))
         for p in inventory.parents

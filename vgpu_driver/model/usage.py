@@ -43,11 +43,16 @@ def held_devices(
         known = seen.get(uuid)
         if known is not None:
             parent, type_id = known
-            held[inventory.device_of(parent)][type_id] += 1
+            held[parent][type_id] += 1
     pci_users = inventory.pci_users()
     for device_id, parent, type_id in claims:
         if device_id not in users and device_id not in pci_users:
-            held[inventory.device_of(parent)][type_id] += 1
+            held[parent][type_id] += 1
+    if inventory.has_vf_parents:  # regrouped once per parent
+        grouped: dict[str, Counter[str]] = defaultdict(Counter)
+        for parent, counts in held.items():
+            grouped[inventory.device_of(parent)].update(counts)
+        held = grouped
     vf_owner = {
         vf.address: (pf.name, vf.current_type)
         for pf in inventory.pfs

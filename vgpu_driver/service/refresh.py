@@ -18,12 +18,11 @@ from typing import Any
 
 from oslo_log import log as logging
 
-from vgpu_driver.exception import ReshapeNeeded, WriterConflict
+from vgpu_driver.exception import ReshapeNeeded
 from vgpu_driver.host.base import Host
 from vgpu_driver.model import reshape, usage
 from vgpu_driver.model.binding import Target
 from vgpu_driver.model.check import host_problems
-from vgpu_driver.model.config import CONFIG_TRAIT_PREFIX
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.device_view import foreign_free
 from vgpu_driver.model.inventory import ProviderPlan, plan_providers
@@ -33,6 +32,7 @@ from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.records.traits import OwnedTraits
 from vgpu_driver.records.writers import Writers
 from vgpu_driver.service.binder import DeviceBinder
+from vgpu_driver.service.other_writers import OtherWriters
 from vgpu_driver.service.settings import Settings
 from vgpu_driver.service.tree_writer import (
     Placed,
@@ -72,10 +72,7 @@ class Refresher:
     ) -> None:
         self.settings = settings
         self.writers = writers
-        # provider name -> the configuration trait this process last
-        # wrote on it; and the other writers already warned of
-        self._wrote_config: dict[str, str] = {}
-        self._warned_writers: set[str] = set()
+        self.other_writers = OtherWriters(settings, writers)
         self.host = host
         self.binder = binder
         self.seen = seen
@@ -168,7 +165,7 @@ class Refresher:
                 # the guests read may have ended spawn claims
                 claims = tuple(self.binder.claimed_devices())
                 foreign = self._foreign(inventory, owned, claims)
-            self._check_writers(mine, nodename, traits.config)
+            self.other_writers.check(mine, nodename, traits.config)
             self.roots.add(root.uuid)
             old = reshape.old_layout(under, root, nodename, inventory, classes)
             if old and allocations is None:
@@ -255,8 +252,7 @@ class Refresher:
                 tree.remove(name)
                 self.writer.forget(name)
             self.traits.save_or_retry(saved)
-            self.writers.note(traits.config, self.settings.source)
-            self._wrote_config = {p.name: traits.config for p in plans}
+            self.other_writers.wrote(plans, traits.config)
             self.last_plans = plans
             self._fingerprint = RefreshFingerprint(
                 nodename,
@@ -280,40 +276,6 @@ class Refresher:
         if owned is None:
             return {}
         return foreign_free(inventory, owned, {d for d, _, _ in claims})
-
-    def _check_writers(
-        self, mine: dict[str, Any], nodename: str, ours: str
-    ) -> None:
-        """A provider this process wrote, carrying another configuration's
-        trait now: another writer with another configuration wrote it
-        since. A writer that yields raises WriterConflict before writing
-        anything; a compute service warns (once per other writer) and
-        writes on."""
-        for name, data in sorted(mine.items()):
-            theirs = sorted(
-                t
-                for t in data.traits
-                if t.startswith(CONFIG_TRAIT_PREFIX) and t != ours
-            )
-            if not theirs or self._wrote_config.get(name) != ours:
-                continue
-            conflict = WriterConflict(
-                provider=name,
-                theirs=theirs[0],
-                their_source=self.writers.source(theirs[0])
-                or "a writer whose records are kept elsewhere",
-                ours=ours,
-                our_source=self.settings.source,
-                nodename=nodename,
-            )
-            if self.settings.yields:
-                raise conflict
-            if theirs[0] not in self._warned_writers:
-                self._warned_writers.add(theirs[0])
-                LOG.warning(
-                    "%s (This writer is the compute service: it writes on.)",
-                    str(conflict).replace("Nothing was written; s", "S"),
-                )
 
     def _unchanged(
         self,

@@ -80,8 +80,12 @@ def remove_stale_free_mdevs(
 ) -> list[str]:
     """Free mdevs of another type than the parent's configured one block
     the switch (one type per pGPU): remove them. Done under the records'
-    lock, so no other process can claim one meanwhile."""
+    lock, so no other process can claim one meanwhile; a view with no
+    candidate at all (every pass but a switch) takes no records lock."""
     removed: list[str] = []
+    with ledger.lock:
+        if not ledger.view.stale_free_mdevs(configured, ledger.claims):
+            return removed
     with ledger.locked(fresh_view=True):
         view = ledger.view
         stale = view.stale_free_mdevs(configured, ledger.claims)
