@@ -17,8 +17,9 @@ from vgpu_driver.records.claims import ClaimsRecord
 from vgpu_driver.sim import description as hostdesc
 
 
-def service(tmp_path, shape):
+def service(tmp_path, shape, extra=""):
     description = dense(*shape)
+    description.config += extra
     uri, sysfs = hostdesc.materialize(description, tmp_path)
     host = helpers.LibvirtHost(uri, sysfs)
     driver = VgpuDriver(conf_for(description.config, tmp_path), host)
@@ -135,6 +136,16 @@ def test_a_domain_defined_again_as_it_was_changes_no_reading(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(libvirt_host, "sort_inventory", counted)
+    # a reading whose guests alone changed is built from the last one
+    from vgpu_driver.model.device import HostInventory
+
+    with_guests = HostInventory.with_guests
+
+    def counted_guests(self, *args, **kwargs):
+        built[0] += 1
+        return with_guests(self, *args, **kwargs)
+
+    monkeypatch.setattr(HostInventory, "with_guests", counted_guests)
     defined_again_as_it_was(host, driver, guests[0])
     assert host.discover().generation == before and built == [0]
     host.connection().lookupByUUIDString(guests[0]).undefine()
@@ -161,3 +172,92 @@ def test_a_restart_with_nothing_to_recover_reads_the_host_once(
     done = fresh.init_host(guests)
     assert not any(done[k] for k in ("released", "recreated", "started"))
     assert len(reads) == 1 and reads[0].get("rescan_guests")
+
+
+def counting(monkeypatch, module, name, counts):
+    real = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        counts[name] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 16), (8, 256, 256)])
+def test_a_guest_gone_and_back_builds_no_view_and_no_plan(
+    tmp_path, monkeypatch, shape
+):
+    """A real change of a guest (gone: its mdev is free; back: in use)
+    is applied to that guest's devices alone: no reading sorted, no view
+    rebuilt, no plan made, whatever the number of mdevs and guests; and
+    the view is right after each."""
+    from vgpu_driver.model import device_view
+    from vgpu_driver.service import refresh
+
+    host, driver, tree, guests = service(tmp_path, shape)
+    counts: Counter[str] = Counter()
+    counting(monkeypatch, refresh, "plan_providers", counts)
+    counting(monkeypatch, device_view.DeviceView, "of", counts)
+    plans = driver.last_plans
+    conn = host.connection()
+    domain = conn.lookupByUUIDString(guests[0])
+    xml = domain.XMLDesc(0)
+    [mdev] = driver.instance_devices()[guests[0]]["in_use"]
+    domain.undefine()
+    driver.domain_event(guests[0], False)
+    assert driver.update_provider_tree(tree, "n") == plans
+    assert mdev in driver.free_mdevs()
+    conn.defineXML(xml)
+    driver.domain_event(guests[0], True)
+    assert driver.update_provider_tree(tree, "n") == plans
+    assert mdev not in driver.free_mdevs()
+    assert counts == Counter()
+
+
+def test_where_guests_count_a_guest_gone_plans_again(tmp_path, monkeypatch):
+    """With max_instances, in-use devices count first: a guest gone may
+    change the plan, which is made again (and still honours the cap)."""
+    from vgpu_driver.service import refresh
+
+    host, driver, tree, guests = service(
+        tmp_path, (2, 16, 16), "[mdev_nvidia-35]\nmax_instances = 20\n"
+    )
+    counts: Counter[str] = Counter()
+    counting(monkeypatch, refresh, "plan_providers", counts)
+    host.connection().lookupByUUIDString(guests[0]).undefine()
+    driver.domain_event(guests[0], False)
+    plans = driver.update_provider_tree(tree, "n")
+    assert counts == Counter({"plan_providers": 1})
+    assert sum(p.total for p in plans) == 20
+
+
+def test_a_guest_defined_with_its_bound_device_ends_the_spawn_claim(
+    tmp_path,
+):
+    """Nova defines the domain of a bind it made (told by its lifecycle
+    callback): the refresh that follows ends the spawn claim, on disk."""
+    from vgpu_driver.host import domain_xml
+
+    host, driver, tree, _guests = service(tmp_path, (2, 18, 16))
+    instance = str(uuid.uuid4())
+    rp = tree.data(driver.last_plans[0].name).uuid
+    [device] = driver.allocate_mdevs(
+        instance, {rp: {"resources": {"VGPU": 1}}}
+    )
+    assert driver.instance_devices()[instance]["claimed"] == [device.id]
+    host.connection().defineXML(
+        f"<domain type='test'><name>spawned</name><uuid>{instance}</uuid>"
+        "<memory>1024</memory><os><type>hvm</type></os><devices>"
+        f"{domain_xml.hostdev_xml(device)}</devices></domain>"
+    )
+    driver.domain_event(instance, True)
+    driver.update_provider_tree(tree, "n")
+    assert driver.instance_devices()[instance] == {
+        "in_use": [device.id],
+        "claimed": [],
+    }
+    again = VgpuDriver(driver.conf, host)  # the records, as on disk
+    assert instance not in {
+        c["instance"] for c in again.binder.claims().values()
+    }

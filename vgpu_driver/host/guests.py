@@ -42,6 +42,9 @@ class Guests:
         )
         self._seq = itertools.count()
         self._read_at: dict[str, int] = {}
+        # uuid -> the guest as the adapter's last reading had it (None: it
+        # had none), for each guest changed since; None after a scan
+        self._since: dict[str, Guest | None] | None = None
         link.on_lost.append(self._rescan_next)
 
     def _rescan_next(self) -> None:
@@ -61,7 +64,22 @@ class Guests:
             if guest is not None:
                 guests[guest.uuid] = guest
         self.known = guests
+        self._since = None
         self.dirty = True
+
+    def take_diff(
+        self,
+    ) -> tuple[tuple[str, Guest | None, Guest | None], ...] | None:
+        """(uuid, before, now) of each guest changed since the last call
+        (made at each new reading); None when every guest was read again
+        in between."""
+        since, self._since = self._since, {}
+        if since is None or self.known is None:
+            return None
+        return tuple(
+            (uuid, before, self.known.get(uuid))
+            for uuid, before in since.items()
+        )
 
     def _read(self, domain: Any) -> Guest | None:
         api = self.link.api
@@ -81,12 +99,19 @@ class Guests:
         (a domain undefined and defined again as it was changes
         nothing)."""
         if self.known is not None and self.known.get(guest.uuid) != guest:
+            self._remember(guest.uuid)
             self.known[guest.uuid] = guest
             self.dirty = True
 
     def forget(self, uuid: str) -> None:
-        if self.known is not None and self.known.pop(uuid, None) is not None:
+        if self.known is not None and uuid in self.known:
+            self._remember(uuid)
+            del self.known[uuid]
             self.dirty = True
+
+    def _remember(self, uuid: str) -> None:
+        if self._since is not None and self.known is not None:
+            self._since.setdefault(uuid, self.known.get(uuid))
 
     def refresh(self, uuid: str) -> Guest | None:
         """Re-read one domain (two calls), or forget it if it is gone."""

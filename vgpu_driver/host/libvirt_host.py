@@ -40,6 +40,7 @@ discovery re-reads that one domain (or forgets it).
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import Counter
 from collections.abc import Callable, Collection
@@ -193,35 +194,56 @@ class LibvirtHost:
                 else None
             )
             last = self._last
-            if (
+            same_devices = (
                 last is not None
                 and not self.devices.dirty
-                and not tracker.dirty
-                and last.guests_known == known
                 and [id(p) for p in parents] == self._all_parent_ids
                 and tuple(sorted(pfs, key=lambda p: p.name)) == last.pfs
                 and said == last.nvml
                 and tuple(plain) == last.plain_gpus
+            )
+            if (
+                same_devices
+                and not tracker.dirty
+                and last is not None
+                and last.guests_known == known
             ):
                 return last  # nothing changed: the same reading
             self._all_parent_ids = [id(p) for p in parents]
             self.devices.dirty = tracker.dirty = False
             drivers = {p.driver for p in parents} | {p.driver for p in pfs}
-            reading = sort_inventory(
-                parents,
-                mdevs,
-                pfs,
-                tracker.known.values() if tracker.known is not None else (),
-                known,
-                self.sysfs.driver_versions(drivers),
-                self.sysfs.modules(),
-                said,
-                plain,
+            everyone = (
+                tracker.known.values() if tracker.known is not None else ()
             )
+            versions = self.sysfs.driver_versions(drivers)
+            modules = self.sysfs.modules()
+            reading = (
+                # the guests alone changed: the devices as last sorted
+                last.with_guests(everyone, known, versions, modules)
+                if same_devices and last is not None
+                else sort_inventory(
+                    parents,
+                    mdevs,
+                    pfs,
+                    everyone,
+                    known,
+                    versions,
+                    modules,
+                    said,
+                    plain,
+                )
+            )
+            diff = tracker.take_diff()
             if last is not None and reading == last:
                 return last  # read again, the same: the same generation
             self._generation += 1
-            self._last = reading.with_generation(self._generation)
+            self._last = dataclasses.replace(
+                reading,
+                generation=self._generation,
+                guest_changes=(last.generation, diff)
+                if last is not None and diff is not None
+                else None,
+            )
             return self._last
 
     # -- guests --------------------------------------------------------

@@ -13,6 +13,13 @@ from collections.abc import Iterable
 
 from vgpu_driver.model import naming
 from vgpu_driver.model.nvml import NvmlReading
+from vgpu_driver.model.sriov import (
+    PhysicalFunction,
+    PlainSriovGpu,
+    SriovType,
+    VirtualFunction,
+    remember_types,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,98 +83,6 @@ class Mdev:
 
 
 @dataclasses.dataclass(frozen=True)
-class SriovType:
-    """A vGPU type an NVIDIA SR-IOV virtual function can be set to."""
-
-    id: int
-    name: str
-
-    @property
-    def type_id(self) -> str:
-        """The name this library configures it by: ``nvidia-<id>``."""
-        return naming.sriov_type_id(self.id)
-
-
-@dataclasses.dataclass(frozen=True)
-class VirtualFunction:
-    address: str
-    current_type: int  # 0: none
-    creatable: tuple[SriovType, ...] = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class PhysicalFunction:
-    """An NVIDIA SR-IOV physical GPU whose VFs carry one vGPU each."""
-
-    name: str  # libvirt-style name, pci_0000_41_00_0
-    address: str
-    vendor_id: str | None = None
-    product_id: str | None = None
-    driver: str | None = None
-    numa_node: int | None = None
-    vfs: tuple[VirtualFunction, ...] = ()
-    # types the card listed in earlier readings: a placed vGPU's type may
-    # be listed by no VF any more, and its size still counts. What the
-    # reader remembers, not what the host shows: not compared (it grows
-    # only when the listings, which are compared, change)
-    seen_types: tuple[SriovType, ...] = dataclasses.field(
-        default=(), compare=False
-    )
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return (self.address, self.name)
-
-    def known_types(self) -> tuple[SriovType, ...]:
-        """Types the card lists, in order of first appearance."""
-        seen: dict[int, SriovType] = {t.id: t for t in self.seen_types}
-        for vf in self.vfs:
-            for sriov_type in vf.creatable:
-                seen.setdefault(sriov_type.id, sriov_type)
-        return tuple(seen.values())
-
-
-def remember_types(
-    pf: PhysicalFunction, memory: dict[str, dict[int, SriovType]]
-) -> PhysicalFunction:
-    """``pf`` with the types its card listed before (``memory``, kept by
-    the host adapter per PF address, is updated): once every VF that
-    could take a type has one, no VF lists it, yet its size counts."""
-    seen = memory.setdefault(pf.address, {})
-    for vf in pf.vfs:
-        for sriov_type in vf.creatable:
-            seen[sriov_type.id] = sriov_type
-    return dataclasses.replace(pf, seen_types=tuple(seen.values()))
-
-
-@dataclasses.dataclass(frozen=True)
-class PlainSriovGpu:
-    """A GPU whose SR-IOV VFs are whole PCI devices, each given to a guest
-    as it is (AMD MxGPU / Instinct under ``gim``, Intel SR-IOV under
-    ``i915``/``xe``): no mdev, no vGPU type to set."""
-
-    name: str  # libvirt-style name, pci_0000_61_00_0
-    address: str
-    vendor_id: str | None = None
-    product_id: str | None = None
-    vf_product_id: str | None = None  # its VFs' PCI device id
-    driver: str | None = None
-    numa_node: int | None = None
-    vfs: tuple[str, ...] = ()  # VF addresses, in order
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return (self.address, self.name)
-
-    @property
-    def type_id(self) -> str:
-        """Its VFs' "type": ``vf-<vendor>-<VF device id>``."""
-        return naming.plain_vf_type_id(
-            self.vendor_id, self.vf_product_id or self.product_id
-        )
-
-
-@dataclasses.dataclass(frozen=True)
 class Guest:
     """A libvirt domain and the host devices it is given."""
 
@@ -175,6 +90,11 @@ class Guest:
     name: str
     mdevs: tuple[str, ...] = ()  # mdev uuids
     pci_devices: tuple[str, ...] = ()  # PCI addresses (VFs)
+
+
+GuestChanges = tuple[
+    int, tuple[tuple[str, "Guest | None", "Guest | None"], ...]
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,6 +120,43 @@ class HostInventory:
     # set by the host that took the reading: the same number iff the same
     # content (see Host.discover); not part of the content itself
     generation: int = dataclasses.field(default=0, compare=False)
+    # set by a host that knows: (the generation of its reading before
+    # this one, (uuid, guest then or None, guest now or None) of each
+    # guest changed since); None: not known
+    guest_changes: GuestChanges | None = dataclasses.field(
+        default=None, compare=False
+    )
+
+    def same_devices(self, other: HostInventory) -> bool:
+        """Everything but the guests is as in ``other`` (cheap when the
+        reader kept its device objects: tuples compare by identity
+        first)."""
+        return (
+            self.parents == other.parents
+            and self.mdevs == other.mdevs
+            and self.pfs == other.pfs
+            and self.plain_gpus == other.plain_gpus
+            and self.nvml == other.nvml
+            and self.modules == other.modules
+            and self.driver_versions == other.driver_versions
+        )
+
+    def with_guests(
+        self,
+        guests: Iterable[Guest],
+        guests_known: bool,
+        driver_versions: Iterable[tuple[str, str]],
+        modules: Iterable[str] | None,
+    ) -> HostInventory:
+        """This reading's devices (already in order) with ``guests`` and
+        the rest read anew, in the order :func:`sort_inventory` gives."""
+        return dataclasses.replace(
+            self,
+            guests=tuple(sorted(guests, key=_BY_UUID)),
+            guests_known=guests_known,
+            driver_versions=tuple(sorted(set(driver_versions))),
+            modules=frozenset(modules) if modules is not None else None,
+        )
 
     def with_generation(self, generation: int) -> HostInventory:
         return dataclasses.replace(self, generation=generation)
@@ -357,3 +314,19 @@ def sort_inventory(
         nvml=nvml,
         plain_gpus=tuple(sorted(plain_gpus, key=_BY_NAME)),
     )
+
+
+__all__ = [
+    "Guest",
+    "HostInventory",
+    "Mdev",
+    "MdevType",
+    "Parent",
+    "PhysicalFunction",
+    "PlainSriovGpu",
+    "SriovType",
+    "VirtualFunction",
+    "implied_parents",
+    "remember_types",
+    "sort_inventory",
+]

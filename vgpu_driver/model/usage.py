@@ -110,6 +110,10 @@ def guests_matter(
             return True
     serving = {
         naming.provider_name(nodename, device)
-        for device in (*configured, *(pf.name for pf in inventory.pfs))
+        for device in (
+            *{inventory.device_of(parent) for parent in configured},
+            *(pf.name for pf in inventory.pfs),
+            *(gpu.name for gpu in inventory.plain_gpus),
+        )
     }
     return any(name not in serving for name in providers)

@@ -7,6 +7,7 @@ service.ledger.Ledger`). Functions over the ledger, which owns the state.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from oslo_log import log as logging
@@ -19,7 +20,7 @@ from vgpu_driver.model.claims import (
     device_of,
     in_flight_of,
 )
-from vgpu_driver.model.device import Guest
+from vgpu_driver.model.device import Guest, HostInventory
 from vgpu_driver.records.store import StateStoreError
 
 if TYPE_CHECKING:
@@ -28,12 +29,16 @@ if TYPE_CHECKING:
 LOG = logging.getLogger(__name__)
 
 
-def note(ledger: Ledger, guest: Guest) -> list[str]:
+def note(
+    ledger: Ledger, guest: Guest, had: Iterable[str] | None = None
+) -> list[str]:
     """The guest as defined now: its devices are in use, what it no
     longer has is handed back, its spawn claims on what it has end
-    (returned; inside :meth:`Ledger.locked`, the caller saves)."""
+    (returned; inside :meth:`Ledger.locked`, the caller saves).
+    ``had``: the devices it had, when known (else every device in use
+    is looked at)."""
     has = {*guest.mdevs, *guest.pci_devices}
-    let_go(ledger, guest.uuid, keep=has)
+    let_go(ledger, guest.uuid, keep=has, had=had)
     for device_id in has:
         ledger.view.used[device_id] = guest.uuid
         ledger.view.take_off_free_list(device_id)
@@ -54,6 +59,65 @@ def note(ledger: Ledger, guest: Guest) -> list[str]:
     return ended
 
 
+def follow(ledger: Ledger, taken: HostInventory, now: HostInventory) -> bool:
+    """The view, built from or following reading ``taken``, follows
+    reading ``now`` of the same devices whose guests changed: each guest
+    defined, redefined or gone is applied alone (as its domain event
+    would be), found from the host's own list of changes when it has one
+    (else by comparing every guest). False, with nothing done, when a
+    changed guest has a PCI device (its VF's type is recorded by a full
+    rebuild)."""
+    diff = _changes(taken, now)
+    if any(
+        g.pci_devices for _uuid, *pair in diff for g in pair if g is not None
+    ):
+        return False
+    touched = {uuid for uuid, _before, _now in diff}
+    with ledger.peeked():
+        # nothing to record (no claim of theirs ends or is made, no
+        # device to remove): the view follows under the thread lock alone
+        if not ledger.remove_unused and not any(
+            claim["instance"] in touched for claim in ledger.claims.values()
+        ):
+            _apply(ledger, diff)
+            return True
+    with ledger.locked():
+        if _apply(ledger, diff):
+            ledger.save()
+    return True
+
+
+Diff = Iterable[tuple[str, Guest | None, Guest | None]]
+
+
+def _changes(taken: HostInventory, now: HostInventory) -> Diff:
+    """(uuid, guest in ``taken`` or None, guest in ``now`` or None) of
+    each guest that differs."""
+    told = now.guest_changes
+    if told is not None and told[0] == taken.generation:
+        return told[1]
+    old = {g.uuid: g for g in taken.guests}
+    found: list[tuple[str, Guest | None, Guest | None]] = []
+    for guest in now.guests:
+        before = old.pop(guest.uuid, None)
+        if before is not guest:
+            found.append((guest.uuid, before, guest))
+    found += [(uuid, before, None) for uuid, before in old.items()]
+    return found
+
+
+def _apply(ledger: Ledger, diff: Diff) -> list[str]:
+    """Guests defined or redefined, and gone: the spawn claims ended."""
+    ended = []
+    for uuid, before, guest in diff:
+        had = before.mdevs if before is not None else ()
+        if guest is not None:
+            ended += note(ledger, guest, had)
+        else:
+            let_go(ledger, uuid, keep=set(), had=had)
+    return ended
+
+
 def apply_changes(ledger: Ledger) -> None:
     """Guests someone else defined or undefined (domain events): only
     those domains are read, and the view follows (inside
@@ -68,13 +132,25 @@ def apply_changes(ledger: Ledger) -> None:
         ledger.save()
 
 
-def let_go(ledger: Ledger, instance: str, keep: set[str]) -> list[str]:
+def let_go(
+    ledger: Ledger,
+    instance: str,
+    keep: set[str],
+    had: Iterable[str] | None = None,
+) -> list[str]:
     """Hand back what the instance's guest had and no longer has
     (inside :meth:`Ledger.locked`): a device whose host state must change
     gets a release claim, saved now; the host is changed once the
-    lock is left. Returns the device ids freed."""
+    lock is left. ``had``: the devices it had, when known (else every
+    device in use is looked at). Returns the device ids freed."""
     freed: list[BoundDevice] = []
-    for device_id, guest in list(ledger.view.used.items()):
+    used = ledger.view.used
+    candidates = (
+        list(used.items())
+        if had is None
+        else [(d, used[d]) for d in had if d in used]
+    )
+    for device_id, guest in candidates:
         if guest != instance or device_id in keep:
             continue
         del ledger.view.used[device_id]
@@ -96,7 +172,8 @@ def let_go(ledger: Ledger, instance: str, keep: set[str]) -> list[str]:
     for device in changing:
         claims[device.id] = claim_of(device, instance, RELEASE)
     try:
-        ledger.save(claims, vf_types)
+        if changing or vf_types != ledger.vf_types:  # else nothing to write
+            ledger.save(claims, vf_types)
     except StateStoreError as exc:
         # nothing recorded, nothing changed on the host: the devices
         # are free in the view as they are (a typed VF, an mdev)

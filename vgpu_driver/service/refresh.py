@@ -12,7 +12,6 @@ the traits owned.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from typing import Any
 
@@ -32,6 +31,13 @@ from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.records.traits import OwnedTraits
 from vgpu_driver.records.writers import Writers
 from vgpu_driver.service.binder import DeviceBinder
+from vgpu_driver.service.fingerprint import (
+    Claimed,
+    RefreshFingerprint,
+    same_but_guests,
+    tree_holds,
+)
+from vgpu_driver.service.guests import follow as follow_guests
 from vgpu_driver.service.other_writers import OtherWriters
 from vgpu_driver.service.settings import Settings
 from vgpu_driver.service.tree_writer import (
@@ -41,23 +47,6 @@ from vgpu_driver.service.tree_writer import (
 )
 
 LOG = logging.getLogger(__name__)
-
-Claimed = tuple[tuple[str, str, str], ...]  # (device id, parent, type id)
-
-
-@dataclasses.dataclass(frozen=True)
-class RefreshFingerprint:
-    """What a pass depended on and what it left in the tree."""
-
-    nodename: str
-    inventory: HostInventory  # the reading (same generation: unchanged)
-    config: Any  # the DeviceConfig in force (same object: not reloaded)
-    claims: Claimed
-    # provider uuid -> (inventory, traits) written (by uuid: Nova's tree
-    # finds a child of the root by uuid at once, by name only by walking)
-    written: dict[str, tuple[Any, frozenset[str]]]
-    providers: frozenset[str]  # every provider uuid under the node
-    failing: frozenset[str]  # the parents marked failing, as planned
 
 
 class Refresher:
@@ -86,6 +75,8 @@ class Refresher:
         # next one in whatever it is)
         self._last_generation: int | None = None
         self._fingerprint: RefreshFingerprint | None = None
+        # the reading the binder's view was last built from or followed
+        self._taken: HostInventory | None = None
         self.warned_addresses = False
 
     def discover(
@@ -111,6 +102,17 @@ class Refresher:
             self._last_generation = inventory.generation
             if not inventory.guests_known:
                 return inventory
+            taken, self._taken = self._taken, None
+            if (
+                taken is not None
+                and not rescan
+                and inventory.same_devices(taken)
+                and follow_guests(self.binder.ledger, taken, inventory)
+            ):
+                # only guests changed, each applied alone: the mdevs seen
+                # are the same, the view follows
+                self._taken = inventory
+                return inventory
             seen = {m.uuid: (m.parent, m.type_id) for m in inventory.mdevs}
             # forget devices no guest uses any more and that are gone
             users = inventory.mdev_users()
@@ -123,7 +125,9 @@ class Refresher:
                 "the mdevs seen", lambda: self.seen.save({**kept, **seen})
             ):
                 self._last_generation = None  # the next discovery retries
+                return inventory
             self.binder.refresh(inventory, self.targets)
+            self._taken = inventory  # what the view was built from
         return inventory
 
     def update_provider_tree(
@@ -262,6 +266,8 @@ class Refresher:
                 {p.uuid: (p.inventory, p.traits) for p in placed},
                 frozenset(tree.get_provider_uuids(nodename)),
                 failing,
+                frozenset(p.name for p in plans),
+                owned,
             )
             return plans
 
@@ -284,10 +290,11 @@ class Refresher:
         inventory: HostInventory,
         claims: Claimed,
     ) -> bool:
-        """Nothing a pass depends on changed since the last one, and the
-        tree still holds what it wrote: the pass would change nothing
-        (its cost is then independent of the number of mdevs and
-        guests)."""
+        """Nothing the pass depends on changed since the last one but
+        what guests use (when that cannot change the plan), and the tree
+        still holds what it wrote: the pass would change nothing (its
+        cost is then independent of the number of mdevs and guests).
+        The fingerprint takes in the guests' change."""
         last = self._fingerprint
         if last is None or self.traits.on_disk is not None:
             return False
@@ -295,21 +302,22 @@ class Refresher:
             return False  # a parent failed, or is offered again
         if (
             last.nodename != nodename
-            or last.inventory.generation != inventory.generation
             or last.config is not self.settings.config
-            or last.claims != claims
         ):
             return False
-        if set(tree.get_provider_uuids(nodename)) != last.providers:
-            return False  # a provider came or went under the node
-        try:
-            return not any(
-                tree.has_inventory_changed(uuid, inv)
-                or tree.have_traits_changed(uuid, traits)
-                for uuid, (inv, traits) in last.written.items()
-            )
-        except ValueError:  # a provider of ours is gone (both trees say so)
+        owned = last.owned
+        if (
+            last.inventory.generation != inventory.generation
+            or last.claims != claims
+        ):
+            owned = self.binder.owned()
+        now = same_but_guests(
+            last, inventory, claims, owned, self.seen.snapshot()
+        )
+        if now is None or not tree_holds(tree, nodename, last):
             return False
+        self._fingerprint = now
+        return True
 
 
 __all__ = ["Placed", "RefreshFingerprint", "Refresher"]

@@ -1,0 +1,97 @@
+"""What a refresh depended on and what it left in the tree, and whether
+the next pass would change anything (pure but for reading the tree).
+
+A pass changes nothing when the reading is the same (same generation),
+and so are the configuration, the claims, the parents failing and what
+the tree holds. A reading whose devices are the same and whose guests
+alone changed (a guest defined or gone, a spawn claim ended) changes
+nothing either when guests cannot change the plan: no type with
+``max_instances``, no device of a type its parent does not serve, no
+provider kept only for devices in use, no device another manager made
+(:func:`~vgpu_driver.model.usage.guests_matter`). Then a guest's event
+costs what an idle pass costs, however many mdevs and guests there are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from vgpu_driver.model import usage
+from vgpu_driver.model.config import DeviceConfig
+from vgpu_driver.model.device import HostInventory
+from vgpu_driver.model.device_view import foreign_devices
+
+Claimed = tuple[tuple[str, str, str], ...]  # (device id, parent, type id)
+
+
+@dataclasses.dataclass(frozen=True)
+class RefreshFingerprint:
+    """What a pass depended on and what it left in the tree."""
+
+    nodename: str
+    inventory: HostInventory  # the reading (same generation: unchanged)
+    config: Any  # the DeviceConfig in force (same object: not reloaded)
+    claims: Claimed
+    # provider uuid -> (inventory, traits) written (by uuid: Nova's tree
+    # finds a child of the root by uuid at once, by name only by walking)
+    written: dict[str, tuple[Any, frozenset[str]]]
+    providers: frozenset[str]  # every provider uuid under the node
+    failing: frozenset[str]  # the parents marked failing, as planned
+    names: frozenset[str] = frozenset()  # the device providers' names
+    owned: frozenset[str] | None = None  # the devices the library made
+    # guests and claims cannot change the plan of these devices (None:
+    # not asked yet; kept while only guests change)
+    guests_free: bool | None = None
+
+
+def same_but_guests(
+    last: RefreshFingerprint,
+    inventory: HostInventory,
+    claims: Claimed,
+    owned: frozenset[str] | None,
+    seen: Mapping[str, tuple[str, str]],
+) -> RefreshFingerprint | None:
+    """``last`` taking in ``inventory`` and ``claims`` when they differ
+    from its own in what guests use alone, and that cannot change the
+    plan (see the module's doc); None otherwise. Whether guests matter
+    is asked once per reading of the devices, not once per change."""
+    if (
+        last.inventory.generation == inventory.generation
+        and last.claims == claims
+    ):
+        return last
+    if not inventory.guests_known or not inventory.same_devices(
+        last.inventory
+    ):
+        return None
+    if owned is None or owned != last.owned:
+        return None
+    free = last.guests_free
+    if free is None:
+        config: DeviceConfig = last.config
+        free = not foreign_devices(inventory, owned) and not (
+            usage.guests_matter(
+                config, seen, last.names, last.nodename, inventory, None
+            )
+        )
+    if not free:
+        return None
+    return dataclasses.replace(
+        last, inventory=inventory, claims=claims, guests_free=True
+    )
+
+
+def tree_holds(tree: Any, nodename: str, last: RefreshFingerprint) -> bool:
+    """The tree still holds what the last pass wrote."""
+    if set(tree.get_provider_uuids(nodename)) != last.providers:
+        return False  # a provider came or went under the node
+    try:
+        return not any(
+            tree.has_inventory_changed(uuid, inv)
+            or tree.have_traits_changed(uuid, traits)
+            for uuid, (inv, traits) in last.written.items()
+        )
+    except ValueError:  # a provider of ours is gone (both trees say so)
+        return False
