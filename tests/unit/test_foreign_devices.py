@@ -155,3 +155,18 @@ def test_discover_and_audit_show_another_manager_s_devices(tmp_path, capsys):
     }
     assert made_by[M10_FREE_ON_86] == "another manager"
     assert "vgpu-driver" in made_by.values()
+
+
+def test_the_devices_made_are_known_as_made_at_once(node):
+    """What the library made is asked at every guest's change (kept
+    frozen between): a device it makes is in it at once, one it removes
+    gone from it."""
+    n = node("m10", extra="[devices]\nremove_unused_mdevs = true\n")
+    plan = next(p for p in n.update().values() if p.total > p.reserved)
+    before = n.driver.binder.owned()
+    [device] = n.driver.allocate_mdevs(
+        "i1", n.alloc((plan.device, 1), rc=plan.resource_class)
+    )
+    assert device.created and n.driver.binder.owned() == before | {device.id}
+    n.driver.release_mdevs("i1")
+    assert n.driver.binder.owned() == before

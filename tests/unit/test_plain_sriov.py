@@ -145,3 +145,25 @@ def test_the_scan_follows_vfs_enabled_and_disabled(tmp_path):
     (nic / "sriov_numvfs").write_text("8\n")
     (sysfs / "bus/pci/drivers/gim/0000:62:00.0").symlink_to(nic)
     assert scan.gpus() == [gpu]
+
+
+def test_a_driver_loaded_later_is_found_within_a_minute(tmp_path):
+    """A driver not loaded is not looked for at every refresh (four
+    failed listings each), but again a minute later."""
+    from tests import helpers
+    from vgpu_driver.host.plain_sriov import PlainSriovScan
+
+    _uri, sysfs = helpers.hostdesc.materialize(
+        helpers.load("amd-mxgpu"), tmp_path
+    )
+    drivers = sysfs / "bus/pci/drivers"
+    (drivers / "gim").rename(tmp_path / "gim-unloaded")
+    now = [1000.0]
+    scan = PlainSriovScan(str(sysfs), clock=lambda: now[0])
+    assert scan.gpus() == []
+    (tmp_path / "gim-unloaded").rename(drivers / "gim")  # modprobe gim
+    now[0] += 30
+    assert scan.gpus() == []
+    now[0] += 31
+    [gpu] = scan.gpus()
+    assert gpu.driver == "gim" and len(gpu.vfs) == 16

@@ -40,7 +40,6 @@ discovery re-reads that one domain (or forgets it).
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections import Counter
 from collections.abc import Callable, Collection
@@ -62,6 +61,7 @@ from vgpu_driver.model.device import (
     HostInventory,
     Mdev,
     Parent,
+    sort_guests,
     sort_inventory,
 )
 
@@ -215,35 +215,36 @@ class LibvirtHost:
             everyone = (
                 tracker.known.values() if tracker.known is not None else ()
             )
-            versions = self.sysfs.driver_versions(drivers)
-            modules = self.sysfs.modules()
-            reading = (
-                # the guests alone changed: the devices as last sorted
-                last.with_guests(everyone, known, versions, modules)
-                if same_devices and last is not None
-                else sort_inventory(
-                    parents,
-                    mdevs,
-                    pfs,
-                    everyone,
-                    known,
-                    versions,
-                    modules,
-                    said,
-                    plain,
-                )
-            )
             diff = tracker.take_diff()
+            if same_devices and last is not None:
+                # the guests alone changed: the rest as last read (what an
+                # idle reading keeps too), the devices as last sorted
+                guests_now = sort_guests(everyone)
+                if guests_now == last.guests and known == last.guests_known:
+                    return last  # read again, the same
+                self._generation += 1
+                self._last = last.with_guests(
+                    guests_now,
+                    known,
+                    self._generation,
+                    (last.generation, diff) if diff is not None else None,
+                )
+                return self._last
+            reading = sort_inventory(
+                parents,
+                mdevs,
+                pfs,
+                everyone,
+                known,
+                self.sysfs.driver_versions(drivers),
+                self.sysfs.modules(),
+                said,
+                plain,
+            )
             if last is not None and reading == last:
                 return last  # read again, the same: the same generation
             self._generation += 1
-            self._last = dataclasses.replace(
-                reading,
-                generation=self._generation,
-                guest_changes=(last.generation, diff)
-                if last is not None and diff is not None
-                else None,
-            )
+            self._last = reading.with_generation(self._generation)
             return self._last
 
     # -- guests --------------------------------------------------------

@@ -3,7 +3,8 @@ sysfs: AMD MxGPU / Instinct (``gim``, ``amdgpu``) and Intel SR-IOV GPUs
 (``i915``, ``xe``).
 
 Found from the devices bound to those drivers, never from the whole PCI
-bus (a host without them costs one failed listing each). A PF is a
+bus. A driver that is not loaded is looked for again once a minute (a
+host without any costs four failed listings a minute). A PF is a
 display controller or processing accelerator there with ``sriov_numvfs``
 above 0; its VFs are its ``virtfn<N>`` links, read again only when that
 number changes. Each scan reads one ``sriov_numvfs`` per such PF.
@@ -12,28 +13,42 @@ number changes. Each scan reads one ``sriov_numvfs`` per such PF.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 
 from vgpu_driver.host.pci_scan import read_int, read_value
 from vgpu_driver.model import naming
 from vgpu_driver.model.device import PlainSriovGpu
 from vgpu_driver.model.gpus import PLAIN_SRIOV_DRIVERS, is_gpu_class
 
+ABSENT_RETRY = 60.0  # seconds before a driver not loaded is looked for
+
 
 class PlainSriovScan:
-    def __init__(self, root: str) -> None:
+    def __init__(
+        self, root: str, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.root = root
+        self._clock = clock
         self._not_pf: set[str] = set()  # probed once: not a GPU PF
         self._known: dict[str, tuple[int, PlainSriovGpu]] = {}
+        self._absent: dict[str, float] = {}  # driver -> when last missed
 
     def gpus(self) -> list[PlainSriovGpu]:
         """The GPUs with VFs enabled, each with its VFs."""
         devices = f"{self.root}/bus/pci/devices"
         found = []
+        now = self._clock()
         for driver in PLAIN_SRIOV_DRIVERS:
+            missed = self._absent.get(driver)
+            if missed is not None and now - missed < ABSENT_RETRY:
+                continue
             try:
                 bound = os.listdir(f"{self.root}/bus/pci/drivers/{driver}")
             except OSError:
+                self._absent[driver] = now
                 continue
+            self._absent.pop(driver, None)
             for entry in sorted(bound):
                 if entry in self._not_pf or not naming.normalize_pci_address(
                     entry

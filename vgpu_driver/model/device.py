@@ -143,19 +143,20 @@ class HostInventory:
 
     def with_guests(
         self,
-        guests: Iterable[Guest],
+        guests: tuple[Guest, ...],
         guests_known: bool,
-        driver_versions: Iterable[tuple[str, str]],
-        modules: Iterable[str] | None,
+        generation: int,
+        changes: GuestChanges | None,
     ) -> HostInventory:
-        """This reading's devices (already in order) with ``guests`` and
-        the rest read anew, in the order :func:`sort_inventory` gives."""
+        """This reading, the next ``generation``, with ``guests`` (as
+        :func:`sort_guests` orders them) changed by ``changes``; the
+        rest, already in order, as it is."""
         return dataclasses.replace(
             self,
-            guests=tuple(sorted(guests, key=_BY_UUID)),
+            guests=guests,
             guests_known=guests_known,
-            driver_versions=tuple(sorted(set(driver_versions))),
-            modules=frozenset(modules) if modules is not None else None,
+            generation=generation,
+            guest_changes=changes,
         )
 
     def with_generation(self, generation: int) -> HostInventory:
@@ -291,6 +292,10 @@ _BY_NAME = operator.attrgetter("name")
 _BY_UUID = operator.attrgetter("uuid")
 
 
+def sort_guests(guests: Iterable[Guest]) -> tuple[Guest, ...]:
+    return tuple(sorted(guests, key=_BY_UUID))
+
+
 def sort_inventory(
     parents: Iterable[Parent],
     mdevs: Iterable[Mdev],
@@ -307,7 +312,7 @@ def sort_inventory(
         parents=tuple(sorted(parents, key=_BY_NAME)),
         mdevs=tuple(sorted(mdevs, key=_BY_UUID)),
         pfs=tuple(sorted(pfs, key=_BY_NAME)),
-        guests=tuple(sorted(guests, key=_BY_UUID)),
+        guests=sort_guests(guests),
         guests_known=guests_known,
         driver_versions=tuple(sorted(set(driver_versions))),
         modules=frozenset(modules) if modules is not None else None,
@@ -328,5 +333,6 @@ __all__ = [
     "VirtualFunction",
     "implied_parents",
     "remember_types",
+    "sort_guests",
     "sort_inventory",
 ]

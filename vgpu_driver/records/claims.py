@@ -44,6 +44,11 @@ class ClaimsRecord:
         self.claims: Claims = {}
         self.vf_types: dict[str, int] = {}
         self.made: set[str] = set()
+        # made, frozen, with what it was frozen at (see made_frozen)
+        self._frozen: tuple[tuple[int, int, int | None], frozenset[str]] = (
+            (0, -1, None),
+            frozenset(),
+        )
         # False until the made record exists (the library's first start
         # on this host: the devices it finds are adopted once)
         self.made_known = state is None
@@ -60,6 +65,15 @@ class ClaimsRecord:
         # the claims file as last read or written here, held open so its
         # inode is never reused: (its stat signature, the open file)
         self._seen: tuple[tuple[int, ...], int] | None = None
+
+    def made_frozen(self) -> frozenset[str]:
+        """``made`` as a frozenset, made again only when the set was
+        replaced, changed size or the records were saved or read since
+        (a refresh asks it at every guest's change)."""
+        key = (id(self.made), len(self.made), self._epoch)
+        if self._frozen[0] != key:
+            self._frozen = (key, frozenset(self.made))
+        return self._frozen[1]
 
     def current(self) -> bool:
         """Are the records what this process last read or wrote? True

@@ -89,9 +89,15 @@ class StateStore:
         self._lock_fd: int | None = None
         self._swept = False
         self._absent = False  # held without a file: nothing exists yet
+        self._paths: dict[str, Path] = {}
 
     def path(self, key: str) -> Path:
-        return self.directory / f"{key}.json"
+        """The record's file (built once: a peek at the claims stats it
+        several times a refresh)."""
+        found = self._paths.get(key)
+        if found is None:
+            found = self._paths[key] = self.directory / f"{key}.json"
+        return found
 
     # -- the lock --------------------------------------------------------
 

@@ -100,7 +100,7 @@ class DeviceBinder:
         its first start on the host took stock)."""
         with self.ledger.peeked():
             record = self.ledger.record
-            return frozenset(record.made) if record.made_known else None
+            return record.made_frozen() if record.made_known else None
 
     def claimed_devices(self) -> list[tuple[str, str, str]]:
         """(device id, parent, type id) of every claim, as on disk now."""
