@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from vgpu_driver.records import store as records_store
 from vgpu_driver.records.claims import ClaimsRecord
 from vgpu_driver.records.store import StateStore
@@ -23,7 +25,11 @@ def counting_loads(monkeypatch):
     return loads
 
 
-def test_an_unchanged_pass_reads_the_claims_only(tmp_path, monkeypatch):
+def test_records_as_this_process_left_them_are_not_read_again(
+    tmp_path, monkeypatch
+):
+    """Under the lock, the claims file this process last wrote (one
+    stat) and what it holds unchanged: nothing is read."""
     record = ClaimsRecord(StateStore(tmp_path))
     with record.locked():
         record.made.add("m1")
@@ -33,7 +39,39 @@ def test_an_unchanged_pass_reads_the_claims_only(tmp_path, monkeypatch):
         with record.locked():
             assert record.made == {"m1"}
             assert record.vf_types == {"0000:41:00.4": 1157}
-    assert loads == Counter({"claims": 3})
+    assert loads == Counter()
+
+
+@pytest.mark.parametrize("change", ["claim", "claim in place", "made", "vf"])
+def test_a_change_held_but_never_saved_is_read_back(
+    tmp_path, monkeypatch, change
+):
+    """An operation that changed what is held and failed to save is
+    undone by the next lock: the records are read again."""
+    record = ClaimsRecord(StateStore(tmp_path))
+    from vgpu_driver.model.binding import BoundDevice
+    from vgpu_driver.model.claims import SPAWN, claim_of
+
+    claim = claim_of(BoundDevice("mdev", "d1", "p", "t"), "i1", SPAWN)
+    with record.locked():
+        record.claims["d1"] = dict(claim)
+        record.save(vf_types={"0000:41:00.4": 1157})
+    with record.locked():
+        if change == "claim":
+            record.claims["d2"] = {**claim, "id": "d2"}
+        elif change == "claim in place":
+            record.claims["d1"]["purpose"] = "migration"
+        elif change == "made":
+            record.made.add("m9")
+        else:
+            record.vf_types["0000:41:00.5"] = 1157
+    loads = counting_loads(monkeypatch)
+    with record.locked():
+        assert record.claims == {"d1": claim}
+        assert record.made == set() and record.vf_types == {
+            "0000:41:00.4": 1157
+        }
+    assert loads["claims"] == 1
 
 
 def test_another_process_s_save_is_read(tmp_path, monkeypatch):

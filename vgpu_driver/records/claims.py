@@ -44,6 +44,7 @@ class ClaimsRecord:
         self.claims: Claims = {}
         self.vf_types: dict[str, int] = {}
         self.made: set[str] = set()
+        self._claims_on_disk: Claims = {}
         # made, frozen, with what it was frozen at (see made_frozen)
         self._frozen: tuple[tuple[int, int, int | None], frozenset[str]] = (
             (0, -1, None),
@@ -124,20 +125,44 @@ class ClaimsRecord:
             yield
             return
         with self.state.locked():
-            epoch, self.claims = _claims_of(
-                self.state.load(CLAIMS_RECORD, {}, _validate_claims)
-            )
-            vf_types, made = self._others(epoch)
-            self.vf_types = dict(vf_types)
-            self._vf_types_on_disk = dict(self.vf_types)
-            self.made_known = made is not None
-            self.made = set(made or ())
-            self._made_on_disk = set(self.made)
-            if self._epoch is not None and epoch != self._epoch:
-                self.stale = True
-            self._epoch = epoch
-            self._hold()
+            # the file is the one last read or written here and what is
+            # held is what it says: nothing to read again
+            if not self._unchanged_since_read():
+                self._read()
             yield
+
+    def _read(self) -> None:
+        """Read the records (under the lock)."""
+        assert self.state is not None
+        epoch, self.claims = _claims_of(
+            self.state.load(CLAIMS_RECORD, {}, _validate_claims)
+        )
+        self._claims_on_disk = _copy(self.claims)
+        vf_types, made = self._others(epoch)
+        self.vf_types = dict(vf_types)
+        self._vf_types_on_disk = dict(self.vf_types)
+        self.made_known = made is not None
+        self.made = set(made or ())
+        self._made_on_disk = set(self.made)
+        if self._epoch is not None and epoch != self._epoch:
+            self.stale = True
+        self._epoch = epoch
+        self._hold()
+
+    def _unchanged_since_read(self) -> bool:
+        """Under the lock: the claims file is the very one this process
+        last read or wrote (one stat), and the claims, VF types and
+        devices made held here are still what was read or written then
+        (an operation that changed them and failed to save is undone by
+        reading them again)."""
+        return (
+            self._epoch is not None
+            and self._others_epoch == self._epoch
+            and self.current()
+            and self.claims == self._claims_on_disk
+            and self.vf_types == self._vf_types_on_disk
+            and self.made == self._made_on_disk
+        )
 
     def _others(self, epoch: int) -> tuple[dict[str, int], Any]:
         """The VF types and devices made, as on disk (under the lock).
@@ -175,6 +200,7 @@ class ClaimsRecord:
             # moved aside, a reader must never see its old value again
             epoch = secrets.randbits(62) + 1
             self.state.save(CLAIMS_RECORD, {"epoch": epoch, "claims": claims})
+            self._claims_on_disk = _copy(claims)
             self._epoch = epoch
             self._hold()
             self.claims = claims
@@ -199,6 +225,11 @@ class ClaimsRecord:
             return moved
         self._others_epoch = 0  # read them again, whatever happens here
         with self.state.locked():
+            try:
+                self._read()  # all readable: held as read
+                return moved
+            except StateRecordCorrupt:
+                self._others_epoch = 0
             for key, validate in (
                 (CLAIMS_RECORD, _validate_claims),
                 (VF_TYPES_RECORD, _validate_vf_types),
@@ -272,3 +303,9 @@ def _signature(found: os.stat_result) -> tuple[int, ...]:
         found.st_mtime_ns,
         found.st_ctime_ns,
     )
+
+
+def _copy(claims: Claims) -> Claims:
+    """A copy whose claims are copies too (an operation may change a
+    claim in place before it saves)."""
+    return {device_id: dict(claim) for device_id, claim in claims.items()}
