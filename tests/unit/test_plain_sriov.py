@@ -167,3 +167,26 @@ def test_a_driver_loaded_later_is_found_within_a_minute(tmp_path):
     now[0] += 31
     [gpu] = scan.gpus()
     assert gpu.driver == "gim" and len(gpu.vfs) == 16
+
+
+def test_an_intel_igpu_s_vfs_bound_to_i915_are_one_provider(tmp_path):
+    """Alder Lake-N (captured lspci): the PF and its 7 VFs share the id
+    8086:46d3 and i915 binds the VFs in the host; read through libvirt
+    and sysfs, the VFs are no PFs of their own and the GPU offers 7."""
+    from tests import helpers
+    from tests.unit.test_capacity import enabled
+    from vgpu_driver.model.inventory import plan_providers
+
+    description = helpers.load("intel-igpu-sriov")
+    host = helpers.libvirt_host(description, tmp_path)
+    inventory = host.discover()
+    [gpu] = inventory.plain_gpus
+    assert (gpu.name, gpu.driver, gpu.type_id) == (
+        "pci_0000_00_02_0",
+        "i915",
+        "vf-8086-46d3",
+    )
+    assert gpu.vfs == tuple(f"0000:00:02.{i}" for i in range(1, 8))
+    config = enabled("vf-8086-46d3", addresses=("0000:00:02.0",))
+    [plan] = plan_providers("cn", config, inventory, held={})
+    assert (plan.total, plan.device) == (7, "pci_0000_00_02_0")

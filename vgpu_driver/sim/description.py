@@ -298,6 +298,7 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
                 total_vfs=g.get("total_vfs"),
                 vf_addresses=[str(a).lower() for a in g.get("vfs", [])],
                 vf_product_id=g.get("vf_product_id"),
+                vf_driver=g.get("vf_driver"),
             )
             for g in raw.get("other_gpus", [])
         ],

@@ -232,6 +232,8 @@ def _render_other_gpu(gpu: OtherGpuSpec, root: Path) -> None:
         _write(vf_dir / "vendor", gpu.vendor_id)
         _write(vf_dir / "device", gpu.vf_product_id or gpu.product_id)
         _write(vf_dir / "class", gpu.pci_class)
+        if gpu.vf_driver:
+            _bind(vf_dir, root / "bus/pci", gpu.vf_driver)
 
 
 def _render_vf_parent_gpus(description: HostDescription, root: Path) -> None:

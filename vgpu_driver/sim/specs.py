@@ -189,8 +189,9 @@ NVIDIA_HOST_DRIVER = "570.124.03"
 
 @dataclasses.dataclass
 class OtherGpuSpec:
-    """A GPU the library does not drive (AMD/Intel SR-IOV, NVIDIA without
-    the vGPU manager): shown by discover and doctor, nothing more."""
+    """A GPU that is no mdev parent and no NVIDIA SR-IOV vGPU card: an
+    AMD or Intel GPU whose SR-IOV VFs are given as they are, or one the
+    library does not drive (an NVIDIA GPU without the vGPU manager)."""
 
     address: str
     vendor_id: str
@@ -200,6 +201,7 @@ class OtherGpuSpec:
     total_vfs: int | None = None
     vf_addresses: list[str] = dataclasses.field(default_factory=list)
     vf_product_id: str | None = None
+    vf_driver: str | None = None  # the host driver its VFs are bound to
 
 
 @dataclasses.dataclass
