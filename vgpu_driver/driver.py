@@ -26,6 +26,7 @@ from oslo_log import log as logging
 from vgpu_driver.conf import devices, loader
 from vgpu_driver.host import domain_xml
 from vgpu_driver.host.base import Host
+from vgpu_driver.instance_moves import InstanceMoves
 from vgpu_driver.model import usage
 from vgpu_driver.model.binding import BoundDevice
 from vgpu_driver.model.config import DeviceConfig
@@ -47,7 +48,7 @@ LOG = logging.getLogger(__name__)
 __all__ = ["Allocations", "VgpuDriver", "sync_placement"]
 
 
-class VgpuDriver:
+class VgpuDriver(InstanceMoves):
     def __init__(
         self,
         conf: cfg.ConfigOpts,
@@ -307,42 +308,3 @@ class VgpuDriver:
         """``vgpu-driver restore``: re-apply recorded VF vGPU types, going
         on past a VF that refuses (listed in ``failed``)."""
         return self.binder.restore_vf_types(self.discover(), failed)
-
-    # resize and cold migration
-    def finish_migration(
-        self, instance_uuid: str, allocations: Mapping[str, Any]
-    ) -> list[BoundDevice]:
-        """On the destination: bind from the new allocations."""
-        return self.allocate_mdevs(instance_uuid, allocations)
-
-    def finish_revert_migration(self, instance_uuid: str) -> list[BoundDevice]:
-        """On the source: the guest's own devices again (recreated if they
-        went away meanwhile)."""
-        return lifecycle.recover_guest(self._refresher, instance_uuid)
-
-    def confirm_migration(self, instance_uuid: str) -> list[str]:
-        """On the source, once the move is confirmed: release."""
-        return self.release_mdevs(instance_uuid)
-
-    # live migration (destination side)
-    def claim_for_live_migration(
-        self,
-        instance_uuid: str,
-        source_mdevs: Mapping[str, str],
-        allocations: Mapping[str, Any],
-    ) -> dict[str, str]:
-        """Claim destination devices of the same types as the source's
-        mdevs (``{source uuid: type id}``) and return ``{source uuid:
-        destination uuid}`` for the guest's XML. The claim is on disk: it
-        survives a restart of the service until success or rollback."""
-        return lifecycle.claim_for_live_migration(
-            self._refresher, instance_uuid, source_mdevs, allocations
-        )
-
-    def live_migration_succeeded(self, instance_uuid: str) -> None:
-        self.binder.end_migration(instance_uuid)
-
-    def rollback_live_migration_at_destination(
-        self, instance_uuid: str
-    ) -> list[str]:
-        return self.binder.release(instance_uuid)

@@ -25,11 +25,14 @@ ALLOWED = {
     "conf": {"exception", "model"},
     "placement": {"exception", "model", "records"},
     "service": {"exception", "model", "records", "host.base"},
+    # what the driver does when an instance moves (a part of the facade)
+    "instance_moves": {"exception", "model", "service"},
     "driver": {
         "exception",
         "model",
         "records",
         "service",
+        "instance_moves",
         "placement",
         "conf",
         "host.base",
