@@ -360,11 +360,22 @@ class SysfsTree:
                 device=vf_address,
                 reason="not a PCI address",
             )
-        path = (
-            self.root
-            / "bus/pci/devices"
-            / vf_address
-            / "nvidia"
-            / "current_vgpu_type"
+        nvidia = self.root / "bus/pci/devices" / vf_address / "nvidia"
+        listing = _read(nvidia / "creatable_vgpu_types") if type_id else None
+        if listing is not None and type_id not in {
+            t.id for t in parse_creatable(listing)
+        }:
+            # what the VF takes now (in mixed-size mode the card may be
+            # full for this size since the last reading): nothing written
+            raise DeviceNoRoom(
+                action=f"set vGPU type {type_id}",
+                device=vf_address,
+                reason="the VF does not list the type as creatable now "
+                "(the card holds no more of it)",
+            )
+        self._write(
+            nvidia / "current_vgpu_type",
+            str(type_id),
+            f"set vGPU type {type_id}",
+            vf_address,
         )
-        self._write(path, str(type_id), f"set vGPU type {type_id}", vf_address)

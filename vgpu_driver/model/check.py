@@ -81,6 +81,7 @@ def host_problems(
                     _sriov_disabled(type_cfg.group, address, disabled)
                 )
     problems += _vf_parent_addresses(config, inventory)
+    problems += _parents_named_twice(config, inventory)
     for type_cfg in config.types:
         if type_cfg.type_id not in everywhere:
             problems.append(
@@ -151,3 +152,28 @@ def _vf_parent_addresses(
         for address in type_cfg.addresses
         if address in gpu_of
     ]
+
+
+def _parents_named_twice(
+    config: DeviceConfig, inventory: HostInventory
+) -> list[Problem]:
+    """An mdev parent named for several types serves the first alone
+    (one type per pGPU, as Nova has it); only an NVIDIA SR-IOV card in
+    mixed-size mode serves several."""
+    problems = []
+    for parent in inventory.parents:
+        named = [
+            t for t in config.types if set(parent.keys) & set(t.addresses)
+        ]
+        for extra in named[1:]:
+            problems.append(
+                Problem(
+                    extra.group,
+                    "device_addresses",
+                    parent.address or parent.name,
+                    f"this mdev parent serves one type, {named[0].type_id} "
+                    f"(listed first); only an NVIDIA SR-IOV card in "
+                    "mixed-size mode serves several: remove it here",
+                )
+            )
+    return problems

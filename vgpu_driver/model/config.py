@@ -57,6 +57,18 @@ class DeviceConfig:
     def resource_classes(self) -> frozenset[str]:
         return frozenset(t.resource_class for t in self.types)
 
+    def types_for_device(
+        self, keys: Sequence[str], supported: Sequence[str]
+    ) -> list[TypeConfig]:
+        """Every type a device is named for, in the enabled order, that it
+        supports (several: an NVIDIA SR-IOV card in mixed-size mode); a
+        device named for none: the default type if it supports it."""
+        named = [t for t in self.types if any(k in t.addresses for k in keys)]
+        if named:
+            return [t for t in named if t.type_id in supported]
+        default = self.type_for_parent(keys, supported)
+        return [default] if default is not None else []
+
     def type_for_parent(
         self, keys: Sequence[str], supported: Sequence[str]
     ) -> TypeConfig | None:
@@ -104,7 +116,6 @@ def build_device_config(
     errors: list[Problem] = []
     warnings: list[Problem] = []
     seen_types: set[str] = set()
-    owner_of: dict[str, str] = {}
     types: list[TypeConfig] = []
     default: str | None = None
 
@@ -149,19 +160,9 @@ def build_device_config(
                 )
                 ok = False
                 continue
-            if address in owner_of and owner_of[address] != type_id:
-                errors.append(
-                    Problem(
-                        section,
-                        "device_addresses",
-                        value,
-                        f"parent {address} is already used by type "
-                        f"{owner_of[address]}; a physical device takes one "
-                        "type: remove it from one of the two sections",
-                    )
-                )
-                ok = False
-                continue
+            # a device named for several types: an NVIDIA SR-IOV card
+            # serves each (mixed-size mode); an mdev parent the first
+            # (checked against the host: model/check.py)
             if address in spelled:
                 warnings.append(
                     Problem(
@@ -174,7 +175,6 @@ def build_device_config(
                     )
                 )
             if address not in addresses:
-                owner_of[address] = type_id
                 spelled[address] = value
                 addresses.append(address)
 

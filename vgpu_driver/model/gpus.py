@@ -101,7 +101,8 @@ def roles(
         elif gpu.address in pfs:
             pf = pfs[gpu.address]
             types = tuple(t.type_id for t in pf.known_types())
-            type_cfg = config.type_for_parent(pf.keys, types)
+            serves = config.types_for_device(pf.keys, types)
+            type_cfg = serves[0] if serves else None
             if not pf.vfs:
                 found.append(
                     GpuRole(
@@ -113,9 +114,15 @@ def roles(
                     )
                 )
             else:
-                found.append(
-                    _served("NVIDIA SR-IOV vGPU GPU", gpu, type_cfg, vfs)
-                )
+                role = _served("NVIDIA SR-IOV vGPU GPU", gpu, type_cfg, vfs)
+                if len(serves) > 1:  # mixed-size mode: a provider each
+                    role = dataclasses.replace(
+                        role,
+                        note="offers "
+                        + ", ".join(t.type_id for t in serves)
+                        + " (a provider each: mixed-size mode)",
+                    )
+                found.append(role)
         elif gpu.address in plain:
             card = plain[gpu.address]
             type_cfg = config.type_for_parent(card.keys, (card.type_id,))

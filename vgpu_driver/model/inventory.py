@@ -99,57 +99,80 @@ def plan_providers(
     foreign_here = by_device(inventory, foreign or {})
     devices = devices_of(inventory, config)
 
-    chosen: list[tuple[Device, TypeConfig]] = []
+    # (device, type, its provider's name)
+    chosen: list[tuple[Device, TypeConfig, str]] = []
     plans: dict[str, ProviderPlan] = {}
     for device in devices:
-        type_cfg = config.type_for_parent(device.keys, device.supported)
+        serves = (
+            config.types_for_device(device.keys, device.supported)
+            if device.several
+            else [
+                t
+                for t in [
+                    config.type_for_parent(device.keys, device.supported)
+                ]
+                if t is not None
+            ]
+        )
+        type_cfg = serves[0] if serves else None
         in_use = {t: n for t, n in held_here.get(device.name, {}).items() if n}
-        other = {
-            t: n
-            for t, n in in_use.items()
-            if not type_cfg or t != type_cfg.type_id
-        }
+        served = {t.type_id for t in serves}
+        other = {t: n for t, n in in_use.items() if t not in served}
         if other:
             # Guests still use devices of a type this parent no longer
             # serves: keep what they use, take nothing new until empty.
             old_type = max(other, key=lambda t: other[t])
-            plans[device.name] = _reserved_plan(
-                nodename,
-                device.name,
-                old_type,
-                sum(other.values()),
-                _class_of(config, old_type, existing, nodename, device.name),
-                owner_trait,
-                (
-                    f"its type changed to {type_cfg.type_id}"
-                    if type_cfg
-                    else "it serves no enabled type any more"
+            plans[naming.provider_name(nodename, device.name)] = (
+                _reserved_plan(
+                    nodename,
+                    device.name,
+                    old_type,
+                    sum(other.values()),
+                    _class_of(
+                        config, old_type, existing, nodename, device.name
+                    ),
+                    owner_trait,
+                    (
+                        f"its type changed to {type_cfg.type_id}"
+                        if type_cfg
+                        else "it serves no enabled type any more"
+                    )
+                    + f" while guests use {sum(other.values())} {old_type} "
+                    "device(s)",
                 )
-                + f" while guests use {sum(other.values())} {old_type} "
-                "device(s)",
             )
             continue
-        if type_cfg is not None:
-            chosen.append((device, type_cfg))
+        for index, cfg in enumerate(serves):
+            chosen.append(
+                (
+                    device,
+                    cfg,
+                    naming.provider_name(nodename, device.name)
+                    if index == 0
+                    else naming.type_provider_name(
+                        nodename, device.name, cfg.type_id
+                    ),
+                )
+            )
 
     budgets = {
         t.type_id: t.max_instances for t in config.types if t.max_instances
     }
     versions = dict(inventory.driver_versions)
     used_total: Counter[str] = Counter()
-    for device, type_cfg in chosen:
+    for device, type_cfg, name in chosen:
         used_total[type_cfg.type_id] += _used(
-            device, type_cfg, held_here, allocated, nodename
+            device, type_cfg, held_here, allocated, name
         )
     free_budget = {
         type_id: max(0, cap - used_total[type_id])
         for type_id, cap in budgets.items()
     }
     type_traits_of: dict[tuple[str, trait.Capabilities], frozenset[str]] = {}
-    for device, type_cfg in sorted(chosen, key=lambda c: c[0].name):
+    for device, type_cfg, name in sorted(chosen, key=lambda c: c[2]):
         type_id = type_cfg.type_id
         total = device.existing[type_id] + device.available.get(type_id, 0)
-        used = _used(device, type_cfg, held_here, allocated, nodename)
+        used = _used(device, type_cfg, held_here, allocated, name)
         reason = None
         limit = device.limits.get(type_id)
         if device.gpu:
@@ -204,8 +227,8 @@ def plan_providers(
             }
         if device.migration:
             traits = traits | {naming.MIGRATION_TRAIT}
-        plans[device.name] = ProviderPlan(
-            name=naming.provider_name(nodename, device.name),
+        plans[name] = ProviderPlan(
+            name=name,
             device=device.name,
             type_id=type_id,
             resource_class=type_cfg.resource_class,
@@ -219,25 +242,40 @@ def plan_providers(
     # Providers whose device is gone from the host (or no longer serves a
     # type) but that still have devices in use.
     planned_names = {p.name for p in plans.values()}
+    planned_types = {(p.device, p.type_id) for p in plans.values()}
     present = {d.name for d in devices}
     for rp_name, classes in existing.items():
         if rp_name in planned_names:
             continue
-        device_name = rp_name.removeprefix(f"{nodename}_")
-        in_use_held = sum(held_here.get(device_name, {}).values())
+        device_name, its_type = naming.provider_device(
+            rp_name.removeprefix(f"{nodename}_")
+        )
+        types = held_here.get(device_name, Counter())
+        if its_type is not None:  # a second type's provider: that type's
+            types = Counter({its_type: types[its_type]})
+        else:  # not what the device's other providers count
+            types = Counter(
+                {
+                    t: n
+                    for t, n in types.items()
+                    if (device_name, t) not in planned_types
+                }
+            )
+        in_use_held = sum(types.values())
         in_use_alloc = sum(allocated.get(rp_name, {}).values())
         count = max(in_use_held, in_use_alloc)
         if not count:
             continue
         classes = list(classes) or [str(orc.VGPU)]
-        types = held_here.get(device_name, Counter())
-        old_type = max(types, key=lambda t: types[t]) if types else ""
+        old_type = its_type or (
+            max(types, key=lambda t: types[t]) if types else ""
+        )
         why = (
             "its device is no longer on the host"
             if device_name not in present
             else "its device no longer serves an enabled type"
         )
-        plans[device_name] = _reserved_plan(
+        plans[rp_name] = _reserved_plan(
             nodename,
             device_name,
             old_type,
@@ -245,6 +283,7 @@ def plan_providers(
             classes[0],
             owner_trait,
             f"{why} but {count} device(s) are still in use",
+            rp_name,
         )
     return sorted(plans.values(), key=lambda p: p.name)
 
@@ -254,10 +293,9 @@ def _used(
     type_cfg: TypeConfig,
     held: Mapping[str, Mapping[str, int]],
     allocated: Mapping[str, Mapping[str, int]],
-    nodename: str,
+    rp_name: str,
 ) -> int:
     by_guests = held.get(device.name, {}).get(type_cfg.type_id, 0)
-    rp_name = naming.provider_name(nodename, device.name)
     by_placement = allocated.get(rp_name, {}).get(type_cfg.resource_class, 0)
     return max(by_guests, by_placement)
 
@@ -286,12 +324,13 @@ def _reserved_plan(
     resource_class: str,
     owner_trait: str,
     reason: str,
+    name: str | None = None,
 ) -> ProviderPlan:
     traits = {owner_trait}
     if type_id:
         traits.add(naming.type_trait(type_id))
     return ProviderPlan(
-        name=naming.provider_name(nodename, device_name),
+        name=name or naming.provider_name(nodename, device_name),
         device=device_name,
         type_id=type_id,
         resource_class=resource_class,

@@ -178,6 +178,24 @@ HOST_DRIVER_TRAIT_PREFIX = "CUSTOM_VGPU_HOST_"
 MIGRATION_TRAIT = "CUSTOM_VGPU_LIVE_MIGRATION"
 
 
+# between a device's name and a type's in the provider of a second type
+# one device serves (an NVIDIA SR-IOV card in mixed-size mode)
+TYPE_SEPARATOR = "__"
+
+
+def type_provider_name(nodename: str, device: str, type_id: str) -> str:
+    """The provider of a type a device serves beside its first:
+    ``<nodename>_<device>__<type id>``."""
+    return f"{provider_name(nodename, device)}{TYPE_SEPARATOR}{type_id}"
+
+
+def provider_device(short_name: str) -> tuple[str, str | None]:
+    """(device name, type id or None) of a device provider's name without
+    its ``<nodename>_`` prefix."""
+    device, _sep, type_id = short_name.partition(TYPE_SEPARATOR)
+    return device, type_id or None
+
+
 def host_driver_trait(driver: str, version: str) -> str:
     """``CUSTOM_VGPU_HOST_NVIDIA_570_124_03``: the host driver a device
     provider's vGPUs run on (live migration needs the same on both

@@ -37,6 +37,9 @@ class Device:
     gpu: str | None = None  # a VF parent's GPU (whose room its VFs share)
     driver: str | None = None  # its host driver (for the version trait)
     migration: bool | None = None  # NVML: its vGPUs can live-migrate
+    # it may serve several types, a provider each (an NVIDIA SR-IOV card:
+    # in mixed-size mode its VFs take vGPUs of several sizes)
+    several: bool = False
 
 
 def _from_parent(parent: Parent, existing: Counter[str]) -> Device:
@@ -113,6 +116,7 @@ def _from_pf(
         limits=limits,
         driver=pf.driver,
         migration=gpu.migration if gpu is not None else None,
+        several=True,
     )
 
 

@@ -162,10 +162,12 @@ class NovaAdapter:
     def gpu_inventories(self) -> dict[str, dict[str, int | float]]:
         """Nova's ``_get_gpu_inventories`` shape: parent name -> the
         inventory record of its provider, as last written."""
-        return {
-            plan.device: plan.inventory()[plan.resource_class]
-            for plan in self.driver.last_plans
-        }
+        found: dict[str, dict[str, int | float]] = {}
+        for plan in self.driver.last_plans:  # a device's first type's
+            found.setdefault(
+                plan.device, plan.inventory()[plan.resource_class]
+            )
+        return found
 
     # -- devices -------------------------------------------------------
 

@@ -8,6 +8,7 @@ from collections.abc import Set
 
 from oslo_config import cfg
 
+from vgpu_driver.model import naming
 from vgpu_driver.placement.client import client_from_conf
 from vgpu_driver.placement.sync import PlacementSync
 
@@ -22,7 +23,9 @@ def device_allocations(
     tree = syncer.read_tree()
     prefix = f"{nodename}_"
     device_of = {
-        uuid: tree.data(uuid).name.removeprefix(prefix)
+        uuid: naming.provider_device(
+            tree.data(uuid).name.removeprefix(prefix)
+        )[0]
         for uuid in tree.get_provider_uuids(nodename)
         if tree.data(uuid).name.startswith(prefix)
     }

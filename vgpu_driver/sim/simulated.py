@@ -355,10 +355,10 @@ class SimulatedHost:
                 pf.vf_types.pop(vf_address, None)
                 return
             if type_id not in {t.id for t in pf.creatable(vf_address)}:
-                raise DeviceOperationFailed(
+                raise DeviceNoRoom(  # as the host adapter's check does
                     action=f"set vGPU type {type_id}",
                     device=vf_address,
-                    reason="type not creatable on this VF (EINVAL)",
+                    reason="type not creatable on this VF now",
                 )
             pf.vf_types[vf_address] = type_id
 
