@@ -130,3 +130,43 @@ def test_the_host_adapter_refuses_a_type_the_vf_no_longer_lists(tmp_path):
     with pytest.raises(DeviceNoRoom, match="creatable"):
         SysfsTree(str(sysfs)).set_vf_type("0000:41:04.3", 1157)
     assert (vf / "current_vgpu_type").read_text().strip() == "0"
+
+
+@pytest.mark.parametrize(
+    ("short", "found"),
+    [
+        ("pci_0001_c8_00_0", ("pci_0001_c8_00_0", None)),
+        ("pci_0001_c8_00_0__nvidia-1540", ("pci_0001_c8_00_0", "nvidia-1540")),
+        ("mtty__mtty-2", ("mtty", "mtty-2")),
+    ],
+)
+def test_a_provider_name_says_its_device_and_type(short, found):
+    """What audit and the kept-while-in-use rule read back from a
+    provider's name (the type's own providers count as the device's)."""
+    from vgpu_driver.model import naming
+
+    assert naming.provider_device(short) == found
+    device, type_id = found
+    if type_id:
+        assert naming.type_provider_name("n", device, type_id) == f"n_{short}"
+
+
+def test_a_type_dropped_while_in_use_is_kept_on_its_own_provider(card):
+    """DC-48Q (both types in VGPU here) removed from the configuration
+    while a guest's VF has it: its provider stays, reserved, holding that
+    one; the card's own provider goes on offering DC-4Q beside it."""
+    card.conf.set_override("mdev_class", "VGPU", "mdev_nvidia-1540")
+    card.driver.reload_config()
+    card.update()
+    rp = card.tree.data(f"node1_{SECOND}").uuid
+    card.driver.allocate_mdevs("i1", {rp: {"resources": {"VGPU": 1}}})
+    card.conf.set_override("enabled_mdev_types", ["nvidia-1521"], "devices")
+    card.driver.reload_config()
+    found = {
+        p.name.removeprefix("node1_"): (p.total, p.reserved, p.type_id)
+        for p in card.driver.update_provider_tree(card.tree, "node1")
+    }
+    assert found == {
+        CARD: (12, 0, "nvidia-1521"),
+        SECOND: (1, 1, "nvidia-1540"),
+    }

@@ -117,7 +117,14 @@ def plan_providers(
         type_cfg = serves[0] if serves else None
         in_use = {t: n for t, n in held_here.get(device.name, {}).items() if n}
         served = {t.type_id for t in serves}
-        other = {t: n for t, n in in_use.items() if t not in served}
+        other = {
+            t: n
+            for t, n in in_use.items()
+            if t not in served
+            # a type with a provider of its own is kept there (below)
+            and naming.type_provider_name(nodename, device.name, t)
+            not in existing
+        }
         if other:
             # Guests still use devices of a type this parent no longer
             # serves: keep what they use, take nothing new until empty.
