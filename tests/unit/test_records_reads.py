@@ -101,3 +101,46 @@ def test_a_repair_reads_them_again(tmp_path):
     assert record.repair()  # moved aside
     with record.locked():
         assert record.vf_types == {}  # not the value read before
+
+
+def test_a_cache_record_is_read_while_another_holds_the_lock(tmp_path):
+    """The mdevs seen and the traits owned are caches, saved whole: a
+    reader does not wait for the lock another holds (a start beside a
+    long operator's repair), and still gets what was saved."""
+    import threading
+
+    writer, reader = StateStore(tmp_path), StateStore(tmp_path)
+    writer.save("mdev-parents", {"u1": ["p", "t"]})
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with writer.locked():
+            holding.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert holding.wait(5)
+        found: list[object] = []
+        read = threading.Thread(
+            target=lambda: found.append(
+                reader.load_or_rebuild("mdev-parents", {})
+            )
+        )
+        read.start()
+        read.join(2)
+        assert found == [{"u1": ["p", "t"]}]  # not blocked
+    finally:
+        release.set()
+        thread.join()
+        read.join()
+
+
+def test_an_unreadable_cache_record_is_moved_aside_under_the_lock(tmp_path):
+    store = StateStore(tmp_path)
+    store.save("mdev-parents", {"u1": ["p", "t"]})
+    (tmp_path / "mdev-parents.json").write_text("{ cut")
+    assert store.load_or_rebuild("mdev-parents", {}) == {}
+    assert not (tmp_path / "mdev-parents.json").exists()
+    assert list(tmp_path.glob("mdev-parents.json.*"))  # kept aside

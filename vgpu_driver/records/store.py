@@ -276,7 +276,14 @@ class StateStore:
         self, key: str, default: Any, validate: Validator | None = None
     ) -> Any:
         """For records that are a cache of what can be seen on the host:
-        an unreadable one is moved aside and ``default`` returned."""
+        an unreadable one is moved aside and ``default`` returned. Read
+        without the lock first (every save replaces the file whole, so a
+        reader sees one save or the next); an unreadable one is read
+        again under the lock before it is moved aside."""
+        try:
+            return self.load(key, default, validate)
+        except StateRecordCorrupt:
+            pass
         with self.locked():
             try:
                 return self.load(key, default, validate)
