@@ -144,3 +144,27 @@ def test_an_unreadable_cache_record_is_moved_aside_under_the_lock(tmp_path):
     assert store.load_or_rebuild("mdev-parents", {}) == {}
     assert not (tmp_path / "mdev-parents.json").exists()
     assert list(tmp_path.glob("mdev-parents.json.*"))  # kept aside
+
+
+def test_a_restart_reads_which_configuration_wrote_and_writes_nothing(
+    tmp_path, monkeypatch
+):
+    from vgpu_driver.records.writers import Writers
+
+    Writers(StateStore(tmp_path)).note("CUSTOM_VGPU_CONF_1", "nova.conf")
+    updates: list[str] = []
+    real = StateStore.update
+
+    def update(self, key, *args, **kwargs):
+        updates.append(key)
+        return real(self, key, *args, **kwargs)
+
+    monkeypatch.setattr(StateStore, "update", update)
+    again = Writers(StateStore(tmp_path))  # the service restarted
+    again.note("CUSTOM_VGPU_CONF_1", "nova.conf")
+    assert updates == []
+    again.note("CUSTOM_VGPU_CONF_2", "other.conf")  # a new one is written
+    assert updates == ["writers"]
+    assert Writers(StateStore(tmp_path)).source("CUSTOM_VGPU_CONF_2") == (
+        "other.conf"
+    )

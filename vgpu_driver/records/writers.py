@@ -33,8 +33,9 @@ class Writers:
 
     def note(self, trait: str, source: str) -> None:
         """This process writes with ``trait`` from ``source`` (kept if it
-        can be, else tried again at the next pass)."""
-        if self._known.get(trait) == source:
+        can be, else tried again at the next pass). A record that says so
+        already (a restart) is read, not written: no lock."""
+        if self.source(trait) == source:
             return
         if keep(
             "which configuration wrote the providers",
