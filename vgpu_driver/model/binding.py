@@ -79,15 +79,10 @@ def choose(
     """
     taken = set(busy)
     chosen: list[BoundDevice] = []
+    devices = Devices(parents, pfs, groups or {}, plain or {})
     for device, type_id, count in wanted:
         for _ in range(count):
-            pick = _pick_for(
-                device,
-                type_id,
-                Devices(parents, pfs, groups or {}, plain or {}),
-                taken,
-                chosen,
-            )
+            pick = _pick_for(device, type_id, devices, taken, chosen)
             if pick is None:
                 raise DeviceCapacityExhausted(
                     count=count, type_id=type_id, parent=device

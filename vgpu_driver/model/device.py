@@ -228,6 +228,10 @@ class HostInventory:
         provider, named after the GPU), else the parent itself."""
         return self._gpu_of.get(name, name)
 
+    def vf_parent_gpus(self) -> tuple[str, ...]:
+        """The GPUs (libvirt names) whose VFs are mdev parents."""
+        return tuple(self._gpu_members)
+
     def vf_parents(self, gpu: str) -> tuple[Parent, ...]:
         """The VF parents of GPU ``gpu`` (its libvirt name), in name
         order; () for any other device."""

@@ -92,12 +92,8 @@ class DeviceView:
             if ours is None
             else foreign_devices(inventory, ours),
             groups={
-                inventory.device_of(p.name): tuple(
-                    m.name
-                    for m in inventory.vf_parents(inventory.device_of(p.name))
-                )
-                for p in inventory.parents
-                if p.physical_function
+                gpu: tuple(m.name for m in inventory.vf_parents(gpu))
+                for gpu in inventory.vf_parent_gpus()
             },
             plain={g.name: (g.type_id, g.vfs) for g in inventory.plain_gpus},
         )

@@ -103,17 +103,11 @@ def plan_providers(
     chosen: list[tuple[Device, TypeConfig, str]] = []
     plans: dict[str, ProviderPlan] = {}
     for device in devices:
-        serves = (
-            config.types_for_device(device.keys, device.supported)
-            if device.several
-            else [
-                t
-                for t in [
-                    config.type_for_parent(device.keys, device.supported)
-                ]
-                if t is not None
-            ]
-        )
+        if device.several:
+            serves = config.types_for_device(device.keys, device.supported)
+        else:
+            only = config.type_for_parent(device.keys, device.supported)
+            serves = [only] if only is not None else []
         type_cfg = serves[0] if serves else None
         in_use = {t: n for t, n in held_here.get(device.name, {}).items() if n}
         served = {t.type_id for t in serves}

@@ -148,10 +148,7 @@ def devices_of(inventory: HostInventory, config: DeviceConfig) -> list[Device]:
         for p in inventory.parents
         if not p.physical_function
     ]
-    gpus = sorted(
-        {inventory.device_of(p.name) for p in inventory.parents}
-        - {p.name for p in inventory.parents}
-    )
+    gpus = sorted(inventory.vf_parent_gpus())
     devices += [
         _from_gpu(
             gpu, inventory.vf_parents(gpu), on_device.get(gpu, Counter())

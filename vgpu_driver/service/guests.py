@@ -7,7 +7,7 @@ service.ledger.Ledger`). Functions over the ledger, which owns the state.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from oslo_log import log as logging
@@ -87,7 +87,7 @@ def follow(ledger: Ledger, taken: HostInventory, now: HostInventory) -> bool:
     return True
 
 
-Diff = Iterable[tuple[str, Guest | None, Guest | None]]
+Diff = Sequence[tuple[str, Guest | None, Guest | None]]
 
 
 def _changes(taken: HostInventory, now: HostInventory) -> Diff:

@@ -121,13 +121,15 @@ class Refresher:
                 for uuid, where in self.seen.snapshot().items()
                 if uuid in users and uuid not in seen
             }
-            if {**kept, **seen} != self.seen.snapshot() and not keep(
+            saved = {**kept, **seen} == self.seen.snapshot() or keep(
                 "the mdevs seen", lambda: self.seen.save({**kept, **seen})
-            ):
+            )
+            if not saved:
                 self._last_generation = None  # the next discovery retries
-                return inventory
             self.binder.refresh(inventory, self.targets)
-            self._taken = inventory  # what the view was built from
+            # what the view was built from (none: the next reading builds
+            # it again, as it retries the save)
+            self._taken = inventory if saved else None
         return inventory
 
     def update_provider_tree(
