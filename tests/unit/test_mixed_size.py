@@ -1,13 +1,16 @@
 """An NVIDIA SR-IOV card in mixed-size mode serves several enabled types,
 a provider each: the first type's provider is named after the card, the
-others ``<card>__<type>``, siblings under the compute node (none holds
-another's allocations, none is orphaned when another is dropped). Each
+others ``<card>__<type>``, children of it (none holds another's
+allocations; the card's stays while any is under it, with no inventory
+when its own type has no room). Each
 total is what is placed of the type plus what still fits beside what is
 placed. The host is ``rtx6000-nvml``: an RTX PRO 6000 (96 GB) with the
 figures of a captured ``nvidia-smi vgpu -s -v`` (DC-4Q: 24, DC-48Q: 2).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -29,24 +32,36 @@ mdev_class = CUSTOM_DC_48Q
 """
 
 
-@pytest.fixture
-def card(make_conf, tmp_path):
+def mixed_host():
+    """The RTX PRO 6000 host in mixed-size mode, no vGPU placed."""
     host = SimulatedHost(helpers.load("rtx6000-nvml"))
     for pf in host._state.pfs:
         pf.vf_types.clear()
         pf.mixed_size = True  # nvidia-smi vgpu -shm 1
     host._state.guests.clear()
-    return helpers.Node(make_conf, tmp_path, "rtx6000-nvml", CONFIG, host)
+    return host
+
+
+@pytest.fixture
+def card(make_conf, tmp_path):
+    return helpers.Node(
+        make_conf, tmp_path, "rtx6000-nvml", CONFIG, mixed_host()
+    )
+
+
+def planned(node, *fields):
+    """A pass's plans: provider name (without the node's) -> the plan,
+    or the tuple of its ``fields``."""
+    return {
+        p.name.removeprefix("node1_"): (
+            tuple(getattr(p, f) for f in fields) if fields else p
+        )
+        for p in node.driver.update_provider_tree(node.tree, "node1")
+    }
 
 
 def totals(node):
-    return {
-        name: (p.total, p.resource_class)
-        for name, p in (
-            (p.name.removeprefix("node1_"), p)
-            for p in node.driver.update_provider_tree(node.tree, "node1")
-        )
-    }
+    return planned(node, "total", "resource_class")
 
 
 def test_each_type_a_provider_with_what_fits(card):
@@ -55,8 +70,10 @@ def test_each_type_a_provider_with_what_fits(card):
         SECOND: (2, "CUSTOM_DC_48Q"),
     }
     root = card.tree.data("node1").uuid
-    for name in (CARD, SECOND):  # siblings under the compute node
-        assert card.tree.data(f"node1_{name}").parent_uuid == root
+    under = card.tree.data(f"node1_{CARD}")
+    assert under.parent_uuid == root
+    # the second type's provider is under the card's
+    assert card.tree.data(f"node1_{SECOND}").parent_uuid == under.uuid
     assert "CUSTOM_NVIDIA_1540" in card.tree.data(f"node1_{SECOND}").traits
 
 
@@ -86,12 +103,16 @@ def test_a_bind_that_no_longer_fits_fails_before_the_host_changes(card):
     assert card.host.discover() == before
     # a full card is not a failing one: its providers are not reserved
     # for a failure, and the first type's has nothing left to offer
-    found = {
-        p.name.removeprefix("node1_"): p
-        for p in card.driver.update_provider_tree(card.tree, "node1")
-    }
-    assert CARD not in found  # nothing of DC-4Q fits, none in use
+    found = planned(card)
+    # nothing of DC-4Q fits, none in use: the card's provider stays with
+    # no inventory, holding the DC-48Q provider under it
+    assert found[CARD].total == 0
+    assert card.tree.data(f"node1_{CARD}").inventory == {}
     assert (found[SECOND].total, found[SECOND].reserved) == (2, 0)
+    assert (
+        card.tree.data(f"node1_{SECOND}").parent_uuid
+        == card.tree.data(f"node1_{CARD}").uuid
+    )
 
 
 def test_an_mdev_parent_named_for_two_types_serves_the_first():
@@ -162,11 +183,79 @@ def test_a_type_dropped_while_in_use_is_kept_on_its_own_provider(card):
     card.driver.allocate_mdevs("i1", {rp: {"resources": {"VGPU": 1}}})
     card.conf.set_override("enabled_mdev_types", ["nvidia-1521"], "devices")
     card.driver.reload_config()
-    found = {
-        p.name.removeprefix("node1_"): (p.total, p.reserved, p.type_id)
-        for p in card.driver.update_provider_tree(card.tree, "node1")
-    }
+    found = planned(card, "total", "reserved", "type_id")
     assert found == {
         CARD: (12, 0, "nvidia-1521"),
         SECOND: (1, 1, "nvidia-1540"),
+    }
+
+
+def test_the_first_type_dropped_keeps_the_cards_provider_over_the_rest(
+    card,
+):
+    """The card's own type no longer enabled, a DC-48Q in use under it:
+    the card's provider stays (no inventory) so its child is not
+    orphaned; the second type dropped too, nothing in use, both go,
+    the child first."""
+    rp = card.tree.data(f"node1_{SECOND}").uuid
+    card.driver.allocate_mdevs("i1", {rp: {"resources": {"CUSTOM_DC_48Q": 1}}})
+    card.conf.set_override("enabled_mdev_types", ["nvidia-1540"], "devices")
+    card.conf.set_override(
+        "device_addresses", ["0002:00:00.0"], "mdev_nvidia-1521"
+    )
+    card.driver.reload_config()
+    found = planned(card, "total", "reserved")
+    assert found[SECOND] == (2, 0)
+    assert found[CARD] == (0, 0)
+    assert card.tree.data(f"node1_{CARD}").inventory == {}
+    assert (
+        card.tree.data(f"node1_{SECOND}").parent_uuid
+        == card.tree.data(f"node1_{CARD}").uuid
+    )
+    card.driver.release_mdevs("i1")
+    card.conf.set_override(  # DC-48Q served elsewhere: the card nothing
+        "device_addresses", ["0002:00:00.0"], "mdev_nvidia-1540"
+    )
+    card.driver.reload_config()
+    card.driver.update_provider_tree(card.tree, "node1")
+    assert not card.tree.exists(f"node1_{SECOND}")
+    assert not card.tree.exists(f"node1_{CARD}")
+
+
+def test_a_new_enabled_order_leaves_each_type_on_its_provider(card):
+    """DC-48Q listed first after a guest got one on its own provider: it
+    stays there (where the allocation is), the card's provider keeps
+    DC-4Q (its trait). The card is offered no more DC-48Q than it holds:
+    the unit in use is not counted on a second provider."""
+    rp = card.tree.data(f"node1_{SECOND}").uuid
+    card.driver.allocate_mdevs("i1", {rp: {"resources": {"CUSTOM_DC_48Q": 1}}})
+    card.conf.set_override(
+        "enabled_mdev_types", ["nvidia-1540", "nvidia-1521"], "devices"
+    )
+    card.driver.reload_config()
+    found = planned(card, "total", "reserved", "type_id")
+    assert found == {
+        CARD: (12, 0, "nvidia-1521"),
+        SECOND: (2, 0, "nvidia-1540"),
+    }
+
+
+def test_a_type_enabled_first_leaves_the_cards_type_on_the_card(card):
+    """DC-6Q enabled before the two, on the same card, while a guest has
+    a DC-4Q on the card's provider: DC-4Q stays there (the trait it
+    carries says so), DC-6Q gets a provider of its own under it."""
+    rp = card.tree.data(f"node1_{CARD}").uuid
+    card.driver.allocate_mdevs("i1", {rp: {"resources": {"VGPU": 1}}})
+    [path] = card.conf.config_file
+    Path(path).write_text(
+        CONFIG.replace("= nvidia-1521,", "= nvidia-1523, nvidia-1521,")
+        + "[mdev_nvidia-1523]\ndevice_addresses = 0001:c8:00.0\n"
+    )
+    card.conf.reload_config_files()
+    card.driver.reload_config()
+    found = planned(card, "type_id", "parent")
+    assert found == {
+        CARD: ("nvidia-1521", None),
+        SECOND: ("nvidia-1540", f"node1_{CARD}"),
+        f"{CARD}__nvidia-1523": ("nvidia-1523", f"node1_{CARD}"),
     }

@@ -4,11 +4,16 @@ For each mdev parent (and each NVIDIA SR-IOV physical GPU) that serves an
 enabled type, one child provider of the compute node, named as Nova names
 it: ``<nodename>_<libvirt device name>``. The VF parents of one GPU (NVIDIA
 Ampere before kernel 6.8) are one provider, named after the GPU, whose
-total is what the GPU holds (the type's ``max_instance``).
+total is what the GPU holds (the type's ``max_instance``). A card that
+serves several types (mixed size) has a provider per type: the first
+type's is the card's provider, each other type's
+(``<card's provider>__<type>``) a child of it.
 
 * total = devices of the type that exist on the parent + its
   ``availableInstances`` (SR-IOV: VFs that have the type + VFs that could
-  take it); ``max_unit`` = total; never a total of 0.
+  take it); ``max_unit`` = total; never a total of 0, but for the
+  provider of a card whose other types' providers are under it (mixed
+  size), which stays with no inventory while its first type has no room.
 * ``max_instances`` caps a type host-wide: devices in use count first,
   then parents in name order share what is left of the cap.
 * A provider that still has devices in use but nothing to offer (its
@@ -30,6 +35,7 @@ from vgpu_driver.model import capacity, health, naming, trait
 from vgpu_driver.model.config import DeviceConfig, TypeConfig
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.plan_devices import Device, by_device, devices_of
+from vgpu_driver.model.type_providers import providers_of
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +49,12 @@ class ProviderPlan:
     traits: frozenset[str]
     reason: str | None = None  # why it is reserved
     limit: str | None = None  # why its total is less than the host lists
+    # the provider's parent, by name (None: the compute node's)
+    parent: str | None = None
 
     def inventory(self) -> dict[str, dict[str, int | float]]:
+        if not self.total:  # it only holds its card's other types
+            return {}
         return {
             self.resource_class: {
                 "total": self.total,
@@ -76,6 +86,7 @@ def plan_providers(
     unschedulable: Iterable[str] = (),
     owner_trait: str = "OWNER_NOVA",
     foreign: Mapping[str, Mapping[str, int]] | None = None,
+    existing_traits: Mapping[str, Iterable[str]] | None = None,
 ) -> list[ProviderPlan]:
     """The providers to report, in name order.
 
@@ -87,6 +98,8 @@ def plan_providers(
     device names whose device is failing. ``foreign``: device name ->
     type id -> free devices another manager made there (an mdev made
     with mdevctl, a VF an operator typed): never handed out, so reserved.
+    ``existing_traits``: provider name -> its traits now (which type a
+    card's provider serves, when the enabled order changes).
     """
     allocated = allocated or {}
     existing = existing or {}
@@ -99,8 +112,8 @@ def plan_providers(
     foreign_here = by_device(inventory, foreign or {})
     devices = devices_of(inventory, config)
 
-    # (device, type, its provider's name)
-    chosen: list[tuple[Device, TypeConfig, str]] = []
+    # (device, type, its provider's name, its parent's or None)
+    chosen: list[tuple[Device, TypeConfig, str, str | None]] = []
     plans: dict[str, ProviderPlan] = {}
     for device in devices:
         if device.several:
@@ -143,25 +156,19 @@ def plan_providers(
                 )
             )
             continue
-        for index, cfg in enumerate(serves):
-            chosen.append(
-                (
-                    device,
-                    cfg,
-                    naming.provider_name(nodename, device.name)
-                    if index == 0
-                    else naming.type_provider_name(
-                        nodename, device.name, cfg.type_id
-                    ),
-                )
+        chosen.extend(
+            (device, cfg, name, parent)
+            for cfg, name, parent in providers_of(
+                nodename, device.name, serves, existing, existing_traits
             )
+        )
 
     budgets = {
         t.type_id: t.max_instances for t in config.types if t.max_instances
     }
     versions = dict(inventory.driver_versions)
     used_total: Counter[str] = Counter()
-    for device, type_cfg, name in chosen:
+    for device, type_cfg, name, _parent in chosen:
         used_total[type_cfg.type_id] += _used(
             device, type_cfg, held_here, allocated, name
         )
@@ -170,7 +177,7 @@ def plan_providers(
         for type_id, cap in budgets.items()
     }
     type_traits_of: dict[tuple[str, trait.Capabilities], frozenset[str]] = {}
-    for device, type_cfg, name in sorted(chosen, key=lambda c: c[2]):
+    for device, type_cfg, name, parent in sorted(chosen, key=lambda c: c[2]):
         type_id = type_cfg.type_id
         total = device.existing[type_id] + device.available.get(type_id, 0)
         used = _used(device, type_cfg, held_here, allocated, name)
@@ -238,6 +245,7 @@ def plan_providers(
             traits=traits,
             reason=reason,
             limit=limit,
+            parent=parent,
         )
 
     # Providers whose device is gone from the host (or no longer serves a
@@ -285,8 +293,36 @@ def plan_providers(
             owner_trait,
             f"{why} but {count} device(s) are still in use",
             rp_name,
+            naming.provider_name(nodename, device_name)
+            if its_type is not None
+            else None,
         )
+    _hold_parents(plans, chosen, owner_trait)
     return sorted(plans.values(), key=lambda p: p.name)
+
+
+def _hold_parents(
+    plans: dict[str, ProviderPlan],
+    chosen: Iterable[tuple[Device, TypeConfig, str, str | None]],
+    owner_trait: str,
+) -> None:
+    """A card's provider stays while the providers of its other types
+    are under it, with nothing of its own when its first type has no
+    room (the card is full of the others) or is served no longer."""
+    first = {name: cfg for _d, cfg, name, _p in chosen}
+    for plan in list(plans.values()):
+        if plan.parent is None or plan.parent in plans:
+            continue
+        cfg = first.get(plan.parent)
+        plans[plan.parent] = ProviderPlan(
+            name=plan.parent,
+            device=plan.device,
+            type_id=cfg.type_id if cfg else "",
+            resource_class=cfg.resource_class if cfg else plan.resource_class,
+            total=0,
+            reserved=0,
+            traits=frozenset({owner_trait}),
+        )
 
 
 def _used(
@@ -326,6 +362,7 @@ def _reserved_plan(
     owner_trait: str,
     reason: str,
     name: str | None = None,
+    parent: str | None = None,
 ) -> ProviderPlan:
     traits = {owner_trait}
     if type_id:
@@ -339,4 +376,5 @@ def _reserved_plan(
         reserved=count,
         traits=frozenset(traits),
         reason=reason,
+        parent=parent,
     )

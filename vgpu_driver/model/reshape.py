@@ -168,15 +168,19 @@ def device_providers(
     under: list[Any], root_uuid: str, nodename: str, classes: Set[str]
 ) -> dict[str, Any]:
     """The root's children that are device providers of this library (or
-    of Nova's vGPU code, which named them the same way)."""
+    of Nova's vGPU code, which named them the same way), and the
+    providers of a card's other types under its provider."""
     found = {}
-    for data in under:
-        if data.parent_uuid != root_uuid:
+    parents = {root_uuid}
+    for data in under:  # parents first
+        if data.parent_uuid not in parents:
             continue
         if not data.name.startswith(f"{nodename}_"):
             continue
         if set(data.inventory) <= classes:
             found[data.name] = data
+            if data.parent_uuid == root_uuid:
+                parents.add(data.uuid)
     return found
 
 

@@ -164,9 +164,9 @@ class NovaAdapter:
         inventory record of its provider, as last written."""
         found: dict[str, dict[str, int | float]] = {}
         for plan in self.driver.last_plans:  # a device's first type's
-            found.setdefault(
-                plan.device, plan.inventory()[plan.resource_class]
-            )
+            held = plan.inventory()  # none: it holds its other types only
+            if held:
+                found.setdefault(plan.device, held[plan.resource_class])
         return found
 
     # -- devices -------------------------------------------------------

@@ -213,22 +213,27 @@ class Refresher:
                 ),
                 allocated=reshape.by_provider_name(tree, allocations),
                 existing={n: list(d.inventory) for n, d in mine.items()},
+                existing_traits={n: d.traits for n, d in mine.items()},
                 unschedulable=failing,
                 owner_trait=traits.owner,
                 foreign=foreign,
             )
             saved = self.traits.saved()
-            placed = [
-                self.writer.write(
-                    tree,
-                    root.uuid,
-                    plan,
-                    inventory,
-                    traits,
-                    mine.get(plan.name),
+            uuids: dict[str, str] = {}  # plans are in name order:
+            placed = []  # a card's provider before its other types'
+            for plan in plans:
+                placed.append(
+                    self.writer.write(
+                        tree,
+                        root.uuid,
+                        plan,
+                        inventory,
+                        traits,
+                        mine.get(plan.name),
+                        uuids.get(plan.parent or ""),
+                    )
                 )
-                for plan in plans
-            ]
+                uuids[plan.name] = placed[-1].uuid
             if moves:
                 assert allocations is not None
                 reshape.move_allocations(
@@ -249,7 +254,9 @@ class Refresher:
                 self.binder.remove_stale_free_mdevs(
                     usage.configured_types(config, inventory)
                 )
-            for name in sorted(set(mine) - {p.name for p in plans}):
+            # children first (a card's other types' providers)
+            gone = set(mine) - {p.name for p in plans}
+            for name in sorted(gone, reverse=True):
                 LOG.info(
                     "Removing provider %s: its device has nothing to offer "
                     "and nothing in use",

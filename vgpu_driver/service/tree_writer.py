@@ -101,10 +101,12 @@ class TreeWriter:
         inventory: HostInventory,
         configured: ConfiguredTraits,
         data: Any | None,
+        parent_uuid: str | None = None,
     ) -> Placed:
         """Write one plan; returns what its provider holds now. ``data``:
         its provider as read at the start of the pass, if it is one of
-        ours (found by name otherwise)."""
+        ours (found by name otherwise). ``parent_uuid``: its parent's
+        provider, written before it (the compute node's: ``root_uuid``)."""
         current: set[str]
         if data is None and tree.exists(plan.name):
             data = tree.data(plan.name)
@@ -113,7 +115,7 @@ class TreeWriter:
         else:
             uuid = naming.child_provider_uuid(root_uuid, plan.name)
             current = set()
-            tree.new_child(plan.name, root_uuid, uuid=uuid)
+            tree.new_child(plan.name, parent_uuid or root_uuid, uuid=uuid)
             LOG.info(
                 "New provider %s: %s x%d of type %s",
                 plan.name,
