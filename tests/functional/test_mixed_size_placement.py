@@ -5,10 +5,13 @@ the same class."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
-from tests.helpers import PlacementNode, placement_view
+from tests.helpers import PlacementNode, allocate, placement_view
 from tests.unit.test_mixed_size import CARD, CONFIG, SECOND, mixed_host
+from vgpu_driver.exception import PlacementError
 
 pytestmark = pytest.mark.functional
 
@@ -93,3 +96,28 @@ def test_a_full_card_keeps_its_provider_over_the_other_type(
     node.configure(CONFIG.replace("0001:c8:00.0", "0002:00:00.0"))
     node.sync()
     assert set(placement_view(client, node.nodename)) == {node.nodename}
+
+
+def test_card_shares_make_placement_refuse_what_would_not_fit(
+    placement_url, tmp_path, client
+):
+    """Shares 50/50: Placement itself hands out 12 DC-4Q and 1 DC-48Q
+    from one refresh's figures (which fit together: 48 + 48 GB) and
+    refuses the 13th and the 2nd; no bind would be refused."""
+    config = CONFIG.replace(
+        "0001:c8:00.0\n", "0001:c8:00.0\ncard_share = 50\n"
+    )
+    node = mixed_node(placement_url, tmp_path, config)
+    node.sync()
+    view = placement_view(client, node.nodename)
+    assert view[CARD][0] == {"VGPU": (24, 12)}
+    assert view[SECOND][0] == {"CUSTOM_DC_48Q": (2, 1)}
+    wanted = [(CARD, "VGPU")] * 13 + [(SECOND, "CUSTOM_DC_48Q")] * 2
+    taken = []
+    for name, rc in wanted:
+        try:
+            allocate(client, str(uuid.uuid4()), view[name][2], rc)
+            taken.append(name)
+        except PlacementError:
+            pass
+    assert (taken.count(CARD), taken.count(SECOND)) == (12, 1)

@@ -259,3 +259,92 @@ def test_a_type_enabled_first_leaves_the_cards_type_on_the_card(card):
         SECOND: ("nvidia-1540", f"node1_{CARD}"),
         f"{CARD}__nvidia-1523": ("nvidia-1523", f"node1_{CARD}"),
     }
+
+
+def shared_card(make_conf, tmp_path, shares):
+    text = CONFIG.replace(
+        "device_addresses = 0001:c8:00.0\nmdev_class",
+        f"device_addresses = 0001:c8:00.0\ncard_share = {shares[1]}\n"
+        "mdev_class",
+    ).replace(
+        "[mdev_nvidia-1521]\ndevice_addresses = 0001:c8:00.0\n",
+        "[mdev_nvidia-1521]\ndevice_addresses = 0001:c8:00.0\n"
+        f"card_share = {shares[0]}\n",
+    )
+    return helpers.Node(
+        make_conf, tmp_path, "rtx6000-nvml", text, mixed_host()
+    )
+
+
+def test_card_share_reserves_all_but_each_types_share(make_conf, tmp_path):
+    """50/50 on the RTX PRO 6000: DC-4Q offers 12 of the 24 that fit,
+    DC-48Q 1 of 2; once a DC-48Q is placed, 6 DC-4Q of the 12 that fit
+    and no more DC-48Q (half of the 48 GB left is too small for one)."""
+    card = shared_card(make_conf, tmp_path, (50, 50))
+    assert planned(card, "total", "reserved") == {
+        CARD: (24, 12),
+        SECOND: (2, 1),
+    }
+    rp = card.tree.data(f"node1_{SECOND}").uuid
+    card.driver.allocate_mdevs("i1", {rp: {"resources": {"CUSTOM_DC_48Q": 1}}})
+    assert planned(card, "total", "reserved") == {
+        CARD: (12, 6),
+        SECOND: (2, 1),  # 1 in use, 1 fits: 0 offered
+    }
+
+
+@pytest.mark.parametrize(
+    ("shares", "all_fit"), [((50, 50), True), ((75, 25), True), (None, False)]
+)
+def test_shares_adding_up_to_100_let_every_offered_unit_bind(
+    make_conf, tmp_path, shares, all_fit
+):
+    """What one refresh offers of both types, all taken before the next
+    refresh (two schedulers' picks): with shares adding up to 100 every
+    bind fits; with none, a bind is refused (the race shares close)."""
+    card = (
+        shared_card(make_conf, tmp_path, shares)
+        if shares
+        else helpers.Node(
+            make_conf, tmp_path, "rtx6000-nvml", CONFIG, mixed_host()
+        )
+    )
+    offered = {
+        name: (card.tree.data(f"node1_{name}").uuid, p.total - p.reserved)
+        for name, p in planned(card).items()
+    }
+    classes = {CARD: "VGPU", SECOND: "CUSTOM_DC_48Q"}
+    picks = [SECOND] * offered[SECOND][1] + [CARD] * offered[CARD][1]
+    refused = 0
+    for n, name in enumerate(picks):
+        try:
+            card.driver.allocate_mdevs(
+                f"i{n}",
+                {offered[name][0]: {"resources": {classes[name]: 1}}},
+            )
+        except DeviceCapacityExhausted:
+            refused += 1
+    assert (refused == 0) is all_fit
+    assert len(picks) > 0
+
+
+@pytest.mark.parametrize("value", ["0", "101", "half"])
+def test_a_bad_card_share_is_named(make_conf, value):
+    from vgpu_driver.conf.loader import load_device_config
+    from vgpu_driver.exception import ConfigInvalid
+
+    conf = make_conf(CONFIG + f"card_share = {value}\n")
+    with pytest.raises(ConfigInvalid) as exc:
+        load_device_config(conf)
+    assert "[mdev_nvidia-1540] card_share" in str(exc.value)
+    assert value in str(exc.value)
+
+
+def test_shares_over_100_are_a_warning(make_conf, tmp_path):
+    card = shared_card(make_conf, tmp_path, (75, 50))
+    [problem] = [
+        p
+        for p in check.host_problems(card.driver.config, card.host.discover())
+        if p.option == "card_share"
+    ]
+    assert problem.severity == "warning" and "125%" in str(problem)

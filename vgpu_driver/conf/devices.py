@@ -52,8 +52,10 @@ too):
 
 ``device_addresses``
   Parent devices of this type: PCI addresses ``DDDD:BB:SS.F`` or the name
-  of a non-PCI parent (for example the mtty sample driver's). A parent must
-  not be listed under two types.
+  of a non-PCI parent (for example the mtty sample driver's). An mdev
+  parent serves one type (the first it is listed under); an NVIDIA SR-IOV
+  card listed under several types serves each (mixed size), a provider
+  per type.
 ``mdev_class``
   Placement resource class of this type's inventory: ``VGPU`` (default)
   or ``CUSTOM_<NAME>``, as Nova reads it. Outside Nova a bare name is
@@ -65,6 +67,11 @@ too):
 ``traits``
   Extra traits (os-traits names or ``CUSTOM_*``) put on the resource
   providers of this type.
+``card_share``
+  On an NVIDIA card serving several types: the percent (1-100) of what
+  still fits on the card this type is offered, the rest reserved. Shares
+  of a card's types adding up to 100 or less cannot be over-allocated by
+  two schedulers' picks within one refresh. Unset: all that fits.
 
 The first enabled type without ``device_addresses`` is the default type of
 every mdev-capable parent not listed elsewhere; further types without
@@ -162,6 +169,15 @@ type_opts_help = {
     "mdev_class": "Resource class: VGPU or CUSTOM_<NAME> (as Nova reads it).",
     "max_instances": "Host-wide cap on devices of this type (>= 1).",
     "traits": "Extra traits for this type's resource providers.",
+    "card_share": (
+        "On an NVIDIA card serving several types (mixed size): the percent "
+        "(1-100) of what still fits on the card this type is offered; the "
+        "rest is reserved. Shares of a card's types adding up to at most "
+        "100 mean two schedulers' picks within one refresh always fit "
+        "(no reschedule), at the cost of each type offering less. Unset: "
+        "all that fits (a second pick that no longer fits is refused at "
+        "spawn and rescheduled)."
+    ),
 }
 
 
@@ -208,6 +224,7 @@ def make_type_opts(type_id: str) -> list[cfg.Opt]:
             deprecated_group=legacy,
             help=type_opts_help["traits"],
         ),
+        cfg.StrOpt("card_share", help=type_opts_help["card_share"]),
     ]
 
 

@@ -81,6 +81,9 @@ def read_device_config(
                     _read(conf, group, "max_instances", errors)
                 ),
                 traits=_as_list(_read(conf, group, "traits", errors)),
+                card_share=_as_optional_str(
+                    _read(conf, group, "card_share", errors)
+                ),
                 read_errors=errors,
             )
         )

@@ -82,6 +82,7 @@ def host_problems(
                 )
     problems += _vf_parent_addresses(config, inventory)
     problems += _parents_named_twice(config, inventory)
+    problems += _shares_over_the_card(config, inventory)
     for type_cfg in config.types:
         if type_cfg.type_id not in everywhere:
             problems.append(
@@ -174,6 +175,35 @@ def _parents_named_twice(
                     f"this mdev parent serves one type, {named[0].type_id} "
                     f"(listed first); only an NVIDIA SR-IOV card in "
                     "mixed-size mode serves several: remove it here",
+                )
+            )
+    return problems
+
+
+def _shares_over_the_card(
+    config: DeviceConfig, inventory: HostInventory
+) -> list[Problem]:
+    """``card_share`` set on a card's types, adding up to more than 100
+    (an unset share counts as 100): two schedulers' picks can together
+    exceed the card (a warning: the second is refused at spawn)."""
+    problems = []
+    for pf in inventory.pfs:
+        named = [t for t in config.types if set(pf.keys) & set(t.addresses)]
+        if len(named) < 2 or not any(t.card_share for t in named):
+            continue
+        total = sum(t.card_share or 100 for t in named)
+        if total > 100:
+            problems.append(
+                Problem(
+                    named[0].group,
+                    "card_share",
+                    pf.address,
+                    f"the shares of the types this card serves "
+                    f"({', '.join(t.type_id for t in named)}) add up to "
+                    f"{total}% (unset counts as 100): picks of several "
+                    "types within one refresh can exceed the card; set "
+                    "shares adding up to 100 or less",
+                    "warning",
                 )
             )
     return problems

@@ -40,6 +40,8 @@ class TypeConfig:
     traits: tuple[str, ...]
     is_default: bool
     group: str
+    # percent of what fits on a card serving several types it is offered
+    card_share: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +99,17 @@ class RawType:
     mdev_class: str = "VGPU"
     max_instances: str | None = None
     traits: Sequence[str] = ()
+    card_share: str | None = None
     read_errors: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+def _percent(raw: str | None) -> int | None:
+    """A whole percent from 1 to 100, or None (unset or not one)."""
+    try:
+        value = int(str(raw).strip())
+    except ValueError:
+        return None
+    return value if 1 <= value <= 100 else None
 
 
 def build_device_config(
@@ -222,6 +234,19 @@ def build_device_config(
                 )
                 ok = False
 
+        card_share = _percent(raw.card_share)
+        if raw.card_share not in (None, "") and card_share is None:
+            errors.append(
+                Problem(
+                    section,
+                    "card_share",
+                    str(raw.card_share),
+                    "must be a whole percent from 1 to 100 (leave it unset "
+                    "to offer all that fits)",
+                )
+            )
+            ok = False
+
         traits: list[str] = []
         for trait in raw.traits:
             trait = trait.strip()
@@ -270,6 +295,7 @@ def build_device_config(
                     traits=tuple(traits),
                     is_default=is_default,
                     group=section,
+                    card_share=card_share,
                 )
             )
 

@@ -16,6 +16,9 @@ type's is the card's provider, each other type's
   size), which stays with no inventory while its first type has no room.
 * ``max_instances`` caps a type host-wide: devices in use count first,
   then parents in name order share what is left of the cap.
+* ``card_share`` (a card serving several types): a type is offered that
+  percent of what still fits, the rest reserved; shares of a card's
+  types adding up to 100 or less cannot be over-allocated together.
 * A provider that still has devices in use but nothing to offer (its
   device vanished, its type was changed, it is over a lowered cap, it is
   failing) is kept with ``reserved = total`` so nothing in use is orphaned
@@ -176,6 +179,7 @@ def plan_providers(
         type_id: max(0, cap - used_total[type_id])
         for type_id, cap in budgets.items()
     }
+    types_on = Counter(device.name for device, _t, _n, _p in chosen)
     type_traits_of: dict[tuple[str, trait.Capabilities], frozenset[str]] = {}
     for device, type_cfg, name, parent in sorted(chosen, key=lambda c: c[2]):
         type_id = type_cfg.type_id
@@ -219,6 +223,11 @@ def plan_providers(
                     f"its free {type_id} device(s) were made by another "
                     "manager (left alone)"
                 )
+        if type_cfg.card_share and types_on[device.name] > 1:
+            # its share of what fits; the rest reserved (see card_share)
+            free_here = max(0, total - used)
+            share = free_here * type_cfg.card_share // 100
+            reserved = max(reserved, free_here - share)
         if total == 0:
             continue
         caps = device.capabilities(type_id)
