@@ -34,7 +34,6 @@ from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.inventory import ProviderPlan
 from vgpu_driver.model.usage import Allocations
 from vgpu_driver.placement.handshake import sync_placement
-from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.records.store import StateStore
 from vgpu_driver.records.traits import OwnedTraits
 from vgpu_driver.records.writers import Writers
@@ -87,7 +86,7 @@ class VgpuDriver(InstanceMoves):
         )
         # parents whose device fails: their providers are reserved
         self.unschedulable = self.binder.unschedulable
-        self._seen = SeenMdevs(self.state)
+        self._seen = self.binder.ledger.seen
         self._traits = OwnedTraits(self.state)
         self._refresher = Refresher(
             self.settings,

@@ -261,3 +261,107 @@ def test_a_guest_defined_with_its_bound_device_ends_the_spawn_claim(
     assert instance not in {
         c["instance"] for c in again.binder.claims().values()
     }
+
+
+def saves_in_order(monkeypatch):
+    """The records written, by key, in the order they are written."""
+    order: list[str] = []
+    real_save = records_store.StateStore.save
+
+    def save(self, key, value):
+        order.append(key)
+        return real_save(self, key, value)
+
+    monkeypatch.setattr(records_store.StateStore, "save", save)
+    return order
+
+
+def seen_on_disk(driver):
+    from vgpu_driver.records.seen import SeenMdevs
+
+    return SeenMdevs(driver._refresher.seen._record.state).snapshot()
+
+
+def simulated(tmp_path):
+    """A service on the in-process simulated host (which makes mdevs)."""
+    from vgpu_driver.sim.simulated import SimulatedHost
+
+    description = dense(1, 18, 16)
+    host = SimulatedHost(description)
+    driver = VgpuDriver(conf_for(description.config, tmp_path), host)
+    tree = helpers.new_tree("n")
+    driver.init_host([g.uuid for g in description.guests])
+    driver.update_provider_tree(tree, "n")
+    return host, driver, tree
+
+
+def test_a_free_mdev_made_or_gone_writes_no_record(tmp_path, monkeypatch):
+    """Another manager makes a free mdev, then removes it: the refresh
+    after each knows it (reserved as another's, then gone) and writes
+    nothing durable; what guests use is on disk as before."""
+    host, driver, tree = simulated(tmp_path)
+    on_disk = seen_on_disk(driver)
+    order = saves_in_order(monkeypatch)
+    parent = host.discover().parents[0]
+    made = host.create_mdev(parent, parent.types[0].id, str(uuid.uuid4()))
+    [plan] = driver.update_provider_tree(tree, "n")
+    assert made.uuid in driver.seen_mdevs()
+    assert plan.reserved == 1  # another manager's free mdev
+    host.remove_mdev(made)
+    [plan] = driver.update_provider_tree(tree, "n")
+    assert made.uuid not in driver.seen_mdevs()
+    assert (order, plan.reserved) == ([], 0)
+    assert seen_on_disk(driver) == on_disk
+
+
+@pytest.mark.parametrize("told", ["guest_defined", "refresh"])
+def test_a_bound_mdev_is_on_disk_before_its_spawn_claim_ends(
+    tmp_path, monkeypatch, told
+):
+    """The mdev a bind made is free at the next refresh (nothing
+    written); once its guest is defined (told by the caller, or found
+    by a refresh), where it is goes on disk, then its spawn claim ends:
+    a crash between the two leaves it known."""
+    from vgpu_driver.model.device import Guest
+
+    host, driver, tree = simulated(tmp_path)
+    for _ in range(3):  # a free mdev first, taken by the next guests
+        plan = driver.update_provider_tree(tree, "n")[0]
+        [device] = driver.allocate_mdevs(
+            str(uuid.uuid4()),
+            {tree.data(plan.name).uuid: {"resources": {"VGPU": 1}}},
+        )
+    instance = driver.instance_devices()
+    [(instance, _)] = [
+        (i, d) for i, d in instance.items() if d["claimed"] == [device.id]
+    ]
+    order = saves_in_order(monkeypatch)
+    driver.update_provider_tree(tree, "n")
+    assert device.created and device.id in driver.seen_mdevs()
+    assert device.id not in seen_on_disk(driver) and order == []
+    host.note_guest(Guest(instance, "spawned", (device.id,), ()))
+    if told == "guest_defined":
+        driver.guest_defined(instance)
+    else:
+        driver.update_provider_tree(tree, "n")
+    assert order[:2] == ["mdev-parents", "claims"]
+    assert seen_on_disk(driver)[device.id] == (device.parent, device.type_id)
+    assert driver.instance_devices()[instance]["claimed"] == []
+
+
+def test_a_guest_found_on_a_free_mdev_puts_it_on_disk(tmp_path, monkeypatch):
+    """Another manager's free mdev (in memory only), then a guest
+    defined on it outside any bind: the refresh that finds the guest
+    writes where the mdev is (no spawn claim tells it)."""
+    from vgpu_driver.model.device import Guest
+
+    host, driver, tree = simulated(tmp_path)
+    parent = host.discover().parents[0]
+    made = host.create_mdev(parent, parent.types[0].id, str(uuid.uuid4()))
+    driver.update_provider_tree(tree, "n")
+    assert made.uuid not in seen_on_disk(driver)
+    order = saves_in_order(monkeypatch)
+    host.note_guest(Guest(str(uuid.uuid4()), "by-hand", (made.uuid,), ()))
+    driver.update_provider_tree(tree, "n")
+    assert order == ["mdev-parents"]
+    assert seen_on_disk(driver)[made.uuid] == (made.parent, made.type_id)

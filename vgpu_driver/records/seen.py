@@ -2,13 +2,17 @@
 showed, kept on disk, so a guest's device whose parent vanished (even
 while the service was down) is still counted against its provider.
 
-:class:`SeenMdevs` is the one owner of that record.
+:class:`SeenMdevs` is the one owner of that record. What must be on disk
+is where the mdevs guests use are: a free mdev made or removed (by a
+bind, or by another manager) changes the record in memory alone, and is
+written with the next write a guest's mdev needs (one durable write
+less per free mdev made or gone).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from vgpu_driver.records.merged import MergedRecord, is_string_list
@@ -24,6 +28,8 @@ class SeenMdevs:
         self._record = MergedRecord(state, MDEVS_RECORD, _validate_seen)
         self._lock = threading.Lock()
         self._known: dict[str, Where] = _as_seen(self._record.load())
+        # the record as this process last read or wrote it on disk
+        self._written: dict[str, Where] = dict(self._known)
 
     def snapshot(self) -> dict[str, Where]:
         with self._lock:
@@ -36,13 +42,49 @@ class SeenMdevs:
         """Make the record ``new`` (merged with other processes' entries
         on disk). Raises StateStoreError if it cannot be written."""
         with self._lock:
-            old = self._known
+            old = self._written
             merged = self._record.merge(
                 {u: list(w) for u, w in new.items() if old.get(u) != w},
                 set(old) - set(new),
             )
             persisted = self._record.state is not None
             self._known = _as_seen(merged) if persisted else dict(new)
+            self._written = dict(self._known)
+
+    def note(self, new: Mapping[str, Where], needed: Iterable[str]) -> None:
+        """The mdevs seen are ``new``; written only if one of ``needed``
+        (the mdevs guests use) is not on disk as it is there. Raises
+        StateStoreError if it cannot be written."""
+        with self._lock:
+            written = self._written
+            if all(written.get(u) == new.get(u) for u in needed):
+                self._known = dict(new)
+                return
+        self.save(new)
+
+    def remember(self, where: Mapping[str, Where]) -> None:
+        """These mdevs are where they are said to be: on disk (written
+        only if one is not there so). Raises StateStoreError if it
+        cannot be written."""
+        with self._lock:
+            written = self._written
+            if all(written.get(u) == w for u, w in where.items()):
+                return
+            new = {**self._known, **where}
+        self.save(new)
+
+    def make_durable(self, uuids: Iterable[str]) -> None:
+        """Write the record if one of these mdevs (newly used by a guest)
+        is seen but not on disk as seen. Raises StateStoreError if it
+        cannot be written."""
+        with self._lock:
+            known, written = self._known, self._written
+            if all(
+                u not in known or written.get(u) == known[u] for u in uuids
+            ):
+                return
+            new = dict(known)
+        self.save(new)
 
 
 def _as_seen(record: Mapping[str, Any]) -> dict[str, Where]:

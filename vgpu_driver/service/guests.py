@@ -42,13 +42,15 @@ def note(
     for device_id in has:
         ledger.view.used[device_id] = guest.uuid
         ledger.view.take_off_free_list(device_id)
-    ended = [
-        device_id
-        for device_id, claim in ledger.claims.items()
-        if claim["purpose"] == SPAWN
-        and claim["instance"] == guest.uuid
-        and ledger.view.used.get(device_id) == guest.uuid
-    ]
+    ended = ledger.where_kept(
+        [
+            device_id
+            for device_id, claim in ledger.claims.items()
+            if claim["purpose"] == SPAWN
+            and claim["instance"] == guest.uuid
+            and ledger.view.used.get(device_id) == guest.uuid
+        ]
+    )
     for device_id in ended:
         del ledger.claims[device_id]
     # its guest has its devices: what was held for it in flight, and
@@ -67,7 +69,7 @@ def follow(ledger: Ledger, taken: HostInventory, now: HostInventory) -> bool:
     (else by comparing every guest). False, with nothing done, when a
     changed guest has a PCI device (its VF's type is recorded by a full
     rebuild)."""
-    diff = _changes(taken, now)
+    diff = changes(taken, now)
     if any(
         g.pci_devices for _uuid, *pair in diff for g in pair if g is not None
     ):
@@ -90,7 +92,7 @@ def follow(ledger: Ledger, taken: HostInventory, now: HostInventory) -> bool:
 Diff = Sequence[tuple[str, Guest | None, Guest | None]]
 
 
-def _changes(taken: HostInventory, now: HostInventory) -> Diff:
+def changes(taken: HostInventory, now: HostInventory) -> Diff:
     """(uuid, guest in ``taken`` or None, guest in ``now`` or None) of
     each guest that differs."""
     told = now.guest_changes

@@ -10,7 +10,10 @@ one lock.
   devices exist, which are free, who uses what, built from a reading of
   the host and kept current by the binder's own changes and by the
   guests it is told of;
-* ``targets``: what each device provider stands for.
+* ``targets``: what each device provider stands for;
+* ``seen`` (:class:`~vgpu_driver.records.seen.SeenMdevs`): where the
+  mdevs are; an mdev's spawn claim ends only once where it is is on
+  disk there (its guest's domain names the mdev, not its parent).
 
 Several processes may bind on one host, so choosing and claiming happen
 under the records' lock after re-reading the claims. A binder that finds
@@ -43,6 +46,7 @@ from vgpu_driver.model.device_view import (
     vf_types_in_use,
 )
 from vgpu_driver.records.claims import ClaimsRecord
+from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.records.store import StateStore, StateStoreError
 from vgpu_driver.service import guests
 from vgpu_driver.service.failing import FailedParents
@@ -62,6 +66,7 @@ class Ledger:
         self.host = host
         self.failed = failed
         self.record = ClaimsRecord(state)
+        self.seen = SeenMdevs(state)
         self.view = DeviceView.empty()
         self.remove_unused = remove_unused
         self.targets: dict[str, Target] = {}
@@ -178,7 +183,7 @@ class Ledger:
             )
         self.view = DeviceView.of(inventory, self.record.made)
         # a spawn claim ends when the guest's domain has the device
-        ended = ended_by_guests(self.claims, self.view.used)
+        ended = self.where_kept(ended_by_guests(self.claims, self.view.used))
         for device_id in ended:
             del self.claims[device_id]
         # every VF a guest uses keeps its type across reboots
@@ -191,6 +196,27 @@ class Ledger:
                 self.save()
             except StateStoreError as exc:
                 LOG.warning("Could not update the claims now: %s", exc)
+
+    def where_kept(self, ending: list[str]) -> list[str]:
+        """The spawn claims that may end (inside :meth:`locked`): where
+        their mdevs are is on disk in the mdevs seen first. None if it
+        cannot be written: the claims stay, a later reading ends them."""
+        where = {
+            device_id: (claim["parent"], claim["type_id"])
+            for device_id in ending
+            if (claim := self.claims[device_id])["kind"] == "mdev"
+        }
+        try:
+            self.seen.remember(where)
+        except StateStoreError as exc:
+            LOG.warning(
+                "Could not record where the mdevs %s are; their spawn "
+                "claims stay until it is: %s",
+                ", ".join(sorted(where)),
+                exc,
+            )
+            return []
+        return ending
 
     def choose(self, wanted: list[tuple[str, str, int]]) -> list[BoundDevice]:
         """Choose devices for ``wanted`` (inside :meth:`locked`); a free

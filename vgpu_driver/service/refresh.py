@@ -37,6 +37,7 @@ from vgpu_driver.service.fingerprint import (
     same_but_guests,
     tree_holds,
 )
+from vgpu_driver.service.guests import changes as guest_changes
 from vgpu_driver.service.guests import follow as follow_guests
 from vgpu_driver.service.other_writers import OtherWriters
 from vgpu_driver.service.settings import Settings
@@ -107,7 +108,7 @@ class Refresher:
                 taken is not None
                 and not rescan
                 and inventory.same_devices(taken)
-                and follow_guests(self.binder.ledger, taken, inventory)
+                and self._follow(taken, inventory)
             ):
                 # only guests changed, each applied alone: the mdevs seen
                 # are the same, the view follows
@@ -121,8 +122,9 @@ class Refresher:
                 for uuid, where in self.seen.snapshot().items()
                 if uuid in users and uuid not in seen
             }
-            saved = {**kept, **seen} == self.seen.snapshot() or keep(
-                "the mdevs seen", lambda: self.seen.save({**kept, **seen})
+            saved = keep(
+                "the mdevs seen",
+                lambda: self.seen.note({**kept, **seen}, users),
             )
             if not saved:
                 self._last_generation = None  # the next discovery retries
@@ -131,6 +133,22 @@ class Refresher:
             # it again, as it retries the save)
             self._taken = inventory if saved else None
         return inventory
+
+    def _follow(self, taken: HostInventory, now: HostInventory) -> bool:
+        """The binder's view follows the guests changed between two
+        readings of the same devices; the mdevs they use now are on disk
+        in the mdevs seen first (before their spawn claims end)."""
+        newly_used = [
+            uuid
+            for _uuid, _before, guest in guest_changes(taken, now)
+            if guest is not None
+            for uuid in guest.mdevs
+        ]
+        if not keep(
+            "the mdevs seen", lambda: self.seen.make_durable(newly_used)
+        ):
+            return False  # the full path retries the save
+        return follow_guests(self.binder.ledger, taken, now)
 
     def update_provider_tree(
         self, tree: Any, nodename: str, allocations: Allocations | None
@@ -155,7 +173,7 @@ class Refresher:
                 under, root.uuid, nodename, classes
             )
             owned = self.binder.owned()
-            foreign = self._foreign(inventory, owned, claims)
+            foreign = _foreign(inventory, owned, claims)
             if not inventory.guests_known and (
                 foreign
                 or usage.guests_matter(
@@ -170,7 +188,7 @@ class Refresher:
                 inventory = self.discover()
                 # the guests read may have ended spawn claims
                 claims = tuple(self.binder.claimed_devices())
-                foreign = self._foreign(inventory, owned, claims)
+                foreign = _foreign(inventory, owned, claims)
             self.other_writers.check(mine, nodename, traits.config)
             self.roots.add(root.uuid)
             old = reshape.old_layout(under, root, nodename, inventory, classes)
@@ -280,18 +298,6 @@ class Refresher:
             )
             return plans
 
-    @staticmethod
-    def _foreign(
-        inventory: HostInventory,
-        owned: frozenset[str] | None,
-        claims: Claimed,
-    ) -> dict[str, dict[str, int]]:
-        """Free devices another manager made, per device and type (none
-        known before the library's first start took stock)."""
-        if owned is None:
-            return {}
-        return foreign_free(inventory, owned, {d for d, _, _ in claims})
-
     def _unchanged(
         self,
         tree: Any,
@@ -327,6 +333,18 @@ class Refresher:
             return False
         self._fingerprint = now
         return True
+
+
+def _foreign(
+    inventory: HostInventory,
+    owned: frozenset[str] | None,
+    claims: Claimed,
+) -> dict[str, dict[str, int]]:
+    """Free devices another manager made, per device and type (none
+    known before the library's first start took stock)."""
+    if owned is None:
+        return {}
+    return foreign_free(inventory, owned, {d for d, _, _ in claims})
 
 
 __all__ = ["Placed", "RefreshFingerprint", "Refresher"]
