@@ -209,11 +209,11 @@ class SysfsTree:
         ``current_vgpu_type`` are read, one file each: a type set by
         anyone, another process or an operator, and VFs enabled or
         disabled, are seen at once. The rest is read again only when it
-        may have changed: a VF's creatable types and its PF's attributes
-        when a VF of that PF changed type, a PF's ``virtfn`` links when
-        its number of VFs changed. Whether a device bound to the driver
-        is a PF, and a VF has the directory, is probed once;
-        :meth:`forget_probes` probes again."""
+        may have changed: the creatable types of its free VFs and its
+        PF's attributes when a VF of that PF changed type, a PF's
+        ``virtfn`` links when its number of VFs changed. Whether a device
+        bound to the driver is a PF, and a VF has the directory, is
+        probed once; :meth:`forget_probes` probes again."""
         devices = f"{self.root}/bus/pci/devices"
         try:
             bound = os.listdir(f"{self.root}/bus/pci/drivers/{NVIDIA_DRIVER}")
@@ -277,14 +277,18 @@ class SysfsTree:
     def _read_pf(
         self, devices: str, address: str, currents: list[tuple[str, int]]
     ) -> PhysicalFunction:
-        """A PF and its VFs, given each VF's current type (in order)."""
+        """A PF and its VFs, given each VF's current type (in order). A
+        VF that has a type holds its one vGPU: what it lists as creatable
+        (nothing, on NVIDIA's driver) is not read."""
         vfs = tuple(
             VirtualFunction(
                 vf,
                 current,
                 parse_creatable(
                     _read(f"{devices}/{vf}/nvidia/creatable_vgpu_types") or ""
-                ),
+                )
+                if not current
+                else (),
             )
             for vf, current in currents
         )
