@@ -348,3 +348,25 @@ def test_shares_over_100_are_a_warning(make_conf, tmp_path):
         if p.option == "card_share"
     ]
     assert problem.severity == "warning" and "125%" in str(problem)
+
+
+def test_the_inventory_table_shows_the_other_types_under_the_card(
+    card, capsys
+):
+    """``vgpu-driver inventory``: the DC-48Q provider indented under the
+    card's, which, full of DC-48Q, is listed with no inventory."""
+    from vgpu_driver.cmd import inventory as inventory_cmd
+
+    rp = card.tree.data(f"node1_{SECOND}").uuid
+    for guest in ("i1", "i2"):
+        card.driver.allocate_mdevs(
+            guest, {rp: {"resources": {"CUSTOM_DC_48Q": 1}}}
+        )
+    card.update()
+    inventory_cmd.print_table(inventory_cmd.tree_report(card.tree, "node1"))
+    lines = capsys.readouterr().out.splitlines()
+    [own] = [line for line in lines if line.startswith(f"node1_{CARD} ")]
+    assert own.split()[1:4] == ["-", "0", "0"]
+    [child] = [line for line in lines if SECOND in line]
+    assert child.startswith(f"  └ node1_{SECOND}")
+    assert child.split()[2:5] == ["CUSTOM_DC_48Q", "2", "0"]

@@ -45,27 +45,29 @@ def tree_report(tree: Any, nodename: str) -> dict[str, Any]:
 
 
 def print_table(report: dict[str, Any]) -> None:
+    """One row per inventory; a provider under another device provider
+    (a mixed-size card's other types) is shown indented under it, and one
+    with no inventory (a full card's own, holding them) with none."""
+    root = report["providers"][0]["name"]
     rows = []
     for provider in report["providers"][1:]:
-        for rc, record in provider["inventories"].items():
-            named = [
-                t
-                for t in provider["traits"]
-                if not t.startswith("HW_GPU_RESOLUTION_")
-            ]
-            resolutions = len(provider["traits"]) - len(named)
-            if resolutions:
-                named.append(f"+{resolutions} HW_GPU_RESOLUTION_*")
-            rows.append(
-                [
-                    provider["name"],
-                    rc,
-                    record["total"],
-                    record["reserved"],
-                    named,
-                ]
-            )
-    print(f"Compute node: {report['providers'][0]['name']}")
+        named = [
+            t
+            for t in provider["traits"]
+            if not t.startswith("HW_GPU_RESOLUTION_")
+        ]
+        resolutions = len(provider["traits"]) - len(named)
+        if resolutions:
+            named.append(f"+{resolutions} HW_GPU_RESOLUTION_*")
+        name = provider["name"]
+        if provider["parent"] not in (None, root):
+            name = f"  └ {name}"
+        records = provider["inventories"].items() or [
+            ("-", {"total": 0, "reserved": 0})
+        ]
+        for rc, record in records:
+            rows.append([name, rc, record["total"], record["reserved"], named])
+    print(f"Compute node: {root}")
     output.table(
         ["Provider", "Resource class", "Total", "Reserved", "Traits"], rows
     )

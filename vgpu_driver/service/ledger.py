@@ -12,8 +12,9 @@ one lock.
   guests it is told of;
 * ``targets``: what each device provider stands for;
 * ``seen`` (:class:`~vgpu_driver.records.seen.SeenMdevs`): where the
-  mdevs are; an mdev's spawn claim ends only once where it is is on
-  disk there (its guest's domain names the mdev, not its parent).
+  mdevs are; an mdev's spawn claim ends only once its parent and type
+  are on disk there (its guest's domain names the mdev, not its
+  parent).
 
 Several processes may bind on one host, so choosing and claiming happen
 under the records' lock after re-reading the claims. A binder that finds
@@ -198,9 +199,10 @@ class Ledger:
                 LOG.warning("Could not update the claims now: %s", exc)
 
     def where_kept(self, ending: list[str]) -> list[str]:
-        """The spawn claims that may end (inside :meth:`locked`): where
-        their mdevs are is on disk in the mdevs seen first. None if it
-        cannot be written: the claims stay, a later reading ends them."""
+        """The spawn claims that may end (inside :meth:`locked`): their
+        mdevs' parents and types are put on disk in the mdevs seen
+        first. None may if that cannot be written: the claims stay, and
+        a later reading ends them."""
         where = {
             device_id: (claim["parent"], claim["type_id"])
             for device_id in ending
