@@ -277,9 +277,10 @@ def shared_card(make_conf, tmp_path, shares):
 
 
 def test_card_share_reserves_all_but_each_types_share(make_conf, tmp_path):
-    """50/50 on the RTX PRO 6000: DC-4Q offers 12 of the 24 that fit,
-    DC-48Q 1 of 2; once a DC-48Q is placed, 6 DC-4Q of the 12 that fit
-    and no more DC-48Q (half of the 48 GB left is too small for one)."""
+    """50/50 on the RTX PRO 6000 (NVML: 24 DC-4Q or 2 DC-48Q on the empty
+    card): each type may hold half of its figure, 12 DC-4Q and 1 DC-48Q.
+    Once a DC-48Q is placed, DC-4Q still offers its 12 (they fit beside
+    it) and DC-48Q nothing more."""
     card = shared_card(make_conf, tmp_path, (50, 50))
     assert planned(card, "total", "reserved") == {
         CARD: (24, 12),
@@ -288,9 +289,21 @@ def test_card_share_reserves_all_but_each_types_share(make_conf, tmp_path):
     rp = card.tree.data(f"node1_{SECOND}").uuid
     card.driver.allocate_mdevs("i1", {rp: {"resources": {"CUSTOM_DC_48Q": 1}}})
     assert planned(card, "total", "reserved") == {
-        CARD: (12, 6),
-        SECOND: (2, 1),  # 1 in use, 1 fits: 0 offered
+        CARD: (12, 0),
+        SECOND: (2, 1),  # 1 in use, 1 fits: its share is taken
     }
+
+
+def test_a_small_type_does_not_starve_a_large_ones_share(make_conf, tmp_path):
+    """12 DC-4Q placed, its half of the card: DC-48Q still offers the one
+    its share holds (a share of what is left would leave it nothing)."""
+    card = shared_card(make_conf, tmp_path, (50, 50))
+    rp = card.tree.data(f"node1_{CARD}").uuid
+    for n in range(12):
+        card.driver.allocate_mdevs(f"i{n}", {rp: {"resources": {"VGPU": 1}}})
+    found = planned(card, "total", "reserved")
+    assert found[CARD] == (24, 12)  # 12 in use, 12 more fit: none offered
+    assert found[SECOND] == (1, 0)  # the one that fits beside them
 
 
 @pytest.mark.parametrize(
@@ -370,3 +383,20 @@ def test_the_inventory_table_shows_the_other_types_under_the_card(
     [child] = [line for line in lines if SECOND in line]
     assert child.startswith(f"  └ node1_{SECOND}")
     assert child.split()[2:5] == ["CUSTOM_DC_48Q", "2", "0"]
+
+
+def test_what_a_share_is_of_comes_from_nvml_or_the_board_table():
+    """Without NVML, the board table and each type's size say what the
+    empty card holds (at most 32 time-sliced vGPUs); NVML's Max
+    Instances, when read; never a MIG-backed type (DC-1-2Q)."""
+    from vgpu_driver.model import capacity
+
+    inventory = mixed_host().discover()
+    [pf] = inventory.pfs
+    table = capacity.card_max(pf)
+    assert (table["nvidia-1521"], table["nvidia-1540"]) == (24, 2)
+    assert table["nvidia-1518"] == 32  # DC-2B: 48 by size, 32 time-sliced
+    assert "nvidia-1546" not in table  # DC-1-2Q is MIG-backed
+    said = capacity.card_max(pf, inventory.nvml.gpu(pf.address))
+    assert (said["nvidia-1521"], said["nvidia-1540"]) == (24, 2)
+    assert "nvidia-1546" not in said

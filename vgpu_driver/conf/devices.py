@@ -69,9 +69,10 @@ too):
   providers of this type.
 ``card_share``
   On an NVIDIA card serving several types: the percent (1-100) of what
-  still fits on the card this type is offered, the rest reserved. Shares
-  of a card's types adding up to 100 or less cannot be over-allocated by
-  two schedulers' picks within one refresh. Unset: all that fits.
+  the empty card holds of this type that it may hold, what fits beyond
+  reserved. Shares of a card's types adding up to 100 or less cannot be
+  over-allocated by two schedulers' picks within one refresh. Unset: all
+  that fits.
 
 The first enabled type without ``device_addresses`` is the default type of
 every mdev-capable parent not listed elsewhere; further types without
@@ -171,9 +172,10 @@ type_opts_help = {
     "traits": "Extra traits for this type's resource providers.",
     "card_share": (
         "On an NVIDIA card serving several types (mixed size): the percent "
-        "(1-100) of what still fits on the card this type is offered; the "
-        "rest is reserved. Shares of a card's types adding up to at most "
-        "100 mean two schedulers' picks within one refresh always fit "
+        "(1-100) of what the empty card holds of this type that it may "
+        "hold; what fits beyond is reserved. Shares of a card's types "
+        "adding up to at most 100 mean two schedulers' picks within one "
+        "refresh always fit "
         "(no reschedule), at the cost of each type offering less. Unset: "
         "all that fits (a second pick that no longer fits is refused at "
         "spawn and rescheduled)."

@@ -214,3 +214,29 @@ def gpu_room(
         "description gives no max_instance, so what the GPU holds is "
         "unknown; offering one more than in use at a time"
     )
+
+
+def card_max(
+    pf: PhysicalFunction, gpu: nvml.NvmlGpu | None = None
+) -> dict[str, int]:
+    """Type id -> how many vGPUs of it the card holds when empty, for
+    the time-sliced types whose figure is known (NVML's ``Max
+    Instances``, else the board table and the type's size): what a
+    ``card_share`` is a share of. MIG-backed types are not there (their
+    room is their GPU instances)."""
+    found: dict[str, int] = {}
+    if gpu is not None:
+        for said in gpu.types:
+            if said.gi_profile is None:
+                found[naming.sriov_type_id(said.type_id)] = said.max_instances
+        return found
+    board = board_of(pf.product_id)
+    if board is None:
+        return found
+    for known in pf.known_types():
+        size = type_size(known.name or "")
+        if size is not None and not size.mig_backed:
+            found[known.type_id] = min(
+                board.framebuffer_gb // size.framebuffer_gb, MAX_TIME_SLICED
+            )
+    return found

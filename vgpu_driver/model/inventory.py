@@ -16,9 +16,10 @@ type's is the card's provider, each other type's
   size), which stays with no inventory while its first type has no room.
 * ``max_instances`` caps a type host-wide: devices in use count first,
   then parents in name order share what is left of the cap.
-* ``card_share`` (a card serving several types): a type is offered that
-  percent of what still fits, the rest reserved; shares of a card's
-  types adding up to 100 or less cannot be over-allocated together.
+* ``card_share`` (a card serving several types): a type may hold that
+  percent of what the empty card holds of it, the rest of what fits is
+  reserved; shares of a card's types adding up to 100 or less cannot be
+  over-allocated together.
 * A provider that still has devices in use but nothing to offer (its
   device vanished, its type was changed, it is over a lowered cap, it is
   failing) is kept with ``reserved = total`` so nothing in use is orphaned
@@ -224,10 +225,9 @@ def plan_providers(
                     "manager (left alone)"
                 )
         if type_cfg.card_share and types_on[device.name] > 1:
-            # its share of what fits; the rest reserved (see card_share)
             free_here = max(0, total - used)
-            share = free_here * type_cfg.card_share // 100
-            reserved = max(reserved, free_here - share)
+            share = _share(device, type_id, type_cfg.card_share, used)
+            reserved = max(reserved, free_here - min(free_here, share))
         if total == 0:
             continue
         caps = device.capabilities(type_id)
@@ -332,6 +332,16 @@ def _hold_parents(
             reserved=0,
             traits=frozenset({owner_trait}),
         )
+
+
+def _share(device: Device, type_id: str, percent: int, used: int) -> int:
+    """More units of a type its ``card_share`` lets it take: its percent
+    of what the empty card holds of it, less what it holds (where that
+    figure is unknown, its percent of what still fits)."""
+    whole = device.card_max.get(type_id)
+    if whole is None:
+        return max(0, device.available.get(type_id, 0)) * percent // 100
+    return max(0, whole * percent // 100 - used)
 
 
 def _used(

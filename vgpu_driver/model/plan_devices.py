@@ -40,6 +40,8 @@ class Device:
     # it may serve several types, a provider each (an NVIDIA SR-IOV card:
     # in mixed-size mode its VFs take vGPUs of several sizes)
     several: bool = False
+    # type id -> how many the card holds when empty, where known
+    card_max: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
 
 def _from_parent(parent: Parent, existing: Counter[str]) -> Device:
@@ -117,6 +119,7 @@ def _from_pf(
         driver=pf.driver,
         migration=gpu.migration if gpu is not None else None,
         several=True,
+        card_max=capacity.card_max(pf, gpu),
     )
 
 
