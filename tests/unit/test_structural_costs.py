@@ -61,30 +61,43 @@ def test_a_guest_event_costs_two_calls_whatever_the_guests(tmp_path, shape):
 def test_a_bind_and_a_release_are_one_durable_write_each(
     tmp_path, monkeypatch
 ):
+    """One durable write: the claims file fsynced, renamed over the old
+    one, then its directory fsynced (so the rename survives a power loss
+    too), in that order."""
+    import stat
+
     _host, driver, tree, _guests = service(tmp_path, (2, 24, 16))
     saves: Counter[str] = Counter()
-    syncs = [0]
+    steps: list[str] = []
     real_save, real_fsync = records_store.StateStore.save, os.fsync
+    real_replace = os.replace
 
     def save(self, key, value):
         saves[key] += 1
         return real_save(self, key, value)
 
     def fsync(fd):
-        syncs[0] += 1
+        mode = os.fstat(fd).st_mode
+        steps.append("fsync dir" if stat.S_ISDIR(mode) else "fsync file")
         return real_fsync(fd)
+
+    def replace(src, dst):
+        steps.append("rename")
+        return real_replace(src, dst)
 
     monkeypatch.setattr(records_store.StateStore, "save", save)
     monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
     free = [p for p in driver.last_plans if p.total > p.reserved]
     rp = tree.data(free[0].name).uuid
     instance = str(uuid.uuid4())
+    durable = ["fsync file", "rename", "fsync dir"]
     driver.allocate_mdevs(instance, {rp: {"resources": {"VGPU": 1}}})
-    assert (dict(saves), syncs[0]) == ({"claims": 1}, 1)
+    assert (dict(saves), steps) == ({"claims": 1}, durable)
     saves.clear()
-    syncs[0] = 0
+    steps.clear()
     driver.release_mdevs(instance)
-    assert (dict(saves), syncs[0]) == ({"claims": 1}, 1)
+    assert (dict(saves), steps) == ({"claims": 1}, durable)
 
 
 def test_an_idle_refresh_takes_no_records_lock_until_another_writes(

@@ -13,9 +13,11 @@ and lets the caller merge its change into what is on disk now. Nothing
 ever writes a record it did not read under the same lock.
 
 Each record is a small JSON document in its own file, replaced
-atomically (write a temporary file, fsync, rename), so a crash leaves the
-old or the new version, never half of one; temporary files of a failed
-or killed save are removed. A record that cannot be read (empty,
+atomically (write a temporary file, fsync, rename, fsync the directory),
+so a crash, even of the host, leaves the old or the new version, never
+half of one, and a save that returned is there after a power loss (the
+rename is on disk too); temporary files of a failed or killed save are
+removed. A record that cannot be read (empty,
 truncated, not JSON, the wrong shape) is never taken as empty: loading it
 raises :class:`StateRecordCorrupt`, and :meth:`StateStore.quarantine`
 moves it aside, with a timestamp, for the caller that can rebuild it.
@@ -220,6 +222,7 @@ class StateStore:
                     os.fsync(handle.fileno())
                 os.replace(tmp, path)
                 tmp = None
+                _sync_directory(self.directory)
             except (OSError, TypeError, ValueError) as exc:
                 raise StateStoreError(
                     action="write", path=str(path), reason=str(exc)
@@ -336,6 +339,16 @@ def _make_directory(directory: Path) -> bool:
                 action="create", path=str(path), reason=str(exc)
             ) from exc
     return bool(missing)
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (POSIX: the file's fsync
+    does not cover the directory entry that names it)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _give_to_owner_of(directory: Path, fd: int) -> None:
