@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from benchmarks.common import machine, spread, sriov
-from vgpu_driver.host import sysfs as sysfs_module
+from vgpu_driver.host import sysfs_files
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.sim import description as hostdesc
 
@@ -82,17 +82,17 @@ def measure_sriov(cards: int) -> dict[str, float | str]:
             host.discover()
             samples.append((time.perf_counter() - start) * 1000)
         read = [0]
-        real_read = sysfs_module._read
+        real_read = sysfs_files.read
 
         def counted(path: str) -> str | None:
             read[0] += 1
             return real_read(path)
 
-        sysfs_module._read = counted  # type: ignore[assignment]
+        sysfs_files.read = counted  # type: ignore[assignment]
         try:
             host.discover()
         finally:
-            sysfs_module._read = real_read
+            sysfs_files.read = real_read
         host.close()
     return {
         "vfs": sum(pf.vf_count for pf in description.pfs),

@@ -328,13 +328,15 @@ def test_a_steady_sriov_scan_reads_one_file_per_vf(tmp_path, monkeypatch):
     )
     devices = tmp_path / "sys/bus/pci/devices"
     read = []
-    real_read = sysfs_module._read
+    from vgpu_driver.host import sysfs_files
+
+    real_read = sysfs_files.read
 
     def counted(path):
         read.append(str(path).removeprefix(f"{devices}/"))
         return real_read(path)
 
-    monkeypatch.setattr(sysfs_module, "_read", counted)
+    monkeypatch.setattr(sysfs_files, "read", counted)
     tree = sysfs_module.SysfsTree(tmp_path / "sys")
     first = tree.sriov_functions()
     vfs = [vf.address for p in first for vf in p.vfs]

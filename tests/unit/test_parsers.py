@@ -417,7 +417,7 @@ def test_sysfs_attributes_are_read_whole_or_not_at_all(tmp_path):
     """sysfs values are read with raw descriptor reads: a value longer
     than one read comes back whole; a missing, unreadable or undecodable
     attribute is None, never a partial value or an exception."""
-    from vgpu_driver.host import sysfs
+    from vgpu_driver.host import sysfs_files
 
     long_value = "GRID description line\n" * 4000  # many one-page reads
     (tmp_path / "description").write_text(long_value + "\n")
@@ -426,12 +426,12 @@ def test_sysfs_attributes_are_read_whole_or_not_at_all(tmp_path):
     (tmp_path / "a_directory").mkdir()
     (tmp_path / "available_instances").write_text("  12\n")
 
-    assert sysfs._read(tmp_path / "description") == long_value.strip()
-    assert sysfs._read(tmp_path / "one_page") == "x" * 4096
-    assert sysfs._read(str(tmp_path / "available_instances")) == "12"
-    assert sysfs._read_int(tmp_path / "available_instances") == 12
+    assert sysfs_files.read(tmp_path / "description") == long_value.strip()
+    assert sysfs_files.read(tmp_path / "one_page") == "x" * 4096
+    assert sysfs_files.read(str(tmp_path / "available_instances")) == "12"
+    assert sysfs_files.read_int(tmp_path / "available_instances") == 12
     for unreadable in ("missing", "latin1", "a_directory"):
-        assert sysfs._read(tmp_path / unreadable) is None
+        assert sysfs_files.read(tmp_path / unreadable) is None
 
 
 def test_a_vf_list_read_while_vfs_are_being_enabled_is_not_kept(tmp_path):

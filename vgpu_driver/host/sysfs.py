@@ -3,7 +3,8 @@
 It covers what libvirt does not report: type descriptions, drivers, mdev
 parents libvirt has no node device for (the mtty sample driver's), and
 NVIDIA SR-IOV cards, whose VFs carry their vGPU type in
-``<VF>/nvidia/current_vgpu_type`` instead of being mdev parents. It also
+``<VF>/nvidia/current_vgpu_type`` instead of being mdev parents (read by
+:mod:`.nvidia_sriov`). It also
 writes what libvirt cannot do: ``create`` and ``remove`` of mdevs on
 older libvirt, and a VF's vGPU type.
 
@@ -26,62 +27,17 @@ from vgpu_driver.exception import (
     says_no_room,
 )
 from vgpu_driver.host import privileged
+from vgpu_driver.host import sysfs_files as files
+from vgpu_driver.host.nvidia_sriov import NVIDIA_DRIVER, NvidiaSriovScan
+from vgpu_driver.host.sysfs_files import parse_creatable
 from vgpu_driver.model import naming
 from vgpu_driver.model.device import (
     MdevType,
     Parent,
     PhysicalFunction,
-    SriovType,
-    VirtualFunction,
-    remember_types,
 )
 
 LOG = logging.getLogger(__name__)
-
-
-# the PCI driver of NVIDIA's vGPU manager: it drives the PFs whose VFs
-# NVIDIA's sriov-manage enables
-NVIDIA_DRIVER = "nvidia"
-
-_CHUNK = 4096  # a sysfs attribute is at most a page (more is read on)
-
-
-def _read(path: str | os.PathLike[str]) -> str | None:
-    """A sysfs attribute's value, stripped (None if unreadable). Raw
-    file descriptor reads, about half of ``open()``'s cost: a refresh
-    reads one per SR-IOV VF, a first discovery one per parent."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        chunks = [os.read(fd, _CHUNK)]
-        while len(chunks[-1]) == _CHUNK:  # no second read for most
-            chunks.append(os.read(fd, _CHUNK))
-        return b"".join(chunks).decode("utf-8").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    finally:
-        os.close(fd)
-
-
-def _read_int(path: str | os.PathLike[str]) -> int | None:
-    text = _read(path)
-    try:
-        return int(text, 0) if text is not None else None
-    except ValueError:
-        return None
-
-
-def parse_creatable(text: str) -> tuple[SriovType, ...]:
-    """``creatable_vgpu_types``: a header, then ``1155  : NVIDIA L40-1B``."""
-    types = []
-    for line in text.splitlines():
-        head, sep, name = line.partition(":")
-        if not sep or not head.strip().isdigit():
-            continue  # the header line, or noise
-        types.append(SriovType(int(head.strip()), name.strip()))
-    return tuple(types)
 
 
 class SysfsTree:
@@ -89,15 +45,7 @@ class SysfsTree:
         self.root = Path(root)
         # a device link's target does not change while the device exists
         self._resolved: dict[Path, Path] = {}
-        # devices bound to NVIDIA's driver that are not SR-IOV PFs
-        self._not_pf: set[str] = set()
-        # PF address -> (its VF count, the VFs NVIDIA's driver types)
-        self._virtfns: dict[str, tuple[int, list[str]]] = {}
-        # PF address -> the PF as last read: read again when its VFs'
-        # current types change (a VF's creatable types depend on them)
-        self._pfs: dict[str, PhysicalFunction] = {}
-        # PF address -> every vGPU type its VFs listed (see remember_types)
-        self._types_seen: dict[str, dict[int, SriovType]] = {}
+        self.nvidia_sriov = NvidiaSriovScan(str(self.root), self.driver)
 
     def real_path(self, path: Path) -> Path:
         """``path`` with its links resolved (cached)."""
@@ -127,14 +75,14 @@ class SysfsTree:
             return None
 
     def type_description(self, device: Path, type_id: str) -> str | None:
-        return _read(f"{device}/mdev_supported_types/{type_id}/description")
+        return files.read(
+            f"{device}/mdev_supported_types/{type_id}/description"
+        )
 
     def forget_probes(self) -> None:
         """Probe the devices of NVIDIA's driver again at the next scan
         (SR-IOV may have been set up since)."""
-        self._not_pf.clear()
-        self._virtfns.clear()
-        self._pfs.clear()
+        self.nvidia_sriov.forget_probes()
 
     def mdev_bus_listing(self) -> list[str] | None:
         """The names registered in ``class/mdev_bus``, sorted; None when
@@ -160,8 +108,8 @@ class SysfsTree:
         types = []
         for type_id in type_ids:
             tdir = types_dir / type_id
-            available = _read_int(tdir / "available_instances")
-            api = _read(tdir / "device_api")
+            available = files.read_int(tdir / "available_instances")
+            api = files.read(tdir / "device_api")
             if available is None or api is None:
                 LOG.warning(
                     "Skipping type %s of %s: sysfs lacks "
@@ -173,10 +121,10 @@ class SysfsTree:
             types.append(
                 MdevType(
                     id=type_id,
-                    name=_read(tdir / "name"),
+                    name=files.read(tdir / "name"),
                     device_api=api,
                     available=available,
-                    description=_read(tdir / "description"),
+                    description=files.read(tdir / "description"),
                 )
             )
         return Parent(
@@ -195,115 +143,9 @@ class SysfsTree:
             return None
 
     def sriov_functions(self) -> list[PhysicalFunction]:
-        """NVIDIA SR-IOV physical GPUs and their VFs.
-
-        They are found from the devices bound to NVIDIA's driver
-        (``bus/pci/drivers/nvidia``), never from the host's whole PCI
-        listing: a server lists hundreds of PCI devices, and probing them
-        cost about 5 µs each on a first scan, 0.3 µs on every later one. A
-        PF is a device there with ``sriov_numvfs``; its VFs are its
-        ``virtfn<N>`` links that have an ``nvidia`` directory. A host
-        without NVIDIA's driver costs one failed listing.
-
-        At every scan each PF's ``sriov_numvfs`` and each VF's
-        ``current_vgpu_type`` are read, one file each: a type set by
-        anyone, another process or an operator, and VFs enabled or
-        disabled, are seen at once. The rest is read again only when it
-        may have changed: the creatable types of its free VFs and its
-        PF's attributes when a VF of that PF changed type, a PF's
-        ``virtfn`` links when its number of VFs changed. Whether a device
-        bound to the driver is a PF, and a VF has the directory, is
-        probed once; :meth:`forget_probes` probes again."""
-        devices = f"{self.root}/bus/pci/devices"
-        try:
-            bound = os.listdir(f"{self.root}/bus/pci/drivers/{NVIDIA_DRIVER}")
-        except OSError:
-            bound = []
-        current_of: dict[str, dict[str, int]] = {}
-        for entry in bound:
-            if entry in self._not_pf:
-                continue
-            count = _read_int(f"{devices}/{entry}/sriov_numvfs")
-            if count is None:  # a VF, a GPU without SR-IOV, or `bind`
-                self._not_pf.add(entry)
-                continue
-            if count == 0:
-                # SR-IOV not enabled yet (sriov-manage -e): reported with
-                # no VF, so the operator is told what to do
-                current_of.setdefault(entry, {})
-                continue
-            for vf in self._vfs_of(devices, entry, count):
-                current = _read_int(f"{devices}/{vf}/nvidia/current_vgpu_type")
-                if current is not None:
-                    current_of.setdefault(entry, {})[vf] = current
-        pfs = []
-        for address, currents in sorted(current_of.items()):
-            state = sorted(currents.items())
-            known = self._pfs.get(address)
-            if known is None or state != [
-                (vf.address, vf.current_type) for vf in known.vfs
-            ]:
-                known = self._pfs[address] = self._read_pf(
-                    devices, address, state
-                )
-            pfs.append(known)
-        for gone in set(self._pfs) - set(current_of):
-            del self._pfs[gone]
-        return pfs
-
-    def _vfs_of(self, devices: str, pf: str, count: int) -> list[str]:
-        """The addresses of a PF's VFs that NVIDIA's driver gives a vGPU
-        type (an ``nvidia`` directory): read from its ``virtfn`` links
-        again only when its VF count changed. (The VFs of an A100 on an
-        older kernel are mdev parents instead, with no such directory.)"""
-        known = self._virtfns.get(pf)
-        if known is not None and known[0] == count:
-            return known[1]
-        vfs = []
-        complete = True
-        for index in range(count):
-            try:
-                link = os.readlink(f"{devices}/{pf}/virtfn{index}")
-            except OSError:
-                complete = False  # VFs being enabled or disabled
-                continue
-            vf = os.path.basename(link)
-            if os.path.isdir(f"{devices}/{vf}/nvidia"):
-                vfs.append(vf)
-        if complete:  # else read again at the next scan
-            self._virtfns[pf] = (count, vfs)
-        return vfs
-
-    def _read_pf(
-        self, devices: str, address: str, currents: list[tuple[str, int]]
-    ) -> PhysicalFunction:
-        """A PF and its VFs, given each VF's current type (in order). A
-        VF that has a type holds its one vGPU: what it lists as creatable
-        (nothing, on NVIDIA's driver) is not read."""
-        vfs = tuple(
-            VirtualFunction(
-                vf,
-                current,
-                parse_creatable(
-                    _read(f"{devices}/{vf}/nvidia/creatable_vgpu_types") or ""
-                )
-                if not current
-                else (),
-            )
-            for vf, current in currents
-        )
-        pf_dir = f"{devices}/{address}"
-        numa = _read_int(f"{pf_dir}/numa_node")
-        pf = PhysicalFunction(
-            name=naming.libvirt_pci_name(address),
-            address=address,
-            vendor_id=_read(f"{pf_dir}/vendor"),
-            product_id=_read(f"{pf_dir}/device"),
-            driver=self.driver(pf_dir),
-            numa_node=None if numa is None or numa < 0 else numa,
-            vfs=vfs,
-        )
-        return remember_types(pf, self._types_seen)
+        """NVIDIA SR-IOV physical GPUs and their VFs (see
+        :class:`~vgpu_driver.host.nvidia_sriov.NvidiaSriovScan`)."""
+        return self.nvidia_sriov.functions()
 
     def modules(self) -> list[str] | None:
         """The kernel modules loaded (``module/``), None if unreadable."""
@@ -319,7 +161,7 @@ class SysfsTree:
         ``drivers`` that reports one (NVIDIA's vGPU manager does)."""
         found = []
         for driver in sorted(d for d in drivers if d):
-            version = _read(f"{self.root}/module/{driver}/version")
+            version = files.read(f"{self.root}/module/{driver}/version")
             if version:
                 found.append((driver, version))
         return found
@@ -365,7 +207,9 @@ class SysfsTree:
                 reason="not a PCI address",
             )
         nvidia = self.root / "bus/pci/devices" / vf_address / "nvidia"
-        listing = _read(nvidia / "creatable_vgpu_types") if type_id else None
+        listing = (
+            files.read(nvidia / "creatable_vgpu_types") if type_id else None
+        )
         if listing is not None and type_id not in {
             t.id for t in parse_creatable(listing)
         }:
@@ -383,3 +227,6 @@ class SysfsTree:
             f"set vGPU type {type_id}",
             vf_address,
         )
+
+
+__all__ = ["NVIDIA_DRIVER", "SysfsTree", "parse_creatable"]

@@ -30,8 +30,6 @@ from oslo_log import log as logging
 
 from vgpu_driver.exception import (
     DeviceCapacityExhausted,
-    DeviceNoRoom,
-    HostUnreachable,
     VgpuDriverError,
 )
 from vgpu_driver.host.base import Host
@@ -48,7 +46,7 @@ from vgpu_driver.model.claims import (
 )
 from vgpu_driver.model.device import Guest, HostInventory
 from vgpu_driver.records.store import StateStore
-from vgpu_driver.service import guests, recovery, release, repairs
+from vgpu_driver.service import guests, making, recovery, release, repairs
 from vgpu_driver.service.failing import FailedParents
 from vgpu_driver.service.ledger import Ledger
 
@@ -219,10 +217,10 @@ class DeviceBinder:
             ledger.save()
         done: list[BoundDevice] = []
         try:
-            self._make(chosen, done)
+            making.make(ledger, chosen, done)
         except VgpuDriverError as exc:
-            self._undo(instance, chosen, done, exc)
-            if _is_exhaustion(exc) and not isinstance(
+            making.undo(ledger, instance, chosen, done, exc)
+            if making.is_exhaustion(exc) and not isinstance(
                 exc, DeviceCapacityExhausted
             ):
                 first = next(d for d in chosen if d not in done and d.created)
@@ -243,66 +241,6 @@ class DeviceBinder:
             ),
         )
         return chosen
-
-    def _make(
-        self, chosen: list[BoundDevice], done: list[BoundDevice]
-    ) -> None:
-        """Create what the bind needs, appending each device made to
-        ``done`` as soon as it exists (so a failure can undo exactly it)."""
-        view = self.ledger.view
-        for device in chosen:
-            if device.kind == "vf" and device.created:
-                number = naming.sriov_type_number(device.type_id)
-                self.host.set_vf_type(device.id, number)
-                done.append(device)
-            elif device.kind == "mdev" and device.created:
-                parent = view.parent_objects[device.parent]
-                mdev = self.host.create_mdev(parent, device.type_id, device.id)
-                self.ledger.made_mdev(mdev)
-                done.append(device)
-            elif device.kind == "mdev":
-                mdev = view.mdevs[device.id]
-                if not mdev.active:
-                    self.host.start_mdev(mdev)
-
-    def _undo(
-        self,
-        instance: str,
-        chosen: list[BoundDevice],
-        done: list[BoundDevice],
-        exc: VgpuDriverError,
-    ) -> None:
-        ledger = self.ledger
-        for device in done:
-            try:
-                ledger.unmake(device)
-            except VgpuDriverError as cleanup:
-                LOG.error("Could not undo %s: %s", device.id, cleanup)
-        with ledger.locked():
-            for device in chosen:
-                if device.created and device not in done:
-                    ledger.record.made.discard(device.id)  # never made
-            for device in done:
-                ledger.record.made.discard(device.id)  # unmade again
-                if device.kind == "vf":
-                    ledger.vf_types.pop(device.id, None)
-            for device in chosen:
-                claim = ledger.claims.get(device.id)
-                if claim and claim["instance"] == instance:
-                    del ledger.claims[device.id]
-                    ledger.view.returned(device, made=device in done)
-            failing = {d.parent for d in chosen if d.created and d not in done}
-            # a full parent or a libvirtd restarting says nothing of the
-            # device itself
-            if not _is_exhaustion(exc) and not isinstance(
-                exc, HostUnreachable
-            ):
-                for parent in failing:
-                    self.unschedulable.mark(ledger.view.device_of(parent), exc)
-            ledger.save()
-        LOG.warning(
-            "Bind for instance %s failed and was undone: %s", instance, exc
-        )
 
     # -- release, repairs, migration, start ------------------------------
 
@@ -353,9 +291,3 @@ class DeviceBinder:
         self, inventory: HostInventory, failed: list[str] | None = None
     ) -> list[str]:
         return recovery.restore_vf_types(self.ledger, inventory, failed)
-
-
-def _is_exhaustion(exc: VgpuDriverError) -> bool:
-    """A parent that is full says nothing of its device: the host adapter
-    tells it by the error's type."""
-    return isinstance(exc, (DeviceCapacityExhausted, DeviceNoRoom))
