@@ -400,3 +400,30 @@ def test_what_a_share_is_of_comes_from_nvml_or_the_board_table():
     said = capacity.card_max(pf, inventory.nvml.gpu(pf.address))
     assert (said["nvidia-1521"], said["nvidia-1540"]) == (24, 2)
     assert "nvidia-1546" not in said
+
+
+def test_the_shipped_mixed_size_host_reports_both_types_split(capsys):
+    """``--host-description rtx6000-mixed``: a DC-4Q in use, DC-4Q and
+    DC-48Q at half the card each; DC-48Q's provider under the card's."""
+    import json
+
+    from vgpu_driver.cmd import main as cli
+
+    argv = ["--host-description", "rtx6000-mixed", "inventory"]
+    assert cli.main([*argv, "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    found = {
+        p["name"].removeprefix("rtx6000-mixed_"): (
+            p["parent"],
+            p["inventories"],
+        )
+        for p in report["providers"][1:]
+    }
+    card, second = found[CARD], found[SECOND]
+    assert card[0] == "rtx6000-mixed"
+    # 1 in use + 23 that fit; its half is 12, so 11 more are offered
+    assert (card[1]["VGPU"]["total"], card[1]["VGPU"]["reserved"]) == (24, 12)
+    assert second[0] == f"rtx6000-mixed_{CARD}"
+    # 92 GB free: one DC-48Q fits, its half of the card's two
+    dc48 = second[1]["CUSTOM_DC_48Q"]
+    assert (dc48["total"], dc48["reserved"]) == (1, 0)

@@ -34,6 +34,7 @@ def type_rows(
             "vfs_meant": {a: vfs_of[a] for a in t.addresses if a in vfs_of},
             "default_for_unlisted_parents": t.is_default,
             "max_instances": t.max_instances,
+            "card_share": t.card_share,
             "traits": list(t.traits),
         }
         for t in config.types
@@ -111,7 +112,7 @@ def _print_table(
     print()
     if config.types:
         output.table(
-            ["Type", "Resource class", "Parents", "Cap", "Traits"],
+            ["Type", "Resource class", "Parents", "Cap", "Share", "Traits"],
             [
                 [
                     t.type_id,
@@ -123,6 +124,7 @@ def _print_table(
                     if t.addresses
                     else DEFAULT_PARENTS,
                     t.max_instances,
+                    f"{t.card_share}%" if t.card_share else None,
                     list(t.traits),
                 ]
                 for t in config.types
