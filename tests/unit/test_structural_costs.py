@@ -378,3 +378,42 @@ def test_a_guest_found_on_a_free_mdev_puts_it_on_disk(tmp_path, monkeypatch):
     driver.update_provider_tree(tree, "n")
     assert order == ["mdev-parents"]
     assert seen_on_disk(driver)[made.uuid] == (made.parent, made.type_id)
+
+
+def test_a_spawn_claim_stays_while_its_mdev_cannot_be_recorded(
+    tmp_path, monkeypatch
+):
+    """The mdevs seen cannot be written (a full disk): the guest is
+    defined, but its spawn claim stays (it still says where the mdev
+    is); once the record can be written, the next refresh ends it."""
+    from vgpu_driver.model.device import Guest
+    from vgpu_driver.records.seen import SeenMdevs
+    from vgpu_driver.records.store import StateStoreError
+
+    host, driver, tree = simulated(tmp_path)
+    for _ in range(3):  # the third makes a new mdev
+        plan = driver.update_provider_tree(tree, "n")[0]
+        [device] = driver.allocate_mdevs(
+            str(uuid.uuid4()),
+            {tree.data(plan.name).uuid: {"resources": {"VGPU": 1}}},
+        )
+    [instance] = [
+        i
+        for i, d in driver.instance_devices().items()
+        if d["claimed"] == [device.id]
+    ]
+    real_save = SeenMdevs.save
+
+    def full(self, new):
+        raise StateStoreError(
+            action="write", path="mdev-parents", reason="full"
+        )
+
+    monkeypatch.setattr(SeenMdevs, "save", full)
+    host.note_guest(Guest(instance, "spawned", (device.id,), ()))
+    driver.guest_defined(instance)
+    assert driver.instance_devices()[instance]["claimed"] == [device.id]
+    monkeypatch.setattr(SeenMdevs, "save", real_save)
+    driver.update_provider_tree(tree, "n")
+    assert driver.instance_devices()[instance]["claimed"] == []
+    assert seen_on_disk(driver)[device.id] == (device.parent, device.type_id)
