@@ -187,6 +187,40 @@ def test_a_restart_with_nothing_to_recover_reads_the_host_once(
     assert len(reads) == 1 and reads[0].get("rescan_guests")
 
 
+def test_a_restart_with_nothing_to_recover_locks_the_records_twice(
+    tmp_path, monkeypatch
+):
+    """init_host and the first refresh take the records' lock twice: the
+    start-up repair and the binder's view of the host. Releases cut
+    short and claims of instances the service does not have are looked
+    for without it (none here); with one, the lock is taken to act."""
+    host, driver, tree, guests = service(tmp_path, (2, 16, 16))
+    conf = conf_for(dense(2, 16, 16).config, tmp_path)
+    locks = [0]
+    real = records_store.StateStore._acquire
+
+    def counted(self, *args, **kwargs):
+        locks[0] += 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(records_store.StateStore, "_acquire", counted)
+    fresh = VgpuDriver(conf, host)
+    fresh.init_host(guests)
+    fresh.update_provider_tree(helpers.new_tree("n"), "n")
+    assert locks == [2]
+    # a spawn claim of an instance the service does not have: dropped,
+    # under the lock
+    stray = str(uuid.uuid4())
+    plan = driver.update_provider_tree(tree, "n")[0]
+    [device] = driver.allocate_mdevs(
+        stray, {tree.data(plan.name).uuid: {"resources": {"VGPU": 1}}}
+    )
+    locks[0] = 0
+    again = VgpuDriver(conf, host)
+    done = again.init_host(guests)
+    assert done["dropped_claims"] == [device.id] and locks == [3]
+
+
 def counting(monkeypatch, module, name, counts):
     real = getattr(module, name)
 

@@ -78,9 +78,9 @@ def recover(
                 uuid,
             )
     done["vf_types"] = restore_vf_types(ledger, inventory, done["failed"])
-    if instances is not None:
+    if instances is not None and _claimed_by_others(ledger, set(instances)):
         known = set(instances)
-        with ledger.locked():
+        with ledger.locked():  # compared again under the lock
             for device_id, claim in list(ledger.claims.items()):
                 if (
                     claim["purpose"] == SPAWN
@@ -91,6 +91,16 @@ def recover(
             if done["dropped_claims"]:
                 ledger.save()
     return done
+
+
+def _claimed_by_others(ledger: Ledger, known: set[str]) -> bool:
+    """Spawn claims of instances the service does not have (a read of
+    the claims alone: none, as at most starts, takes no lock)."""
+    with ledger.peeked():
+        return any(
+            c["purpose"] == SPAWN and c["instance"] not in known
+            for c in ledger.claims.values()
+        )
 
 
 def _try(

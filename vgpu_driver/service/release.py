@@ -69,7 +69,11 @@ def release(
 
 def finish_interrupted(ledger: Ledger) -> list[str]:
     """Releases cut short (the process died between recording them and
-    changing the host): done now. Returns their device ids."""
+    changing the host): done now. Returns their device ids. (None
+    recorded, as at most starts: the records' lock is not taken.)"""
+    with ledger.peeked():
+        if not any(c["purpose"] == RELEASE for c in ledger.claims.values()):
+            return []
     with ledger.locked():
         leftover = [
             (c["instance"], device_of(c))
