@@ -187,13 +187,14 @@ def test_a_restart_with_nothing_to_recover_reads_the_host_once(
     assert len(reads) == 1 and reads[0].get("rescan_guests")
 
 
-def test_a_restart_with_nothing_to_recover_locks_the_records_twice(
+def test_a_restart_with_nothing_to_recover_locks_the_records_once(
     tmp_path, monkeypatch
 ):
-    """init_host and the first refresh take the records' lock twice: the
-    start-up repair and the binder's view of the host. Releases cut
-    short and claims of instances the service does not have are looked
-    for without it (none here); with one, the lock is taken to act."""
+    """init_host and the first refresh take the records' lock once, for
+    the start-up repair. The binder's view of the host (it ends no claim,
+    records no VF type), releases cut short and claims of instances the
+    service does not have are looked for without it (none here); with
+    such a claim, the lock is taken to drop it."""
     host, driver, tree, guests = service(tmp_path, (2, 16, 16))
     conf = conf_for(dense(2, 16, 16).config, tmp_path)
     locks = [0]
@@ -207,7 +208,7 @@ def test_a_restart_with_nothing_to_recover_locks_the_records_twice(
     fresh = VgpuDriver(conf, host)
     fresh.init_host(guests)
     fresh.update_provider_tree(helpers.new_tree("n"), "n")
-    assert locks == [2]
+    assert locks == [1]
     # a spawn claim of an instance the service does not have: dropped,
     # under the lock
     stray = str(uuid.uuid4())
@@ -218,7 +219,7 @@ def test_a_restart_with_nothing_to_recover_locks_the_records_twice(
     locks[0] = 0
     again = VgpuDriver(conf, host)
     done = again.init_host(guests)
-    assert done["dropped_claims"] == [device.id] and locks == [3]
+    assert done["dropped_claims"] == [device.id] and locks == [2]
 
 
 def counting(monkeypatch, module, name, counts):
@@ -451,3 +452,27 @@ def test_a_spawn_claim_stays_while_its_mdev_cannot_be_recorded(
     driver.update_provider_tree(tree, "n")
     assert driver.instance_devices()[instance]["claimed"] == []
     assert seen_on_disk(driver)[device.id] == (device.parent, device.type_id)
+
+
+def test_a_guest_found_on_a_typed_vf_records_its_type(tmp_path):
+    """A VF another manager typed, then a guest defined on it outside any
+    bind: the refresh that finds the guest records the VF's type (so a
+    restore gives it back after a reboot), on disk."""
+    from vgpu_driver.model.device import Guest
+    from vgpu_driver.sim.simulated import SimulatedHost
+
+    description = helpers.load("l40-sriov")
+    host = SimulatedHost(description)
+    driver = VgpuDriver(conf_for(description.config, tmp_path), host)
+    tree = helpers.new_tree("n")
+    driver.init_host([g.uuid for g in description.guests])
+    driver.update_provider_tree(tree, "n")
+    [pf] = host.discover().pfs
+    vf = next(v.address for v in pf.vfs if not v.current_type)
+    host.set_vf_type(vf, 1157)
+    driver.update_provider_tree(tree, "n")
+    assert vf not in driver.binder.vf_types  # another's, not a guest's
+    host.note_guest(Guest(str(uuid.uuid4()), "by-hand", (), (vf,)))
+    driver.update_provider_tree(tree, "n")
+    again = VgpuDriver(driver.conf, host)  # the records, as on disk
+    assert again.binder.vf_types[vf] == 1157

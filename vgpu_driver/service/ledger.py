@@ -157,7 +157,20 @@ class Ledger:
     def refresh(
         self, inventory: HostInventory, targets: Mapping[str, Target]
     ) -> None:
-        """Take a new reading of the host and of the providers."""
+        """Take a new reading of the host and of the providers. When the
+        records are as this process last read them and the reading ends
+        no claim and records no VF type, nothing is written: the records'
+        lock is not taken."""
+        with self.peeked():
+            if self.record.made_known:
+                view = DeviceView.of(inventory, self.record.made)
+                if not ended_by_guests(
+                    self.claims, view.used
+                ) and not vf_types_in_use(inventory, view.used, self.vf_types):
+                    self.targets = dict(targets)
+                    self._has_view, self.record.stale = True, False
+                    self.view = view
+                    return
         with self.locked(view=False):
             self.targets = dict(targets)
             self.take_view(inventory)
