@@ -30,3 +30,19 @@ def test_docs_build_without_warnings(tmp_path):
     # the release notes (reno, from git) are rendered in the docs
     notes = (tmp_path / "html" / "releasenotes.html").read_text()
     assert "one durable write" in notes and "nova.virt.vgpu_libvirt" in notes
+
+
+def test_the_readme_is_valid_restructuredtext():
+    """The README is the package's long description (PyPI renders it):
+    no malformed table or other docutils warning."""
+    import io
+
+    core = pytest.importorskip("docutils.core")
+    readme = DOC.parents[1] / "README.rst"
+    warnings = io.StringIO()
+    core.publish_string(
+        readme.read_text(),
+        writer="null",
+        settings_overrides={"warning_stream": warnings, "report_level": 2},
+    )
+    assert warnings.getvalue() == ""
