@@ -73,19 +73,6 @@ class SeenMdevs:
             new = {**self._known, **where}
         self.save(new)
 
-    def make_durable(self, uuids: Iterable[str]) -> None:
-        """Write the record if one of these mdevs (newly used by a guest)
-        is seen but not on disk as seen. Raises StateStoreError if it
-        cannot be written."""
-        with self._lock:
-            known, written = self._known, self._written
-            if all(
-                u not in known or written.get(u) == known[u] for u in uuids
-            ):
-                return
-            new = dict(known)
-        self.save(new)
-
 
 def _as_seen(record: Mapping[str, Any]) -> dict[str, Where]:
     return {u: (str(w[0]), str(w[1])) for u, w in record.items()}

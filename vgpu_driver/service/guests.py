@@ -61,15 +61,13 @@ def note(
     return ended
 
 
-def follow(ledger: Ledger, taken: HostInventory, now: HostInventory) -> bool:
-    """The view, built from or following reading ``taken``, follows
-    reading ``now`` of the same devices whose guests changed: each guest
-    defined, redefined or gone is applied alone (as its domain event
-    would be), found from the host's own list of changes when it has one
-    (else by comparing every guest). False, with nothing done, when a
-    changed guest has a PCI device (its VF's type is recorded by a full
+def follow(ledger: Ledger, diff: Diff) -> bool:
+    """The view, built from or following a reading of the host, follows
+    a reading of the same devices whose guests changed (``diff``, from
+    :func:`changes`): each guest defined, redefined or gone is applied
+    alone (as its domain event would be). False, with nothing done, when
+    a changed guest has a PCI device (its VF's type is recorded by a full
     rebuild)."""
-    diff = changes(taken, now)
     if any(
         g.pci_devices for _uuid, *pair in diff for g in pair if g is not None
     ):
@@ -94,7 +92,8 @@ Diff = Sequence[tuple[str, Guest | None, Guest | None]]
 
 def changes(taken: HostInventory, now: HostInventory) -> Diff:
     """(uuid, guest in ``taken`` or None, guest in ``now`` or None) of
-    each guest that differs."""
+    each guest that differs: the host's own list of changes when it has
+    one, else found by comparing every guest."""
     told = now.guest_changes
     if told is not None and told[0] == taken.generation:
         return told[1]

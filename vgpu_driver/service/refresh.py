@@ -138,17 +138,18 @@ class Refresher:
         """The binder's view follows the guests changed between two
         readings of the same devices; the mdevs they use now are on disk
         in the mdevs seen first (before their spawn claims end)."""
-        newly_used = [
-            uuid
-            for _uuid, _before, guest in guest_changes(taken, now)
+        diff = guest_changes(taken, now)
+        seen = self.seen
+        where = {
+            uuid: found
+            for _uuid, _before, guest in diff
             if guest is not None
             for uuid in guest.mdevs
-        ]
-        if not keep(
-            "the mdevs seen", lambda: self.seen.make_durable(newly_used)
-        ):
+            if (found := seen.get(uuid)) is not None
+        }
+        if not keep("the mdevs seen", lambda: seen.remember(where)):
             return False  # the full path retries the save
-        return follow_guests(self.binder.ledger, taken, now)
+        return follow_guests(self.binder.ledger, diff)
 
     def update_provider_tree(
         self, tree: Any, nodename: str, allocations: Allocations | None
