@@ -131,6 +131,38 @@ def test_an_idle_refresh_takes_no_records_lock_until_another_writes(
     assert locks[0] >= 1
 
 
+@pytest.mark.parametrize("event", [False, True])
+def test_a_refresh_looks_at_the_records_once(tmp_path, monkeypatch, event):
+    """A pass reads the records once (one stat of the claims file),
+    idle or after a guest's event, however many of its steps read them;
+    a write by another process is seen by the next pass."""
+    from vgpu_driver.records import claims as claims_module
+
+    host, driver, tree, guests = service(tmp_path, (2, 16, 16))
+    path = driver.state.directory
+    looks = [0]
+    real = os.stat
+
+    def counted(target, *args, **kwargs):
+        if str(target).startswith(str(path)) and "claims" in str(target):
+            looks[0] += 1
+        return real(target, *args, **kwargs)
+
+    monkeypatch.setattr(claims_module.os, "stat", counted)
+    if event:
+        defined_again_as_it_was(host, driver, guests[0])
+    driver.update_provider_tree(tree, "n")
+    assert looks == [1]
+    # another process writes: the next pass finds out at its one look
+    other = ClaimsRecord(records_store.StateStore(path))
+    with other.locked():
+        other.save()
+    record = driver._refresher.binder.ledger.record
+    assert not record.current()
+    driver.update_provider_tree(tree, "n")
+    assert record.current()
+
+
 def test_a_domain_defined_again_as_it_was_changes_no_reading(
     tmp_path, monkeypatch
 ):

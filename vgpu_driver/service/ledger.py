@@ -74,6 +74,9 @@ class Ledger:
         self.lock = threading.RLock()
         self._has_view = False  # a reading with guests was taken
         self._depth = 0  # nested locked() of this thread
+        # per thread: None outside a pass (see one_look), else whether a
+        # read in it found the records current
+        self._pass = threading.local()
         # devices guests let go of, recorded under the lock, to hand back
         # to the host once it is left
         self._handing_back: list[tuple[str, BoundDevice]] = []
@@ -125,12 +128,31 @@ class Ledger:
         cross-process lock when they are as this process last read or
         wrote them (:meth:`ClaimsRecord.current`: one stat), read afresh
         under it otherwise."""
+        looked = getattr(self._pass, "current", None)
         with self.lock:
-            if self.record.current():
+            if looked or self.record.current():
+                if looked is False:
+                    self._pass.current = True
                 yield
                 return
         with self.locked(view=False):
             yield
+
+    @contextlib.contextmanager
+    def one_look(self) -> Iterator[None]:
+        """A pass whose reads of the records (:meth:`peeked`) look at the
+        claims file once: the first that finds them current stands for
+        the rest of this thread's pass, as if the pass had read them
+        then. An action (:meth:`locked`) still looks again under the
+        lock (and re-reads what another process changed)."""
+        if getattr(self._pass, "current", None) is not None:
+            yield  # nested: the outer pass looks
+            return
+        self._pass.current = False
+        try:
+            yield
+        finally:
+            self._pass.current = None
 
     def save(
         self,

@@ -154,6 +154,14 @@ class Refresher:
     def update_provider_tree(
         self, tree: Any, nodename: str, allocations: Allocations | None
     ) -> list[ProviderPlan]:
+        # the pass reads the records once (a look, not a lock: whatever it
+        # changes is compared and acted on under the lock)
+        with self.binder.ledger.one_look():
+            return self._update(tree, nodename, allocations)
+
+    def _update(
+        self, tree: Any, nodename: str, allocations: Allocations | None
+    ) -> list[ProviderPlan]:
         inventory = self.discover(guests=False)
         conf = self.settings.conf
         self.binder.retry_failed(conf.devices.failed_device_retry_interval)
