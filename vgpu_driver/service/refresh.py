@@ -44,7 +44,6 @@ from vgpu_driver.service.settings import Settings
 from vgpu_driver.service.tree_writer import (
     Placed,
     TreeWriter,
-    configured_traits,
 )
 
 LOG = logging.getLogger(__name__)
@@ -176,7 +175,7 @@ class Refresher:
             ):
                 return self.last_plans
             root = tree.data(nodename)
-            traits = configured_traits(conf.devices.owner_trait, config)
+            traits = self.writer.configured(conf.devices.owner_trait, config)
             under = reshape.providers_under(tree, root.uuid)
             mine = reshape.device_providers(
                 under, root.uuid, nodename, classes

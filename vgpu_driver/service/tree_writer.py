@@ -60,6 +60,19 @@ class TreeWriter:
         self._reasons: dict[str, str | None] = {}
         # provider name -> why it offers less than the host lists
         self._limits: dict[str, str | None] = {}
+        # the traits of the configuration in force, with what they were
+        # computed from (the configuration object: the same until reloaded)
+        self._configured: tuple[str, DeviceConfig, ConfiguredTraits] | None
+        self._configured = None
+
+    def configured(self, owner: str, config: DeviceConfig) -> ConfiguredTraits:
+        """:func:`configured_traits`, computed again only when the
+        configuration is reloaded or the owner trait changes."""
+        last = self._configured
+        if last is None or last[0] != owner or last[1] is not config:
+            last = (owner, config, configured_traits(owner, config))
+            self._configured = last
+        return last[2]
 
     def forget(self, name: str) -> None:
         """Provider ``name`` was removed from the tree."""
