@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import random
+import uuid
+
+import pytest
 
 from vgpu_driver.model.device import (
     DEVICE_INDEXES,
@@ -14,6 +18,8 @@ from vgpu_driver.model.device import (
     Mdev,
     MdevType,
     Parent,
+    resort_guests,
+    sort_guests,
 )
 
 PARENT = Parent(
@@ -59,3 +65,43 @@ def test_a_copy_with_other_guests_keeps_the_device_indexes_only():
     )
     assert after == expected
     assert before.mdev_users() == {"a": "g1"}  # the old one unchanged
+
+
+def _guests(n, seed):
+    rng = random.Random(seed)
+    return [
+        Guest(uuid=str(uuid.UUID(int=rng.getrandbits(128))), name=f"g{i}")
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_guests_changed_are_put_in_order_as_a_full_sort_would(seed):
+    rng = random.Random(seed)
+    known = {g.uuid: g for g in _guests(rng.randrange(0, 12), seed)}
+    before = sort_guests(known.values())
+    changes = []
+    for new in _guests(rng.randrange(1, 6), seed + 100):
+        untouched = sorted(set(known) - {c[0] for c in changes})
+        if untouched and rng.random() < 0.5:  # one gone or redefined
+            uuid_ = rng.choice(untouched)
+            old = known.pop(uuid_)
+            if rng.random() < 0.5:
+                known[uuid_] = Guest(uuid_, old.name, mdevs=(new.uuid,))
+            changes.append((uuid_, old, known.get(uuid_)))
+        else:  # one new
+            known[new.uuid] = new
+            changes.append((new.uuid, None, new))
+    # each guest once, as the host's list of changes has them
+    assert len({c[0] for c in changes}) == len(changes)
+    assert resort_guests(before, changes) == sort_guests(known.values())
+
+
+def test_a_change_that_does_not_match_the_guests_asks_for_a_full_sort():
+    one, two = _guests(2, 7)
+    guests = sort_guests([one])
+    assert resort_guests(guests, [(two.uuid, two, None)]) is None
+    assert resort_guests(guests, [(one.uuid, None, one)]) is None
+    changed = Guest(one.uuid, "renamed")
+    assert resort_guests(guests, [(one.uuid, changed, None)]) is None
+    assert resort_guests(guests, [(one.uuid, one, None)]) == ()

@@ -269,9 +269,10 @@ def test_a_guest_gone_and_back_builds_no_view_and_no_plan(
     tmp_path, monkeypatch, shape
 ):
     """A real change of a guest (gone: its mdev is free; back: in use)
-    is applied to that guest's devices alone: no reading sorted, no view
-    rebuilt, no plan made, whatever the number of mdevs and guests; and
-    the view is right after each."""
+    is applied to that guest's devices alone: no reading or list of
+    guests sorted again, no view rebuilt, no plan made, whatever the
+    number of mdevs and guests; and the view is right after each."""
+    from vgpu_driver.host import libvirt_host
     from vgpu_driver.model import device_view
     from vgpu_driver.service import refresh
 
@@ -279,6 +280,7 @@ def test_a_guest_gone_and_back_builds_no_view_and_no_plan(
     counts: Counter[str] = Counter()
     counting(monkeypatch, refresh, "plan_providers", counts)
     counting(monkeypatch, device_view.DeviceView, "of", counts)
+    counting(monkeypatch, libvirt_host, "sort_guests", counts)
     plans = driver.last_plans
     conn = host.connection()
     domain = conn.lookupByUUIDString(guests[0])

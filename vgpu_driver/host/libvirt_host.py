@@ -61,6 +61,7 @@ from vgpu_driver.model.device import (
     HostInventory,
     Mdev,
     Parent,
+    resort_guests,
     sort_guests,
     sort_inventory,
 )
@@ -219,7 +220,13 @@ class LibvirtHost:
             if same_devices and last is not None:
                 # the guests alone changed: the rest as last read (what an
                 # idle reading keeps too), the devices as last sorted
-                guests_now = sort_guests(everyone)
+                guests_now = (
+                    resort_guests(last.guests, diff)
+                    if diff is not None and known and last.guests_known
+                    else None
+                )
+                if guests_now is None:
+                    guests_now = sort_guests(everyone)
                 if guests_now == last.guests and known == last.guests_known:
                     return last  # read again, the same
                 self._generation += 1
