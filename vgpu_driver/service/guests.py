@@ -42,6 +42,8 @@ def note(
     for device_id in has:
         ledger.view.used[device_id] = guest.uuid
         ledger.view.take_off_free_list(device_id)
+    if not ledger.claims:
+        return []  # no claim to end (the usual guest event)
     ended = ledger.where_kept(
         [
             device_id
