@@ -12,7 +12,8 @@ import libvirt
 from tests import helpers
 from tests.helpers import M10_FREE_ON_86 as FREE_ON_86
 from vgpu_driver.host.libvirt_host import LibvirtHost
-from vgpu_driver.model.device import Guest, Mdev, implied_parents
+from vgpu_driver.host.parents import implied_parents
+from vgpu_driver.model.device import Guest, Mdev
 
 IN_USE_ON_84 = "9d742dd5-dc9f-593d-b4e4-1e85926a8dc9"  # guest ...5a7cfa5
 

@@ -13,6 +13,7 @@ import pytest
 from vgpu_driver.model.device import (
     DEVICE_INDEXES,
     GUEST_INDEXES,
+    MIXED_INDEXES,
     Guest,
     HostInventory,
     Mdev,
@@ -40,8 +41,9 @@ def test_every_index_of_a_reading_is_of_its_devices_or_of_its_guests():
         for name, value in vars(HostInventory).items()
         if isinstance(value, functools.cached_property)
     }
-    assert cached == DEVICE_INDEXES | GUEST_INDEXES
+    assert cached == DEVICE_INDEXES | GUEST_INDEXES | MIXED_INDEXES
     assert not DEVICE_INDEXES & GUEST_INDEXES
+    assert not (DEVICE_INDEXES | GUEST_INDEXES) & MIXED_INDEXES
 
 
 def test_a_copy_with_other_guests_keeps_the_device_indexes_only():

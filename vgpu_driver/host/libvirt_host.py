@@ -65,6 +65,7 @@ from vgpu_driver.model.device import (
     sort_guests,
     sort_inventory,
 )
+from vgpu_driver.model.device_changes import node_devices_changed
 
 __all__ = ["MAX_RETRY_DELAY", "Creator", "LibvirtHost"]
 
@@ -237,14 +238,29 @@ class LibvirtHost:
                     (last.generation, diff) if diff is not None else None,
                 )
                 return self._last
+            versions = self.sysfs.driver_versions(drivers)
+            modules = self.sysfs.modules()
+            if last is not None and diff == () and known == last.guests_known:
+                # the guests the same: did the node devices alone change?
+                made = node_devices_changed(
+                    last,
+                    (parents, mdevs, pfs, said, plain, versions, modules),
+                    self._generation + 1,
+                )
+                if made is not None:
+                    if not made.device_changes or not made.device_changes[1]:
+                        return last  # the same: the same generation
+                    self._generation += 1
+                    self._last = made
+                    return made
             reading = sort_inventory(
                 parents,
                 mdevs,
                 pfs,
                 everyone,
                 known,
-                self.sysfs.driver_versions(drivers),
-                self.sysfs.modules(),
+                versions,
+                modules,
                 said,
                 plain,
             )

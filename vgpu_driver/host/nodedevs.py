@@ -28,10 +28,10 @@ from oslo_log import log as logging
 from vgpu_driver.exception import DeviceXMLInvalid
 from vgpu_driver.host import nodedev_xml
 from vgpu_driver.host.connection import Connection
-from vgpu_driver.host.parents import ParentReader
+from vgpu_driver.host.parents import ParentReader, implied_parents
 from vgpu_driver.host.sysfs import SysfsTree
 from vgpu_driver.model import naming
-from vgpu_driver.model.device import Mdev, Parent, implied_parents
+from vgpu_driver.model.device import Mdev, Parent
 
 LOG = logging.getLogger(__name__)
 

@@ -11,6 +11,7 @@ libvirt: the caller hands it the XML.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -19,7 +20,8 @@ from oslo_log import log as logging
 from vgpu_driver.exception import DeviceXMLInvalid
 from vgpu_driver.host import nodedev_xml
 from vgpu_driver.host.sysfs import SysfsTree
-from vgpu_driver.model.device import Parent
+from vgpu_driver.model import naming
+from vgpu_driver.model.device import Mdev, MdevType, Parent
 
 LOG = logging.getLogger(__name__)
 
@@ -154,3 +156,28 @@ class ParentReader:
             if parent is not None:
                 found.append(parent)
         return found
+
+
+def implied_parents(
+    parents: Iterable[Parent], mdevs: Iterable[Mdev]
+) -> list[Parent]:
+    """Parents known only as the parent of their mdevs: libvirt did not
+    list them as mdev-capable (Nova's test double does this, and so may a
+    driver that hides a full device's types). They keep their mdevs and
+    offer no new ones (``available`` 0), as Nova counts them."""
+    known = {p.name for p in parents}
+    types: dict[str, set[str]] = {}
+    for mdev in mdevs:
+        if mdev.parent not in known:
+            types.setdefault(mdev.parent, set()).add(mdev.type_id)
+    return [
+        Parent(
+            name=name,
+            address=naming.canonical_pci_address(name),
+            types=tuple(
+                MdevType(id=t, name=None, device_api="vfio-pci", available=0)
+                for t in sorted(ids)
+            ),
+        )
+        for name, ids in sorted(types.items())
+    ]

@@ -127,6 +127,12 @@ class HostInventory:
     guest_changes: GuestChanges | None = dataclasses.field(
         default=None, compare=False
     )
+    # set by a host that knows: (the generation of its reading before
+    # this one, the parents whose reading or mdevs changed since, the
+    # rest being the same); None: not known (see device_changes.py)
+    device_changes: tuple[int, frozenset[str]] | None = dataclasses.field(
+        default=None, compare=False
+    )
 
     def same_devices(self, other: HostInventory) -> bool:
         """Everything but the guests is as in ``other`` (cheap when the
@@ -135,7 +141,13 @@ class HostInventory:
         return (
             self.parents == other.parents
             and self.mdevs == other.mdevs
-            and self.pfs == other.pfs
+            and self.same_but_node_devices(other)
+        )
+
+    def same_but_node_devices(self, other: HostInventory) -> bool:
+        """Everything but the guests, the parents and the mdevs."""
+        return (
+            self.pfs == other.pfs
             and self.plain_gpus == other.plain_gpus
             and self.nvml == other.nvml
             and self.modules == other.modules
@@ -165,6 +177,7 @@ class HostInventory:
             guests_known=guests_known,
             generation=generation,
             guest_changes=changes,
+            device_changes=None,
         )
         reading = object.__new__(HostInventory)
         reading.__dict__.update(state)
@@ -203,6 +216,13 @@ class HostInventory:
     @functools.cached_property
     def _pci_users(self) -> dict[str, str]:
         return {a: g.uuid for g in self.guests for a in g.pci_devices}
+
+    @functools.cached_property
+    def _absent_users(self) -> frozenset[str]:
+        # in C: a Python loop per mdev costs a dense host
+        return frozenset(
+            self._mdev_users.keys() - set(map(_BY_UUID, self.mdevs))
+        )
 
     @functools.cached_property
     def _by_parent(self) -> dict[str, tuple[Mdev, ...]]:
@@ -252,6 +272,11 @@ class HostInventory:
         """mdev uuid -> uuid of the guest that has it (read-only)."""
         return self._mdev_users
 
+    def absent_in_use(self) -> frozenset[str]:
+        """The uuids of mdevs guests use that the host does not have (a
+        parent gone, a guest defined with an mdev never made)."""
+        return self._absent_users
+
     def pci_users(self) -> dict[str, str]:
         """PCI address -> uuid of the guest that has it (read-only)."""
         return self._pci_users
@@ -292,31 +317,8 @@ DEVICE_INDEXES = frozenset(
     }
 )
 GUEST_INDEXES = frozenset({"_mdev_users", "_pci_users"})
-
-
-def implied_parents(
-    parents: Iterable[Parent], mdevs: Iterable[Mdev]
-) -> list[Parent]:
-    """Parents known only as the parent of their mdevs: libvirt did not
-    list them as mdev-capable (Nova's test double does this, and so may a
-    driver that hides a full device's types). They keep their mdevs and
-    offer no new ones (``available`` 0), as Nova counts them."""
-    known = {p.name for p in parents}
-    types: dict[str, set[str]] = {}
-    for mdev in mdevs:
-        if mdev.parent not in known:
-            types.setdefault(mdev.parent, set()).add(mdev.type_id)
-    return [
-        Parent(
-            name=name,
-            address=naming.canonical_pci_address(name),
-            types=tuple(
-                MdevType(id=t, name=None, device_api="vfio-pci", available=0)
-                for t in sorted(ids)
-            ),
-        )
-        for name, ids in sorted(types.items())
-    ]
+# of both (made again when either changes)
+MIXED_INDEXES = frozenset({"_absent_users"})
 
 
 _BY_NAME = operator.attrgetter("name")
@@ -386,7 +388,6 @@ __all__ = [
     "PlainSriovGpu",
     "SriovType",
     "VirtualFunction",
-    "implied_parents",
     "remember_types",
     "resort_guests",
     "sort_guests",

@@ -38,6 +38,7 @@ from vgpu_driver.model.device import (
     remember_types,
     sort_inventory,
 )
+from vgpu_driver.model.device_changes import following
 from vgpu_driver.model.gpus import PLAIN_SRIOV_DRIVERS, is_gpu_class
 from vgpu_driver.sim.nvml_lib import SimulatedNvml
 from vgpu_driver.sim.specs import (
@@ -191,10 +192,13 @@ class SimulatedHost:
                     nvidia_gpus(reading.parents, reading.pfs)
                 )
                 reading = dataclasses.replace(reading, nvml=said)
-            if self._last is not None and reading == self._last:
-                return self._last  # as libvirt's adapter: same generation
+            last = self._last
+            if last is not None and reading == last:
+                return last  # as libvirt's adapter: same generation
             self._generation += 1
-            self._last = reading.with_generation(self._generation)
+            # node devices alone changed: the parents touched are said
+            made = last and following(last, reading, self._generation)
+            self._last = made or reading.with_generation(self._generation)
             return self._last
 
     # -- guests (libvirt domains) --------------------------------------

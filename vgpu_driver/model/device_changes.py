@@ -1,0 +1,231 @@
+"""A reading of the host whose node devices alone changed, taken from
+the last one without rebuilding it (pure).
+
+When an mdev is made or removed, its parent's ``availableInstances``
+changes with it: one parent and one mdev differ from the last reading,
+every other device and every guest is as it was. A host that knows
+which (the libvirt adapter, from its listing; the simulated host) makes
+the next reading with :func:`with_devices`: the mdevs put in place by
+bisection, the indexes of the parents untouched carried over, and the
+parents touched said (``HostInventory.device_changes``) so that what
+follows the host (the record of mdevs seen, the binder's view, the
+plan) need only look at them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import operator
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any
+
+from vgpu_driver.model.device import (
+    _FIELDS,
+    DEVICE_INDEXES,
+    GUEST_INDEXES,
+    HostInventory,
+    Mdev,
+    Parent,
+    PhysicalFunction,
+    PlainSriovGpu,
+)
+from vgpu_driver.model.nvml import NvmlReading
+
+_BY_UUID = operator.attrgetter("uuid")
+_BY_NAME = operator.attrgetter("name")
+
+
+def mdev_changes(
+    before: Sequence[Mdev], now: Sequence[Mdev]
+) -> tuple[list[Mdev], list[Mdev]]:
+    """(added, gone): the mdevs of ``now`` not in ``before`` and the
+    reverse, by identity (a reader keeps the objects of the mdevs it
+    already read); counted in C, not a Python loop per mdev."""
+    old = dict(zip(map(id, before), before, strict=True))
+    new = dict(zip(map(id, now), now, strict=True))
+    return (
+        [new[key] for key in new.keys() - old.keys()],
+        [old[key] for key in old.keys() - new.keys()],
+    )
+
+
+def with_devices(
+    last: HostInventory,
+    parents: Sequence[Parent],
+    added: Collection[Mdev],
+    gone: Collection[Mdev],
+    generation: int,
+) -> HostInventory | None:
+    """``last`` with ``parents`` (the same names, in the same order, as
+    :func:`~vgpu_driver.model.device.sort_inventory` orders them), the
+    mdevs ``added`` and ``gone``, the next ``generation``; everything
+    else (SR-IOV functions, guests, drivers, NVML) as it is. None when
+    the parents are not the same names or an mdev does not match what
+    ``last`` holds (the caller builds the reading whole)."""
+    if len(parents) != len(last.parents) or any(
+        p.name != q.name for p, q in zip(parents, last.parents, strict=True)
+    ):
+        return None
+    changed = [
+        p
+        for p, q in zip(parents, last.parents, strict=True)
+        if p is not q and p != q
+    ]
+    touched = {p.name for p in changed}
+    mdevs = list(last.mdevs)
+    for mdev in gone:
+        at = bisect.bisect_left(mdevs, mdev.uuid, key=_BY_UUID)
+        if at == len(mdevs) or mdevs[at] != mdev:
+            return None
+        del mdevs[at]
+        touched.add(mdev.parent)
+    for mdev in added:
+        at = bisect.bisect_left(mdevs, mdev.uuid, key=_BY_UUID)
+        if at < len(mdevs) and mdevs[at].uuid == mdev.uuid:
+            return None
+        mdevs.insert(at, mdev)
+        touched.add(mdev.parent)
+    state = {
+        name: value
+        for name, value in last.__dict__.items()
+        if name in _FIELDS or name in _CARRIED
+    }
+    state.update(_indexes_after(last, changed, touched, added, gone))
+    state.update(
+        parents=tuple(parents),
+        mdevs=tuple(mdevs),
+        generation=generation,
+        guest_changes=None,
+        device_changes=(last.generation, frozenset(touched)),
+    )
+    reading = object.__new__(HostInventory)
+    reading.__dict__.update(state)
+    return reading
+
+
+def _indexes_after(
+    last: HostInventory,
+    changed: Collection[Parent],
+    touched: Collection[str],
+    added: Collection[Mdev],
+    gone: Collection[Mdev],
+) -> dict[str, Any]:
+    """The indexes of ``last`` that its parents' objects and its mdevs
+    make, as they are after the change: those ``last`` has, each done
+    again for the parents touched alone (the guests are the same)."""
+    had = last.__dict__
+    found: dict[str, Any] = {}
+    if "_parents_by_name" in had:
+        found["_parents_by_name"] = {
+            **had["_parents_by_name"],
+            **{p.name: p for p in changed},
+        }
+    if "_gpu_of" in had:  # names alone (a parent's GPU does not change)
+        found["_gpu_of"] = had["_gpu_of"]
+        if "_gpu_members" in had and not touched & had["_gpu_of"].keys():
+            found["_gpu_members"] = had["_gpu_members"]  # no VF parent's
+    if "_by_parent" in had:
+        by_parent = found["_by_parent"] = dict(had["_by_parent"])
+        for name in touched:
+            left = {m.uuid for m in gone if m.parent == name}
+            mine = [m for m in by_parent.get(name, ()) if m.uuid not in left]
+            mine += (m for m in added if m.parent == name)
+            if mine:
+                by_parent[name] = tuple(sorted(mine, key=_BY_UUID))
+            else:
+                by_parent.pop(name, None)
+    if "_absent_users" in had:
+        users, new = last.mdev_users(), {m.uuid for m in added}
+        found["_absent_users"] = (had["_absent_users"] - new) | {
+            m.uuid for m in gone if m.uuid in users and m.uuid not in new
+        }
+    return found
+
+
+# carried as they are: the indexes of the guests (the same), and of the
+# devices but those made from the parents' objects and the mdevs
+_CARRIED = (DEVICE_INDEXES | GUEST_INDEXES) - {
+    "_parents_by_name",
+    "_gpu_of",
+    "_gpu_members",
+    "_by_parent",
+}
+
+
+def touched_parents(
+    before: HostInventory, now: HostInventory
+) -> frozenset[str] | None:
+    """The parents whose reading or mdevs changed from ``before`` to
+    ``now``, when the host said so and nothing else changed; None when
+    it did not say (the caller takes the reading whole)."""
+    told = now.device_changes
+    if told is None or told[0] != before.generation:
+        return None
+    return told[1]
+
+
+def following(
+    last: HostInventory, reading: HostInventory, generation: int
+) -> HostInventory | None:
+    """``reading`` (built whole, by a host that reads everything again)
+    made from ``last`` with :func:`with_devices` when its node devices
+    alone changed: what is the same keeps its objects, the parents
+    touched are said. None when anything else changed."""
+    if (
+        reading.guests != last.guests
+        or reading.guests_known != last.guests_known
+        or not reading.same_but_node_devices(last)
+    ):
+        return None
+    old = {m.uuid: m for m in last.mdevs}
+    new = {m.uuid: m for m in reading.mdevs}
+    added = [m for u, m in new.items() if old.get(u) != m]
+    gone = [m for u, m in old.items() if new.get(u) != m]
+    parents = [
+        q if p == q else p
+        for p, q in zip(reading.parents, last.parents, strict=False)
+    ]
+    return with_devices(last, parents, added, gone, generation)
+
+
+def node_devices_changed(
+    last: HostInventory,
+    read: tuple[
+        Sequence[Parent],
+        Sequence[Mdev],
+        Iterable[PhysicalFunction],
+        NvmlReading | None,
+        Iterable[PlainSriovGpu],
+        Iterable[tuple[str, str]],
+        Iterable[str] | None,
+    ],
+    generation: int,
+) -> HostInventory | None:
+    """What a reader that keeps its objects read (parents, mdevs, SR-IOV
+    functions, NVML, plain SR-IOV GPUs, driver versions, modules, as
+    :func:`~vgpu_driver.model.device.sort_inventory` takes them), made
+    from ``last`` with :func:`with_devices` when, the guests being the
+    same, its node devices alone changed; None otherwise."""
+    parents, mdevs, pfs, nvml, plain, versions, modules = read
+    if (
+        tuple(sorted(pfs, key=_BY_NAME)) != last.pfs
+        or nvml != last.nvml
+        or tuple(sorted(plain, key=_BY_NAME)) != last.plain_gpus
+        or (frozenset(modules) if modules is not None else None)
+        != last.modules
+        or tuple(sorted(set(versions))) != last.driver_versions
+    ):
+        return None
+    added, gone = mdev_changes(last.mdevs, mdevs)
+    return with_devices(
+        last, sorted(parents, key=_BY_NAME), added, gone, generation
+    )
+
+
+__all__ = [
+    "following",
+    "mdev_changes",
+    "node_devices_changed",
+    "touched_parents",
+    "with_devices",
+]
