@@ -124,7 +124,7 @@ class VgpuDriver(InstanceMoves):
                     ", ".join(t.type_id for t in config.types) or "none",
                 )
             self.settings.config = config
-            self._refresher.warned_addresses = False
+            self._refresher.reading.warned_addresses = False
         return config
 
     # -- discovery and the provider tree --------------------------------

@@ -98,6 +98,36 @@ class DeviceView:
             plain={g.name: (g.type_id, g.vfs) for g in inventory.plain_gpus},
         )
 
+    def follow_parents(
+        self,
+        before: HostInventory,
+        now: HostInventory,
+        touched: Iterable[str],
+        ours: Collection[str] | None,
+    ) -> None:
+        """The parents ``touched`` as :meth:`of` would see them in ``now``
+        (read after ``before``, whose other devices and guests are the
+        same): their room, their free mdevs, the mdevs made or gone
+        there; the rest of the view stays as it is."""
+        for name in touched:
+            parent = now.parent(name)
+            assert parent is not None
+            present = now.mdevs_of(name)
+            for mdev in before.mdevs_of(name):
+                self.mdevs.pop(mdev.uuid, None)
+                self.foreign.discard(mdev.uuid)
+            free: dict[str, list[str]] = {}
+            for mdev in present:
+                self.mdevs[mdev.uuid] = mdev
+                if ours is not None and mdev.uuid not in ours:
+                    self.foreign.add(mdev.uuid)
+                if mdev.uuid not in self.used:
+                    free.setdefault(mdev.type_id, []).append(mdev.uuid)
+            self.parents[name] = ParentView(
+                name, {t.id: t.available for t in parent.types}, free
+            )
+            self.parent_objects[name] = parent
+
     def busy(self, claims: Claims) -> set[str]:
         """Device ids a guest uses, someone claimed, or another manager
         made: none is handed out."""

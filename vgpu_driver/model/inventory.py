@@ -268,7 +268,7 @@ def plan_providers(
         device_name, its_type = naming.provider_device(
             rp_name.removeprefix(f"{nodename}_")
         )
-        types = held_here.get(device_name, Counter())
+        types = held_here.get(device_name) or Counter()
         if its_type is not None:  # a second type's provider: that type's
             types = Counter({its_type: types[its_type]})
         else:  # not what the device's other providers count

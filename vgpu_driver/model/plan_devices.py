@@ -90,6 +90,11 @@ def by_device(
 ) -> dict[str, Counter[str]]:
     """``counts`` (parent name -> type id -> n) summed per device: the VF
     parents of one GPU count as the GPU."""
+    if not inventory.has_vf_parents:  # each parent is its own device
+        return {
+            name: per if type(per) is Counter else Counter(per)
+            for name, per in counts.items()
+        }
     found: dict[str, Counter[str]] = {}
     for name, per_type in counts.items():
         found.setdefault(inventory.device_of(name), Counter()).update(per_type)
@@ -152,8 +157,9 @@ def devices_of(inventory: HostInventory, config: DeviceConfig) -> list[Device]:
         counts[type_id] = n
     # regrouped once per parent, not once per mdev
     on_device = by_device(inventory, on_parent)
+    nothing: Counter[str] = Counter()  # (read, never changed)
     devices = [
-        _from_parent(p, on_device.get(p.name, Counter()))
+        _from_parent(p, on_device.get(p.name, nothing))
         for p in inventory.parents
         if not p.physical_function
     ]

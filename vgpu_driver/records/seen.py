@@ -12,7 +12,7 @@ less per free mdev made or gone).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from vgpu_driver.records.merged import MergedRecord, is_string_list
@@ -60,6 +60,35 @@ class SeenMdevs:
             if all(written.get(u) == new.get(u) for u in needed):
                 self._known = dict(new)
                 return
+        self.save(new)
+
+    def change(
+        self,
+        added: Mapping[str, Where],
+        gone: Iterable[str],
+        needed: Collection[str],
+    ) -> None:
+        """Mdevs made (``added``) and removed (``gone``; those in
+        ``needed``, the mdevs guests use, are kept): what :meth:`note`
+        makes of the whole host, for these alone. Written only if one of
+        ``added`` that is needed is not on disk as it is. Raises
+        StateStoreError if it cannot be written."""
+        dropped = [u for u in gone if u not in needed and u not in added]
+        with self._lock:
+            written = self._written
+            if all(
+                written.get(u) == w for u, w in added.items() if u in needed
+            ):
+                # in place (what a snapshot gave out is a copy): the cost
+                # is the change's, not the record's
+                known = self._known
+                known.update(added)
+                for uuid in dropped:
+                    known.pop(uuid, None)
+                return
+            new = {**self._known, **added}
+            for uuid in dropped:
+                new.pop(uuid, None)
         self.save(new)
 
     def remember(self, where: Mapping[str, Where]) -> None:

@@ -15,7 +15,7 @@ costs what an idle pass costs, however many mdevs and guests there are.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from vgpu_driver.model import usage
@@ -51,12 +51,13 @@ def same_but_guests(
     inventory: HostInventory,
     claims: Claimed,
     owned: frozenset[str] | None,
-    seen: Mapping[str, tuple[str, str]],
+    seen: Callable[[], Mapping[str, tuple[str, str]]],
 ) -> RefreshFingerprint | None:
     """``last`` taking in ``inventory`` and ``claims`` when they differ
     from its own in what guests use alone, and that cannot change the
     plan (see the module's doc); None otherwise. Whether guests matter
-    is asked once per reading of the devices, not once per change."""
+    is asked once per reading of the devices, not once per change
+    (``seen``: gives the mdevs seen, asked for then alone)."""
     if (
         last.inventory.generation == inventory.generation
         and last.claims == claims
@@ -73,7 +74,7 @@ def same_but_guests(
         config: DeviceConfig = last.config
         free = not foreign_devices(inventory, owned) and not (
             usage.guests_matter(
-                config, seen, last.names, last.nodename, inventory, None
+                config, seen(), last.names, last.nodename, inventory, None
             )
         )
     if not free:

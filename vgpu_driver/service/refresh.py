@@ -4,14 +4,17 @@
 own providers seen (units allocated there are pre-reshape allocations),
 the last reading of the host, the plans last written, and the
 :class:`RefreshFingerprint` of what the last pass depended on and left
-in the tree. A steady pass is: discover (P calls) -> the claims read
+in the tree. A steady pass is: discover (P calls; the reading taken in
+by :class:`~vgpu_driver.service.reading.HostReading`) -> the claims read
 once (one lock, no host I/O) -> nothing changed and the tree still holds
-what was written? return -> else plan (pure) -> write the tree -> save
-the traits owned.
+what was written? return -> the host said which parents changed, and
+they alone can have? plan and write those (:mod:`.touched`) -> else plan
+(pure) -> write the tree -> save the traits owned.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from typing import Any
 
@@ -21,12 +24,10 @@ from vgpu_driver.exception import ReshapeNeeded
 from vgpu_driver.host.base import Host
 from vgpu_driver.model import reshape, usage
 from vgpu_driver.model.binding import Target
-from vgpu_driver.model.check import host_problems
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.device_view import foreign_free
 from vgpu_driver.model.inventory import ProviderPlan, plan_providers
 from vgpu_driver.model.usage import Allocations
-from vgpu_driver.records.merged import keep
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.records.traits import OwnedTraits
 from vgpu_driver.records.writers import Writers
@@ -37,10 +38,16 @@ from vgpu_driver.service.fingerprint import (
     same_but_guests,
     tree_holds,
 )
-from vgpu_driver.service.guests import changes as guest_changes
-from vgpu_driver.service.guests import follow as follow_guests
 from vgpu_driver.service.other_writers import OtherWriters
+from vgpu_driver.service.reading import HostReading
 from vgpu_driver.service.settings import Settings
+from vgpu_driver.service.touched import (
+    configured_here,
+    held_on,
+    parents_to_plan,
+    replan,
+    write_changed,
+)
 from vgpu_driver.service.tree_writer import (
     Placed,
     TreeWriter,
@@ -71,84 +78,13 @@ class Refresher:
         self.roots: set[str] = set()
         self.last_plans: list[ProviderPlan] = []
         self.targets: dict[str, Target] = {}
-        # the generation of the last reading taken in (None: take the
-        # next one in whatever it is)
-        self._last_generation: int | None = None
         self._fingerprint: RefreshFingerprint | None = None
-        # the reading the binder's view was last built from or followed
-        self._taken: HostInventory | None = None
-        self.warned_addresses = False
-
-    def discover(
-        self, *, rescan_guests: bool = False, guests: bool = True
-    ) -> HostInventory:
-        """Read the host. ``guests=False``: guests never read so far stay
-        unread (``guests_known`` False); nothing that needs them (the
-        binder's view, the record of mdevs seen) is touched then."""
-        # Guests defined by another process are re-read when that process
-        # changed the claims (it ended a claim because the guest has it).
-        rescan = rescan_guests or self.binder.view_is_stale()
-        inventory = self.host.discover(rescan_guests=rescan, guests=guests)
-        with self.lock:
-            if not self.warned_addresses:
-                config = self.settings.config
-                for problem in host_problems(config, inventory):
-                    LOG.warning("Configuration: %s", problem)
-                self.warned_addresses = True
-            if inventory.generation == self._last_generation:
-                # the adapter saw no change: the binder's view, kept
-                # current by its own binds, stays
-                return inventory
-            self._last_generation = inventory.generation
-            if not inventory.guests_known:
-                return inventory
-            taken, self._taken = self._taken, None
-            if (
-                taken is not None
-                and not rescan
-                and inventory.same_devices(taken)
-                and self._follow(taken, inventory)
-            ):
-                # only guests changed, each applied alone: the mdevs seen
-                # are the same, the view follows
-                self._taken = inventory
-                return inventory
-            seen = {m.uuid: (m.parent, m.type_id) for m in inventory.mdevs}
-            # forget devices no guest uses any more and that are gone
-            users = inventory.mdev_users()
-            kept = {
-                uuid: where
-                for uuid, where in self.seen.snapshot().items()
-                if uuid in users and uuid not in seen
-            }
-            saved = keep(
-                "the mdevs seen",
-                lambda: self.seen.note({**kept, **seen}, users),
-            )
-            if not saved:
-                self._last_generation = None  # the next discovery retries
-            self.binder.refresh(inventory, self.targets)
-            # what the view was built from (none: the next reading builds
-            # it again, as it retries the save)
-            self._taken = inventory if saved else None
-        return inventory
-
-    def _follow(self, taken: HostInventory, now: HostInventory) -> bool:
-        """The binder's view follows the guests changed between two
-        readings of the same devices; the mdevs they use now are on disk
-        in the mdevs seen first (before their spawn claims end)."""
-        diff = guest_changes(taken, now)
-        seen = self.seen
-        where = {
-            uuid: found
-            for _uuid, _before, guest in diff
-            if guest is not None
-            for uuid in guest.mdevs
-            if (found := seen.get(uuid)) is not None
-        }
-        if not keep("the mdevs seen", lambda: seen.remember(where)):
-            return False  # the full path retries the save
-        return follow_guests(self.binder.ledger, diff)
+        self._uuids: dict[str, str] = {}  # provider name -> uuid, as written
+        self.reading = HostReading(
+            settings, host, binder, seen, self.lock, lambda: self.targets
+        )
+        # read the host and take the reading in
+        self.discover = self.reading.discover
 
     def update_provider_tree(
         self, tree: Any, nodename: str, allocations: Allocations | None
@@ -174,6 +110,10 @@ class Refresher:
                 tree, nodename, inventory, claims
             ):
                 return self.last_plans
+            if allocations is None:
+                touched = self._plan_touched(tree, nodename, inventory, claims)
+                if touched is not None:
+                    return touched
             root = tree.data(nodename)
             traits = self.writer.configured(conf.devices.owner_trait, config)
             under = reshape.providers_under(tree, root.uuid)
@@ -276,6 +216,10 @@ class Refresher:
                 for p, plan in zip(placed, plans, strict=True)
             }
             self.binder.set_targets(self.targets)
+            self._uuids = {
+                plan.name: p.uuid
+                for p, plan in zip(placed, plans, strict=True)
+            }
             if inventory.guests_known:
                 self.binder.remove_stale_free_mdevs(
                     usage.configured_types(config, inventory)
@@ -306,6 +250,72 @@ class Refresher:
             )
             return plans
 
+    def _plan_touched(
+        self,
+        tree: Any,
+        nodename: str,
+        inventory: HostInventory,
+        claims: Claimed,
+    ) -> list[ProviderPlan] | None:
+        """The parents the host says changed, planned and written alone
+        (see :mod:`.touched`); None: plan the whole host."""
+        last = self._fingerprint
+        config = self.settings.config
+        if last is None or self.traits.on_disk is not None:
+            return None
+        owned = self.binder.owned()
+        seen = self.seen.get
+        touched = parents_to_plan(
+            last,
+            nodename,
+            inventory,
+            config,
+            claims,
+            owned,
+            seen,
+            frozenset(self.binder.unschedulable),
+        )
+        if touched is None or not tree_holds(tree, nodename, last):
+            return None
+        assert owned is not None
+        conf = self.settings.conf
+        traits = self.writer.configured(conf.devices.owner_trait, config)
+        done = replan(
+            nodename,
+            config,
+            inventory,
+            touched,
+            last_plans=self.last_plans,
+            uuids=self._uuids,
+            tree=tree,
+            held=held_on(inventory, seen, claims, touched),
+            owned=owned,
+            claims=claims,
+            failing=last.failing,
+            owner_trait=traits.owner,
+        )
+        if done is None:
+            return None
+        plans, changed = done
+        saved = self.traits.saved()
+        written = write_changed(
+            self.writer, tree, nodename, changed, inventory, traits
+        )
+        self.binder.remove_stale_free_mdevs(
+            configured_here(config, inventory, touched)
+        )
+        self.traits.save_or_retry(saved)
+        self.last_plans = plans
+        self._fingerprint = dataclasses.replace(
+            last,
+            inventory=inventory,
+            claims=claims,
+            written={**last.written, **written},
+            owned=owned,
+            guests_free=None,
+        )
+        return plans
+
     def _unchanged(
         self,
         tree: Any,
@@ -335,7 +345,7 @@ class Refresher:
         ):
             owned = self.binder.owned()
         now = same_but_guests(
-            last, inventory, claims, owned, self.seen.snapshot()
+            last, inventory, claims, owned, self.seen.snapshot
         )
         if now is None or not tree_holds(tree, nodename, last):
             return False

@@ -1,0 +1,411 @@
+"""An mdev made or removed (#24): the host says which parents changed,
+and the reading, the record of mdevs seen, the binder's view and the
+plan follow those parents alone. Each must end where reading the whole
+host again ends."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+import uuid
+from collections import Counter
+
+import pytest
+
+from benchmarks.common import dense
+from tests.helpers import Node, load
+from vgpu_driver.exception import DeviceCapacityExhausted, DeviceNoRoom
+from vgpu_driver.host.libvirt_host import LibvirtHost
+from vgpu_driver.model import binding, usage
+from vgpu_driver.model.device import DEVICE_INDEXES, MIXED_INDEXES, Guest
+from vgpu_driver.model.device_changes import with_devices
+from vgpu_driver.model.device_view import DeviceView
+from vgpu_driver.records.seen import SeenMdevs
+from vgpu_driver.service import refresh, tree_writer
+from vgpu_driver.service.touched import held_on, parents_to_plan
+from vgpu_driver.sim.simulated import SimulatedHost
+
+
+def _change(host, rng, made):
+    """One mdev made on a random parent (at times a guest's, made again),
+    or one removed (a guest's, at times: its parent lost it)."""
+    reading = host.discover()
+    if made and rng.random() < 0.45:
+        host.remove_mdev(made.pop(rng.randrange(len(made))))
+        return
+    if rng.random() < 0.1:
+        gone = rng.choice(reading.mdevs)
+        host.remove_mdev(gone)
+        made[:] = [m for m in made if m.uuid != gone.uuid]
+        return
+    parent = rng.choice(reading.parents)
+    name = str(uuid.UUID(int=rng.getrandbits(128)))
+    absent = sorted(reading.absent_in_use())
+    if absent and rng.random() < 0.5:
+        name = rng.choice(absent)  # a guest's mdev made again
+    with contextlib.suppress(DeviceNoRoom):
+        made.append(host.create_mdev(parent, parent.types[0].id, name))
+
+
+def _touched(before, after):
+    return {
+        p.name
+        for p in after.parents
+        if p != before.parent(p.name)
+        or after.mdevs_of(p.name) != before.mdevs_of(p.name)
+    }
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_reading_made_from_the_last_is_the_whole_reading(seed):
+    rng = random.Random(seed)
+    host = SimulatedHost(dense(4, 40, 30))
+    made: list = []
+    last = host.discover()
+    # every index asked for: each carried over to the next reading
+    last.mdevs_of("x"), last.mdev_users(), last.absent_in_use()
+    last.parent("x"), last.vf_parent_gpus(), last.pci_users()
+    for _ in range(30):
+        _change(host, rng, made)
+        now = host.discover()
+        whole = SimulatedHost(host.description).discover()
+        assert now == whole
+        assert now.device_changes == (last.generation, _touched(last, now))
+        carried = (DEVICE_INDEXES | MIXED_INDEXES) & vars(now).keys()
+        assert "_parents_by_name" in carried and "_by_parent" in carried
+        for name in sorted(carried):  # as computed afresh
+            assert vars(now)[name] == getattr(whole, name), name
+        assert now.absent_in_use() == whole.absent_in_use()
+        last = now
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_view_follows_the_parents_touched_as_a_whole_reading(seed):
+    rng = random.Random(seed)
+    host = SimulatedHost(dense(4, 40, 30))
+    made: list = []
+    for _ in range(30):
+        before = host.discover()
+        ours = {m.uuid for m in before.mdevs if rng.random() < 0.7}
+        view = DeviceView.of(before, ours)
+        _change(host, rng, made)
+        now = host.discover()
+        # the library's own: the mdev it made this step, if it did
+        new = {m.uuid for m in now.mdevs} - {m.uuid for m in before.mdevs}
+        ours |= {u for u in new if rng.random() < 0.5}
+        view.follow_parents(before, now, now.device_changes[1], ours)
+        assert view == DeviceView.of(now, ours)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_mdevs_seen_follow_as_the_whole_host_noted(seed):
+    rng = random.Random(seed)
+    host = SimulatedHost(dense(4, 40, 30))
+    made: list = []
+    follows, whole = SeenMdevs(None), SeenMdevs(None)
+    first = host.discover()
+    noted = {m.uuid: (m.parent, m.type_id) for m in first.mdevs}
+    follows.note(noted, first.mdev_users())
+    whole.note(noted, first.mdev_users())
+    for _ in range(30):
+        before = host.discover()
+        _change(host, rng, made)
+        now = host.discover()
+        was = {m.uuid: m for m in before.mdevs}
+        is_ = {m.uuid: m for m in now.mdevs}
+        follows.change(
+            {u: (m.parent, m.type_id) for u, m in is_.items() if u not in was},
+            [u for u in was if u not in is_],
+            now.mdev_users(),
+        )
+        kept = {
+            u: w
+            for u, w in whole.snapshot().items()
+            if u in now.mdev_users() and u not in is_
+        }
+        whole.note(
+            {**kept, **{u: (m.parent, m.type_id) for u, m in is_.items()}},
+            now.mdev_users(),
+        )
+        assert follows.snapshot() == whole.snapshot()
+
+
+HOSTS = {
+    "dense": lambda: dense(4, 40, 40),
+    # an Ampere GPU's VFs as parents (kernel < 6.8): one provider for all
+    "vf-parents": lambda: load("a2-vf-parents"),
+}
+
+
+def _pair(make_conf, tmp_path, host="dense"):
+    """Two services on two like hosts: one follows the parents the host
+    says changed, the other is never told (it reads the whole host)."""
+    nodes = []
+    for name in ("follows", "whole"):
+        nodes.append(_node(make_conf, tmp_path / name, HOSTS[host]()))
+    whole = nodes[1]
+    real, untold = whole.host.discover, {}
+
+    def discover(**kwargs):
+        reading = real(**kwargs)
+        if reading.device_changes is None:
+            return reading
+        if reading.generation not in untold:
+            untold[reading.generation] = dataclasses.replace(
+                reading, device_changes=None
+            )
+        return untold[reading.generation]
+
+    whole.host.discover = discover
+    return nodes
+
+
+def _node(make_conf, state, description):
+    return Node(
+        make_conf,
+        state,
+        config=description.config,
+        host=SimulatedHost(description),
+    )
+
+
+def _tree(node):
+    found = {}
+    for name in sorted(node.tree.get_provider_uuids("node1")):
+        data = node.tree.data(name)
+        found[data.name] = (data.inventory, data.traits)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("host", "seed"),
+    [("dense", 7), ("dense", 8), ("dense", 9), ("vf-parents", 7)],
+)
+def test_a_service_told_which_parents_changed_ends_as_one_that_reads_all(
+    make_conf, tmp_path, monkeypatch, host, seed
+):
+    """Mdevs made and removed by another manager, mdevs made and reused by
+    binds, claims ended by guests and released: the plans and the tree
+    are those of a service reading the whole host at every pass, and
+    most passes planned the parents touched alone."""
+    follows, whole = _pair(make_conf, tmp_path, host)
+    replanned = Counter()
+    real = refresh.replan
+
+    def counted(*args, **kwargs):
+        done = real(*args, **kwargs)
+        replanned[done is not None] += 1
+        return done
+
+    monkeypatch.setattr(refresh, "replan", counted)
+    # the mdevs a bind makes are named alike on both hosts
+    named = Counter()
+    current = [""]
+
+    def uuid4():
+        named[current[0]] += 1
+        return uuid.UUID(int=named[current[0]])
+
+    monkeypatch.setattr(binding.uuidlib, "uuid4", uuid4)
+    rngs = [random.Random(seed), random.Random(seed)]
+    made: list[list] = [[], []]
+    instances: list[str] = []
+    for step in range(60):
+        kind = rngs[0].random()
+        rngs[1].random()
+        instance = str(uuid.UUID(int=step))
+        for node, rng, mine in zip((follows, whole), rngs, made, strict=True):
+            current[0] = "follows" if node is follows else "whole"
+            if kind < 0.5:
+                _change(node.host, rng, mine)
+            elif kind < 0.8:
+                plans = node.driver.last_plans
+                parent = plans[step % len(plans)].device
+                try:
+                    [device] = node.driver.allocate_mdevs(
+                        instance, node.alloc((parent, 1))
+                    )
+                except DeviceCapacityExhausted:
+                    continue
+                if step % 2:  # its guest defined: the claim ends
+                    node.host.note_guest(
+                        Guest(instance, f"i-{step}", mdevs=(device.id,))
+                    )
+                    node.driver.guest_defined(instance)
+                elif node is follows:
+                    instances.append(instance)
+            elif instances:
+                node.driver.release_mdevs(instances[0])
+        if kind >= 0.8 and instances:
+            instances.pop(0)
+        follows.update()
+        whole.update()
+        assert follows.driver.last_plans == whole.driver.last_plans, step
+        assert _tree(follows) == _tree(whole), step
+    # most changes were followed parent by parent (a VF parent's never:
+    # its GPU's provider stands for its siblings too)
+    if host == "dense":
+        assert replanned[True] >= 20, replanned
+
+
+def test_one_mdev_made_plans_and_writes_its_parent_alone(
+    make_conf, tmp_path, monkeypatch
+):
+    """16 parents: an mdev another manager makes, then removes, is
+    planned and written on its parent alone; the view and the mdevs seen
+    are not made again from the whole host."""
+    node = _node(make_conf, tmp_path / "state", dense(16, 160, 120))
+    node.driver.init_host(
+        [g.uuid for g in node.host.discover(rescan_guests=True).guests]
+    )
+    node.update()
+    planned, writes, built, noted = [], Counter(), Counter(), Counter()
+    real_plan = refresh.replan.__globals__["plan_providers"]
+    real_write = tree_writer.TreeWriter.write
+    real_of, real_note = DeviceView.of.__func__, SeenMdevs.note
+
+    def plan(nodename, config, inventory, **kwargs):
+        planned.append(len(inventory.parents))
+        return real_plan(nodename, config, inventory, **kwargs)
+
+    def write(self, *args, **kwargs):
+        writes["write"] += 1
+        return real_write(self, *args, **kwargs)
+
+    def of(cls, *args, **kwargs):
+        built["of"] += 1
+        return real_of(cls, *args, **kwargs)
+
+    def note(self, *args, **kwargs):
+        noted["note"] += 1
+        return real_note(self, *args, **kwargs)
+
+    monkeypatch.setitem(refresh.replan.__globals__, "plan_providers", plan)
+    monkeypatch.setattr(refresh, "plan_providers", plan)
+    monkeypatch.setattr(tree_writer.TreeWriter, "write", write)
+    monkeypatch.setattr(DeviceView, "of", classmethod(of))
+    monkeypatch.setattr(SeenMdevs, "note", note)
+    parent = node.host.discover().parents[5]
+    mdev = node.host.create_mdev(parent, parent.types[0].id, str(uuid.uuid4()))
+    made = node.update()[parent.name]
+    node.host.remove_mdev(mdev)
+    gone = node.update()[parent.name]
+    assert planned == [1, 1]
+    assert writes["write"] == 2
+    assert not built and not noted
+    # another manager's mdev is reserved while it is there, not after
+    assert made.reserved == gone.reserved + 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_what_the_parents_touched_hold_is_what_the_whole_host_counts(seed):
+    """In use by guests (mdevs there, and mdevs gone whose record says
+    there) and claimed: as usage.held_devices counts the whole host."""
+    rng = random.Random(seed)
+    host = SimulatedHost(dense(4, 40, 30))
+    made: list = []
+    first = host.discover()
+    seen = {m.uuid: (m.parent, m.type_id) for m in first.mdevs}
+    for _ in range(30):
+        _change(host, rng, made)
+        now = host.discover()
+        seen.update({m.uuid: (m.parent, m.type_id) for m in now.mdevs})
+        claims = tuple(
+            (
+                m.uuid if rng.random() < 0.5 else str(uuid.uuid4()),
+                m.parent,
+                m.type_id,
+            )
+            for m in now.mdevs
+            if rng.random() < 0.1
+        )
+        touched = now.device_changes[1]
+        whole = usage.held_devices(now, seen, claims)
+        assert held_on(now, seen.get, claims, touched) == {
+            name: whole.get(name, Counter()) for name in touched
+        }
+
+
+def test_a_claim_or_a_device_made_elsewhere_plans_the_whole_host(
+    make_conf, tmp_path
+):
+    """The parents touched alone are planned only when the claims and the
+    devices the library made changed there alone (if at all)."""
+    node = _node(make_conf, tmp_path / "state", dense(4, 40, 40))
+    refresher = node.driver._refresher
+    last = refresher._fingerprint
+    config = refresher.settings.config
+    reading = node.host.discover()
+    there, elsewhere = reading.parents[1], reading.parents[2]
+    mdev = node.host.create_mdev(there, there.types[0].id, str(uuid.uuid4()))
+    now = node.host.discover()
+    on = {m.parent: m.uuid for m in now.mdevs}
+    seen = {m.uuid: (m.parent, m.type_id) for m in now.mdevs}.get
+
+    def touched(claims=last.claims, owned=last.owned, config=config):
+        then = dataclasses.replace(last, config=config)
+        return parents_to_plan(
+            then, "node1", now, config, claims, owned, seen, last.failing
+        )
+
+    assert touched() == {there.name}
+    claim = (str(uuid.uuid4()), there.name, "nvidia-35")
+    assert touched(claims=(*last.claims, claim)) == {there.name}
+    claim = (str(uuid.uuid4()), elsewhere.name, "nvidia-35")
+    assert touched(claims=(*last.claims, claim)) is None
+    assert touched(owned=last.owned | {mdev.uuid}) == {there.name}
+    assert touched(owned=last.owned - {on[elsewhere.name]}) is None
+    # a cap shared by the parents: the whole host
+    config = dataclasses.replace(
+        config,
+        types=tuple(
+            dataclasses.replace(t, max_instances=50) for t in config.types
+        ),
+    )
+    assert touched(config=config) is None
+
+
+def test_libvirt_s_adapter_says_which_parents_its_mdevs_changed_on(tmp_path):
+    """Through libvirt (an mdev another manager makes, then removes, as
+    libvirt >= 7.3 shows them): the reading after each names the parent,
+    and is what a new adapter reading the whole host finds."""
+    from tests.unit.test_libvirt_changes import _host
+
+    host, conn = _host(tmp_path)
+    before = host.discover(rescan_guests=True)
+    parent = next(p for p in before.parents if p.types[0].available)
+    made_by_them = conn.nodeDeviceCreateXML(
+        f"<device><parent>{parent.name}</parent><capability type='mdev'>"
+        f"<type id='{parent.types[0].id}'/><uuid>{uuid.uuid4()}</uuid>"
+        "</capability></device>",
+        0,
+    )
+    made = host.discover()
+    afresh = LibvirtHost(host.uri, host.sysfs.root, connection=conn)
+    assert made.device_changes == (before.generation, {parent.name})
+    assert made == afresh.discover(rescan_guests=True)
+    assert len(made.mdevs) == len(before.mdevs) + 1
+    conn.gone.add(made_by_them.name())
+    gone = host.discover()
+    assert gone.device_changes == (made.generation, {parent.name})
+    assert gone == before
+    assert host.discover() is gone  # nothing more: the same reading
+
+
+def test_an_mdev_made_or_gone_touches_its_parent_whose_room_is_the_same():
+    """A defined-only mdev takes no room: its parent's reading is the
+    same, yet its mdevs changed."""
+    reading = SimulatedHost(dense(2, 8, 4)).discover()
+    reading = dataclasses.replace(reading, generation=1)
+    [gone, *_] = reading.mdevs_of(reading.parents[1].name)
+    inactive = dataclasses.replace(gone, active=False, persistent=True)
+    without = with_devices(reading, reading.parents, (), (gone,), 2)
+    assert without.device_changes == (1, {gone.parent})
+    back = with_devices(without, reading.parents, (inactive,), (), 3)
+    assert back.device_changes == (2, {gone.parent})
+    assert back.mdevs_of(gone.parent) == tuple(
+        sorted(
+            (*without.mdevs_of(gone.parent), inactive), key=lambda m: m.uuid
+        )
+    )

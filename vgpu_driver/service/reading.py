@@ -1,0 +1,141 @@
+"""Taking in a reading of the host: the record of the mdevs seen and the
+binder's view follow it.
+
+:class:`HostReading` owns which reading was taken in last (its
+generation, and the reading the binder's view was built from or
+followed). A reading that changed is taken in one of three ways:
+
+* its guests alone changed (the host says which, or they are compared):
+  each guest defined or gone is applied alone (:mod:`.guests`);
+* its node devices alone changed, and the host says which parents (an
+  mdev made or removed, and its parent's room): the mdevs seen and the
+  view follow those parents alone (:mod:`.devices`);
+* anything else: the mdevs seen are noted and the view built again from
+  the whole reading.
+
+The first two cost what the change costs, not what the host holds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+
+from oslo_log import log as logging
+
+from vgpu_driver.host.base import Host
+from vgpu_driver.model.binding import Target
+from vgpu_driver.model.check import host_problems
+from vgpu_driver.model.device import HostInventory
+from vgpu_driver.model.device_changes import touched_parents
+from vgpu_driver.records.merged import keep
+from vgpu_driver.records.seen import SeenMdevs
+from vgpu_driver.service import devices
+from vgpu_driver.service.binder import DeviceBinder
+from vgpu_driver.service.guests import changes as guest_changes
+from vgpu_driver.service.guests import follow as follow_guests
+from vgpu_driver.service.settings import Settings
+
+LOG = logging.getLogger(__name__)
+
+
+class HostReading:
+    def __init__(
+        self,
+        settings: Settings,
+        host: Host,
+        binder: DeviceBinder,
+        seen: SeenMdevs,
+        lock: threading.RLock,
+        targets: Callable[[], Mapping[str, Target]],
+    ) -> None:
+        self.settings = settings
+        self.host = host
+        self.binder = binder
+        self.seen = seen
+        self.lock = lock
+        self.targets = targets
+        # the generation of the last reading taken in (None: take the
+        # next one in whatever it is)
+        self._last_generation: int | None = None
+        # the reading the binder's view was last built from or followed
+        self._taken: HostInventory | None = None
+        self.warned_addresses = False
+
+    def discover(
+        self, *, rescan_guests: bool = False, guests: bool = True
+    ) -> HostInventory:
+        """Read the host. ``guests=False``: guests never read so far stay
+        unread (``guests_known`` False); nothing that needs them (the
+        binder's view, the record of mdevs seen) is touched then."""
+        # Guests defined by another process are re-read when that process
+        # changed the claims (it ended a claim because the guest has it).
+        rescan = rescan_guests or self.binder.view_is_stale()
+        inventory = self.host.discover(rescan_guests=rescan, guests=guests)
+        with self.lock:
+            if not self.warned_addresses:
+                config = self.settings.config
+                for problem in host_problems(config, inventory):
+                    LOG.warning("Configuration: %s", problem)
+                self.warned_addresses = True
+            if inventory.generation == self._last_generation:
+                # the adapter saw no change: the binder's view, kept
+                # current by its own binds, stays
+                return inventory
+            self._last_generation = inventory.generation
+            if not inventory.guests_known:
+                return inventory
+            taken, self._taken = self._taken, None
+            if (
+                taken is not None
+                and not rescan
+                and self._follow(taken, inventory)
+            ):
+                self._taken = inventory
+                return inventory
+            seen = {m.uuid: (m.parent, m.type_id) for m in inventory.mdevs}
+            # forget devices no guest uses any more and that are gone
+            users = inventory.mdev_users()
+            kept = {
+                uuid: where
+                for uuid, where in self.seen.snapshot().items()
+                if uuid in users and uuid not in seen
+            }
+            saved = keep(
+                "the mdevs seen",
+                lambda: self.seen.note({**kept, **seen}, users),
+            )
+            if not saved:
+                self._last_generation = None  # the next discovery retries
+            self.binder.refresh(inventory, self.targets())
+            # what the view was built from (none: the next reading builds
+            # it again, as it retries the save)
+            self._taken = inventory if saved else None
+        return inventory
+
+    def _follow(self, taken: HostInventory, now: HostInventory) -> bool:
+        """The record of mdevs seen and the binder's view follow what
+        changed from ``taken`` to ``now``, when its guests alone or the
+        node devices the host names alone changed. False: take ``now``
+        whole."""
+        touched = touched_parents(taken, now)
+        if touched is not None:
+            return devices.follow(
+                self.binder.ledger, self.seen, taken, now, touched
+            )
+        if not now.same_devices(taken):
+            return False
+        diff = guest_changes(taken, now)
+        seen = self.seen
+        # the mdevs the guests changed use now are on disk in the mdevs
+        # seen first (before their spawn claims end)
+        where = {
+            uuid: found
+            for _uuid, _before, guest in diff
+            if guest is not None
+            for uuid in guest.mdevs
+            if (found := seen.get(uuid)) is not None
+        }
+        if not keep("the mdevs seen", lambda: seen.remember(where)):
+            return False  # the full path retries the save
+        return follow_guests(self.binder.ledger, diff)

@@ -1,0 +1,210 @@
+"""A pass after the host said which parents changed (an mdev made or
+removed, its parent's room with it): only their providers are planned
+again, and only those whose plan changed are written.
+
+A parent's plan depends on its own reading, its mdevs, what guests and
+claims hold there, which of its mdevs another manager made, and the
+configuration; never on another parent's, but where ``max_instances``
+shares a cap between parents, or a GPU's provider stands for its VF
+parents. So the pass plans the parents touched alone when:
+
+* the last pass planned the reading the host's change is from, with the
+  same configuration, node, failing parents, and the tree still holds
+  what it wrote;
+* no type has ``max_instances``, and no parent touched is a VF parent;
+* the claims and the devices the library made differ (if at all) on the
+  parents touched alone;
+
+and keeps that plan when its providers are the same ones, carrying the
+same traits (only totals, reservations and their reasons changed).
+Otherwise the pass plans the whole host, as it would anyway.
+:func:`~vgpu_driver.model.inventory.plan_providers` is the one planner:
+the parents touched are handed to it as a reading of their own.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
+from typing import Any
+
+from vgpu_driver.model.config import DeviceConfig
+from vgpu_driver.model.device import HostInventory
+from vgpu_driver.model.device_changes import touched_parents
+from vgpu_driver.model.inventory import ProviderPlan, plan_providers
+from vgpu_driver.service.fingerprint import Claimed, RefreshFingerprint
+from vgpu_driver.service.tree_writer import ConfiguredTraits, TreeWriter
+
+Replan = tuple[list[ProviderPlan], list[tuple[str, ProviderPlan]]]
+
+
+def parents_to_plan(
+    last: RefreshFingerprint,
+    nodename: str,
+    now: HostInventory,
+    config: DeviceConfig,
+    claims: Claimed,
+    owned: frozenset[str] | None,
+    seen: Callable[[str], tuple[str, str] | None],
+    failing: frozenset[str],
+) -> frozenset[str] | None:
+    """The parents to plan again, when they alone can have changed
+    (see the module's doc); None: plan the whole host."""
+    touched = touched_parents(last.inventory, now)
+    if (
+        touched is None
+        or last.nodename != nodename
+        or last.config is not config
+        or last.failing != failing
+        or not now.guests_known
+        or owned is None
+        or last.owned is None
+        or any(t.max_instances for t in config.types)
+    ):
+        return None
+    for name in touched:
+        parent = now.parent(name)
+        if parent is None or parent.physical_function:
+            return None
+    if claims != last.claims and any(
+        parent not in touched
+        for _device, parent, _type in set(claims) ^ set(last.claims)
+    ):
+        return None
+    if owned is not last.owned and any(
+        where is not None and where[0] not in touched
+        for where in map(seen, owned ^ last.owned)
+    ):
+        return None
+    return touched
+
+
+def replan(
+    nodename: str,
+    config: DeviceConfig,
+    now: HostInventory,
+    touched: Collection[str],
+    *,
+    last_plans: list[ProviderPlan],
+    uuids: Mapping[str, str],
+    tree: Any,
+    held: Mapping[str, Mapping[str, int]],
+    owned: frozenset[str],
+    claims: Claimed,
+    failing: frozenset[str],
+    owner_trait: str,
+) -> Replan | None:
+    """(every plan, the (provider uuid, plan) of those that changed),
+    the parents ``touched`` planned again; None when their providers
+    would not be the same ones with the same traits."""
+    before = [p for p in last_plans if p.device in touched]
+    if any(p.name not in uuids for p in before):
+        return None
+    data = {p.name: tree.data(uuids[p.name]) for p in before}
+    parents = tuple(p for p in now.parents if p.name in touched)
+    mdevs = tuple(m for name in touched for m in now.mdevs_of(name))
+    alone = HostInventory(
+        parents=parents,
+        mdevs=mdevs,
+        driver_versions=now.driver_versions,
+        modules=now.modules,
+        nvml=now.nvml,
+    )
+    users = now.mdev_users()
+    claimed = {device for device, _parent, _type in claims}
+    foreign: dict[str, dict[str, int]] = {}
+    for mdev in mdevs:
+        busy = mdev.uuid in users or mdev.uuid in claimed
+        if mdev.uuid not in owned and not busy:
+            counts = foreign.setdefault(mdev.parent, {})
+            counts[mdev.type_id] = counts.get(mdev.type_id, 0) + 1
+    after = plan_providers(
+        nodename,
+        config,
+        alone,
+        held=held,
+        existing={n: list(d.inventory) for n, d in data.items()},
+        existing_traits={n: d.traits for n, d in data.items()},
+        unschedulable=failing,
+        owner_trait=owner_trait,
+        foreign=foreign,
+    )
+    if [_shape(p) for p in after] != [_shape(p) for p in before]:
+        return None
+    changed = [
+        (uuids[new.name], new)
+        for new, old in zip(after, before, strict=True)
+        if new != old
+    ]
+    fresh = {p.name: p for p in after}
+    return [fresh.get(p.name, p) for p in last_plans], changed
+
+
+def held_on(
+    now: HostInventory,
+    seen: Callable[[str], tuple[str, str] | None],
+    claims: Claimed,
+    touched: Collection[str],
+) -> dict[str, Counter[str]]:
+    """What :func:`~vgpu_driver.model.usage.held_devices` says of the
+    parents ``touched`` (plain mdev parents), counted from their own
+    mdevs, the mdevs in use the host does not have, and the claims."""
+    users = now.mdev_users()
+    held: dict[str, Counter[str]] = {}
+    for name in touched:
+        held[name] = Counter(
+            m.type_id for m in now.mdevs_of(name) if m.uuid in users
+        )
+    for uuid in now.absent_in_use():
+        where = seen(uuid)
+        if where is not None and where[0] in held:
+            held[where[0]][where[1]] += 1
+    pci_users = now.pci_users()
+    for device, parent, type_id in claims:
+        if parent in held and device not in users and device not in pci_users:
+            held[parent][type_id] += 1
+    return held
+
+
+def write_changed(
+    writer: TreeWriter,
+    tree: Any,
+    nodename: str,
+    changed: list[tuple[str, ProviderPlan]],
+    now: HostInventory,
+    traits: ConfiguredTraits,
+) -> dict[str, tuple[Any, frozenset[str]]]:
+    """Write the plans that changed into their providers (which exist);
+    returns provider uuid -> (inventory, traits) as written."""
+    written = {}
+    root = tree.data(nodename).uuid
+    for uuid, plan in changed:
+        placed = writer.write(tree, root, plan, now, traits, tree.data(uuid))
+        written[uuid] = (placed.inventory, placed.traits)
+    return written
+
+
+def _shape(plan: ProviderPlan) -> tuple[Any, ...]:
+    """What a provider is, not what it offers."""
+    return (
+        plan.name,
+        plan.device,
+        plan.type_id,
+        plan.resource_class,
+        plan.traits,
+        plan.parent,
+    )
+
+
+def configured_here(
+    config: DeviceConfig, now: HostInventory, touched: Collection[str]
+) -> dict[str, str]:
+    """Parent name -> its configured type, for the parents touched."""
+    found = {}
+    for name in touched:
+        parent = now.parent(name)
+        if parent is not None:
+            type_cfg = config.type_for_parent(parent.keys, parent.type_ids)
+            if type_cfg is not None:
+                found[name] = type_cfg.type_id
+    return found
