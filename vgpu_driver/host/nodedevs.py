@@ -1,14 +1,13 @@
 """libvirt's node devices: the mdev parents and the mdevs, listed with
 as few calls as a steady host allows.
 
-:class:`NodeDevices` owns the listing and its caches: the parents'
-device objects as last listed (``held``: with the connection they come
-from and the kernel's mdev parent registrations they account for), every
-mdev read so far (an mdev's XML never changes for a given name, so it is
-read once), when everything was last listed, and whether the mdevs
-changed since the adapter's last reading (``dirty``). Parents' XML is
-turned into readings by a :class:`~vgpu_driver.host.parents.
-ParentReader`.
+:class:`NodeDevices` owns its caches: every mdev read so far (an mdev's
+XML never changes for a given name, so it is read once), when
+everything was last listed, and whether the mdevs changed since the
+adapter's last reading (``dirty``). The calls that list devices, and the
+parents' device objects held from the last listing, are its
+:class:`~vgpu_driver.host.listing.NodeListing`'s; parents' XML is turned
+into readings by a :class:`~vgpu_driver.host.parents.ParentReader`.
 
 The relist policy: the parents are listed again only when the kernel's
 mdev parents (``/sys/class/mdev_bus``) or the connection changed, or a
@@ -21,29 +20,19 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, NamedTuple
+from typing import Any
 
 from oslo_log import log as logging
 
 from vgpu_driver.exception import DeviceXMLInvalid
 from vgpu_driver.host import nodedev_xml
 from vgpu_driver.host.connection import Connection
+from vgpu_driver.host.listing import Listed, NodeListing
 from vgpu_driver.host.parents import ParentReader, implied_parents
 from vgpu_driver.host.sysfs import SysfsTree
-from vgpu_driver.model import naming
 from vgpu_driver.model.device import Mdev, Parent
 
 LOG = logging.getLogger(__name__)
-
-Listed = list[tuple[str, Any]]  # (node device name, device object)
-
-
-class Held(NamedTuple):
-    """The parents as last listed, kept while they still hold."""
-
-    conn: Any  # the connection they come from
-    bus: list[str]  # the kernel's mdev parent registrations they cover
-    devices: Listed
 
 
 class NodeDevices:
@@ -61,17 +50,16 @@ class NodeDevices:
         self.mdevs: dict[str, Mdev] = {}  # by libvirt name
         self.dirty = True  # the mdevs changed since the last reading
         self.listed_at = 0.0
-        self.held: Held | None = None
+        self.listing = NodeListing(link)
         self._parent_ids: list[int] = []
         self._mdev_list: list[Mdev] = []
         self._implied: list[Parent] = []
-        self._inactive_supported = True
         self.unsupported: set[str] = set()  # flags the driver cannot tell
         link.on_lost.append(self.forget_listing)
 
     def forget_listing(self) -> None:
         """List every device again at the next reading."""
-        self.held = None
+        self.listing.held = None
         self.listed_at = float("-inf")
 
     def read(
@@ -89,7 +77,8 @@ class NodeDevices:
         parents: list[Parent] | None = None
         bus = self.sysfs.mdev_bus_listing()
         if not relist:
-            parents = self._read_parents(self._list_parents(conn, bus), wanted)
+            listed = self.listing.parents(conn, bus)
+            parents = self._read_parents(listed, wanted)
             # a parent whose XML changed (its availableInstances) may have
             # new or fewer mdevs: list them again (only them)
             relist = [id(p) for p in parents] != self._parent_ids
@@ -129,12 +118,14 @@ class NodeDevices:
     ) -> list[Parent]:
         """Every mdev listed again (its XML read only when new), and the
         parents unless ``parents_read`` already has them."""
-        devices = self._list_devices(conn, mdevs_only=parents_read is not None)
+        devices = self.listing.devices(
+            conn, self.mdevs, mdevs_only=parents_read is not None
+        )
         if parents_read is None:
-            self._hold(
+            self.listing.hold(
                 conn, bus, [d for d in devices if not d[0].startswith("mdev_")]
             )
-        inactive = self._inactive_mdev_names(conn)
+        inactive = self.listing.inactive_mdev_names(conn)
         parents: list[Parent] = []
         listed: set[str] = set()
         for name, device in devices:
@@ -165,132 +156,9 @@ class NodeDevices:
     ) -> Parent | None:
         text = self._xml(device, name)
         if text is None:
-            self.held = None  # it vanished: list the parents again
+            self.listing.held = None  # it vanished: list the parents again
             return None
         return self.reader.read(name, text, wanted)
-
-    def _list_parents(self, conn: Any, bus: list[str] | None) -> Listed:
-        """(name, device) of the parents only: those of the last listing
-        while they still account for the kernel's mdev parents (``bus``)
-        on the same connection; else one call (or, by names, one listing
-        and a lookup per parent)."""
-        held = self.held
-        if held is not None and held.conn is conn and held.bus == bus:
-            return held.devices
-        api = self.link.api
-        if api.list_parents is not None:
-            listed = self.link.call(
-                "listAllDevices", conn.listAllDevices, api.list_parents
-            )
-            devices = [(device.name(), device) for device in listed]
-        else:
-            names = self.link.call(
-                "listDevices", conn.listDevices, "mdev_types", 0
-            )
-            devices = self._lookup_names(conn, names)
-        self._hold(conn, bus, devices)
-        return devices
-
-    def _hold(self, conn: Any, bus: list[str] | None, devices: Listed) -> None:
-        """Keep the parents listed for the next refreshes, if every PCI
-        device the kernel registers as an mdev parent is among them. A
-        device registered but not (yet) in libvirt's listing, and a host
-        without ``class/mdev_bus`` (no sysfs to tell), are listed again
-        at every refresh."""
-        self.held = None
-        if bus is None:
-            return
-        names = {name for name, _ in devices}
-        accounted = all(
-            naming.libvirt_pci_name(entry) in names
-            for entry in bus
-            if naming.normalize_pci_address(entry) is not None
-        )
-        if accounted:
-            self.held = Held(conn, bus, devices)
-
-    def _list_devices(self, conn: Any, *, mdevs_only: bool = False) -> Listed:
-        """(name, device) of parents (unless ``mdevs_only``) and mdevs:
-        one call; or, with a binding that has no ``mdev_types`` listing
-        flag, name listings and one lookup per parent and per mdev not
-        seen before (an mdev already read needs none: its XML never
-        changes)."""
-        api = self.link.api
-        if api.list_parents_and_mdevs is not None:
-            listed = self.link.call(
-                "listAllDevices",
-                conn.listAllDevices,
-                api.list_mdevs if mdevs_only else api.list_parents_and_mdevs,
-            )
-            return [(device.name(), device) for device in listed]
-        names = (
-            []
-            if mdevs_only
-            else [
-                *self.link.call(
-                    "listDevices", conn.listDevices, "mdev_types", 0
-                )
-            ]
-        )
-        names += self.link.call("listDevices", conn.listDevices, "mdev", 0)
-        return self._lookup_names(conn, names)
-
-    def _lookup_names(self, conn: Any, names: list[str]) -> Listed:
-        api = self.link.api
-        devices: Listed = []
-        for name in names:
-            if name in self.mdevs:
-                devices.append((name, None))
-                continue
-            try:
-                device = self.link.call(
-                    "nodeDeviceLookupByName",
-                    conn.nodeDeviceLookupByName,
-                    name,
-                )
-            except api.error as exc:
-                if api.code(exc) != api.no_node_device:
-                    raise
-                LOG.debug("Node device %s vanished while listed", name)
-                continue
-            devices.append((name, device))
-        return devices
-
-    def _inactive_mdev_names(self, conn: Any) -> set[str]:
-        if not self._inactive_supported:
-            return set()
-        api = self.link.api
-        try:
-            found = self._list_inactive(conn)
-        except api.error as exc:
-            if api.code(exc) not in api.unsupported:
-                raise
-            LOG.debug(
-                "libvirt at %s cannot list inactive mdevs; all are active",
-                self.link.uri,
-            )
-            self._inactive_supported = False
-            return set()
-        return {d.name() for d in found}
-
-    def _list_inactive(self, conn: Any) -> Any:
-        """The inactive mdevs; asked twice when the refusal came without
-        its reason (libvirt's last error is per thread, and a libvirt
-        object freed by the garbage collector between the call and the
-        exception clears it: seen as a refusal with no code)."""
-        api = self.link.api
-
-        def listed() -> Any:
-            return self.link.call(
-                "listAllDevices", conn.listAllDevices, api.list_inactive_mdevs
-            )
-
-        try:
-            return listed()
-        except api.error as exc:
-            if api.code(exc) is not None:
-                raise
-        return listed()
 
     def _xml(self, device: Any, name: str) -> str | None:
         api = self.link.api
