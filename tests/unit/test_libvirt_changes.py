@@ -11,6 +11,8 @@ is listed with the INACTIVE flag; a removed one is looked up in vain).
 from __future__ import annotations
 
 import re
+import shutil
+from pathlib import Path
 
 import libvirt
 
@@ -18,6 +20,7 @@ from tests import helpers
 from tests.helpers import Node
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import LibvirtHost
+from vgpu_driver.model import naming
 
 INACTIVE = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_INACTIVE
 
@@ -51,6 +54,13 @@ class ModelledMdev:
     def XMLDesc(self, flags=0):
         self.conn.record("XMLDesc", self._name)
         return self.xml
+
+    def isActive(self):
+        self.conn.record("isActive", self._name)
+        return int(
+            self._name not in self.conn.inactive
+            and self._name not in self.conn.gone
+        )
 
     def isPersistent(self):
         self.conn.record("isPersistent", self._name)
@@ -118,14 +128,46 @@ class ModelledParent:
         return getattr(self.device, name)
 
 
+class KernelSet(set):
+    """Names whose membership the kernel follows (``on_change``)."""
+
+    def __init__(self, on_change):
+        super().__init__()
+        self.on_change = on_change
+
+    def add(self, name):
+        super().add(name)
+        self.on_change(name)
+
+    def discard(self, name):
+        super().discard(name)
+        self.on_change(name)
+
+
 class RecordingConnection:
-    def __init__(self, uri: str, persistent: bool = True):
+    def __init__(self, uri: str, persistent: bool = True, sysfs=None):
         self.real = libvirt.open(uri)
         self.log: list[tuple[str, str]] = []
-        self.gone: set[str] = set()  # vanished from the host
-        self.inactive: set[str] = set()  # defined, not started
+        self.gone = KernelSet(self.kernel)  # vanished from the host
+        self.inactive = KernelSet(self.kernel)  # defined, not started
         self.made: dict[str, ModelledMdev] = {}
         self.persistent = persistent
+        self.sysfs = sysfs  # the host's sysfs, which the kernel keeps
+
+    def kernel(self, name):
+        """As the kernel does: a running mdev is a directory named by its
+        uuid under its parent's, in sysfs; a stopped or gone one is not."""
+        mdev = self.made.get(name)
+        if self.sysfs is None or mdev is None:
+            return
+        parent = re.search(r"<parent>(.*?)</parent>", mdev.xml).group(1)
+        uuid = re.search(r"<uuid>(.*?)</uuid>", mdev.xml).group(1)
+        address = naming.canonical_pci_address(parent)
+        path = self.sysfs / "class/mdev_bus" / address / uuid
+        if name in self.gone or name in self.inactive:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.mkdir(exist_ok=True)
 
     def record(self, call, subject=""):
         self.log.append((call, subject))
@@ -201,6 +243,7 @@ class RecordingConnection:
             "</device>",
             persistent=False,
         )
+        self.kernel(name)
         return self.made[name]
 
     def nodeDeviceDefineXML(self, xml, flags):
@@ -222,7 +265,7 @@ def _host(tmp_path, name="m10", persistent=True):
     conns = []
 
     def opener(u):
-        conns.append(RecordingConnection(u, persistent))
+        conns.append(RecordingConnection(u, persistent, Path(sysfs)))
         return conns[0]
 
     host = LibvirtHost(uri, sysfs, opener=opener)

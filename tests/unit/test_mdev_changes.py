@@ -11,6 +11,7 @@ import random
 import uuid
 from collections import Counter
 
+import libvirt
 import pytest
 
 from benchmarks.common import dense
@@ -366,31 +367,105 @@ def test_a_claim_or_a_device_made_elsewhere_plans_the_whole_host(
     assert touched(config=config) is None
 
 
-def test_libvirt_s_adapter_says_which_parents_its_mdevs_changed_on(tmp_path):
-    """Through libvirt (an mdev another manager makes, then removes, as
-    libvirt >= 7.3 shows them): the reading after each names the parent,
-    and is what a new adapter reading the whole host finds."""
-    from tests.unit.test_libvirt_changes import _host
-
-    host, conn = _host(tmp_path)
-    before = host.discover(rescan_guests=True)
-    parent = next(p for p in before.parents if p.types[0].available)
-    made_by_them = conn.nodeDeviceCreateXML(
+def _made_by_them(conn, parent):
+    return conn.nodeDeviceCreateXML(
         f"<device><parent>{parent.name}</parent><capability type='mdev'>"
         f"<type id='{parent.types[0].id}'/><uuid>{uuid.uuid4()}</uuid>"
         "</capability></device>",
         0,
     )
+
+
+def test_libvirt_s_adapter_follows_a_parent_s_mdevs_through_its_sysfs(
+    tmp_path,
+):
+    """Through libvirt (an mdev another manager makes, then removes, as
+    libvirt >= 7.3 and the kernel show them): the parent's sysfs
+    directory says which mdev came or went, one lookup reads it, and
+    every mdev is not listed again. The reading names the parent, and is
+    what a new adapter reading the whole host finds."""
+    from tests.unit.test_libvirt_changes import _host
+
+    host, conn = _host(tmp_path)
+    before = host.discover(rescan_guests=True)
+    parent = next(p for p in before.parents if p.types[0].available)
+    listings = len(conn.calls("listAllDevices"))
+    theirs = _made_by_them(conn, parent)
     made = host.discover()
-    afresh = LibvirtHost(host.uri, host.sysfs.root, connection=conn)
     assert made.device_changes == (before.generation, {parent.name})
+    assert len(conn.calls("listAllDevices")) == listings  # none
+    afresh = LibvirtHost(host.uri, host.sysfs.root, connection=conn)
     assert made == afresh.discover(rescan_guests=True)
+    listings = len(conn.calls("listAllDevices"))  # the new adapter's
     assert len(made.mdevs) == len(before.mdevs) + 1
-    conn.gone.add(made_by_them.name())
+    conn.gone.add(theirs.name())
     gone = host.discover()
     assert gone.device_changes == (made.generation, {parent.name})
     assert gone == before
     assert host.discover() is gone  # nothing more: the same reading
+    assert len(conn.calls("listAllDevices")) == listings  # none
+
+
+def test_an_mdev_libvirt_has_not_seen_yet_is_looked_up_again(tmp_path):
+    """The kernel made it (sysfs lists it) before libvirt's node device
+    driver learnt of it: the next reading looks again, though the
+    parent's room is the same by then."""
+    from tests.unit.test_libvirt_changes import _host
+
+    host, conn = _host(tmp_path)
+    before = host.discover(rescan_guests=True)
+    parent = next(p for p in before.parents if p.types[0].available)
+    theirs = _made_by_them(conn, parent)
+    lookup, late = conn.nodeDeviceLookupByName, {theirs.name()}
+
+    def not_yet(name):
+        if name in late:
+            raise libvirt.libvirtError(f"Node device not found: {name}")
+        return lookup(name)
+
+    conn.nodeDeviceLookupByName = not_yet
+    # (the test driver's error has no code: give it libvirt's)
+    late_error = conn.nodeDeviceLookupByName
+    conn.nodeDeviceLookupByName = _with_no_device_code(late_error)
+    first = host.discover()
+    assert len(first.mdevs) == len(before.mdevs)
+    late.clear()
+    second = host.discover()
+    assert second.device_changes == (first.generation, {parent.name})
+    assert len(second.mdevs) == len(before.mdevs) + 1
+
+
+def test_a_defined_mdev_stopped_and_started_by_another_is_followed(
+    tmp_path,
+):
+    from tests.unit.test_libvirt_changes import _host
+
+    host, conn = _host(tmp_path)
+    before = host.discover(rescan_guests=True)
+    [mdev, *_] = before.mdevs
+    conn.inactive.add(mdev.name)  # stopped, still defined
+    stopped = host.discover()
+    [now] = [m for m in stopped.mdevs if m.uuid == mdev.uuid]
+    assert not now.active and now.persistent
+    conn.inactive.discard(mdev.name)  # started again
+    started = host.discover()
+    [now] = [m for m in started.mdevs if m.uuid == mdev.uuid]
+    assert now.active
+    assert started.device_changes[1] == {mdev.parent}
+
+
+def _with_no_device_code(call):
+    from tests.unit.test_libvirt_changes import _no_device
+
+    def wrapped(name):
+        try:
+            return call(name)
+        except libvirt.libvirtError as exc:
+            if "not found" in str(exc):
+                raise _no_device(name) from exc
+            raise
+
+    return wrapped
 
 
 def test_an_mdev_made_or_gone_touches_its_parent_whose_room_is_the_same():

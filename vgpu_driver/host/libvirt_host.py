@@ -20,11 +20,18 @@ Cost of :meth:`LibvirtHost.discover` (every call is counted in
   refresh) or the connection changed, or a parent vanished;
 * an mdev's XML never changes for a given name, so it is read once, on
   first sight, and cached; whether it is persistent is asked only when
-  it is removed (a defined-only mdev is persistent by definition).
+  it is removed (a defined-only mdev is persistent by definition);
+* a parent whose ``availableInstances`` changed (an mdev made, started,
+  stopped or removed there) has its sysfs directory listed, which names
+  its running mdevs: one lookup per mdev that came or went, and no
+  listing of every mdev (that is left to the relist interval, and to a
+  sysfs or libvirt that cannot tell).
 
 So a steady-state refresh costs P calls for P parents, whatever the
 number of mdevs and guests (and libvirtd does not walk every node device
-of the host to list them).
+of the host to list them); a refresh after an mdev came or went, P calls
+more one or two. The reading then says which parents changed
+(``HostInventory.device_changes``).
 
 Guests: which guest uses which device is read from every domain's XML on
 the first :meth:`discover` only (or when ``rescan_guests`` is asked, as a
@@ -218,6 +225,7 @@ class LibvirtHost:
                 tracker.known.values() if tracker.known is not None else ()
             )
             diff = tracker.take_diff()
+            changed = self.devices.mdevs.take_changes()
             if same_devices and last is not None:
                 # the guests alone changed: the rest as last read (what an
                 # idle reading keeps too), the devices as last sorted
@@ -244,7 +252,15 @@ class LibvirtHost:
                 # the guests the same: did the node devices alone change?
                 made = node_devices_changed(
                     last,
-                    (parents, mdevs, pfs, said, plain, versions, modules),
+                    (
+                        parents,
+                        changed,
+                        pfs,
+                        said,
+                        plain,
+                        versions,
+                        modules,
+                    ),
                     self._generation + 1,
                 )
                 if made is not None:

@@ -19,6 +19,8 @@ parent vanished; the mdevs when a parent's XML changed (its
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import time
 from typing import Any
 
@@ -28,11 +30,16 @@ from vgpu_driver.exception import DeviceXMLInvalid
 from vgpu_driver.host import nodedev_xml
 from vgpu_driver.host.connection import Connection
 from vgpu_driver.host.listing import Listed, NodeListing
+from vgpu_driver.host.mdev_cache import MdevCache
 from vgpu_driver.host.parents import ParentReader, implied_parents
 from vgpu_driver.host.sysfs import SysfsTree
 from vgpu_driver.model.device import Mdev, Parent
 
 LOG = logging.getLogger(__name__)
+
+_UUID = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+)
 
 
 class NodeDevices:
@@ -47,11 +54,14 @@ class NodeDevices:
         self.sysfs = sysfs
         self.reader = reader
         self.relist_interval = relist_interval
-        self.mdevs: dict[str, Mdev] = {}  # by libvirt name
+        self.mdevs = MdevCache()  # by libvirt name, and by parent
         self.dirty = True  # the mdevs changed since the last reading
         self.listed_at = 0.0
         self.listing = NodeListing(link)
-        self._parent_ids: list[int] = []
+        self._parent_ids: dict[str, int] = {}  # name -> the object's id
+        # parents whose mdevs sysfs and libvirt did not agree on yet
+        self._pending: set[str] = set()
+        self._placed_among: set[str] = set()  # parent names, last placed
         self._mdev_list: list[Mdev] = []
         self._implied: list[Parent] = []
         self.unsupported: set[str] = set()  # flags the driver cannot tell
@@ -80,18 +90,27 @@ class NodeDevices:
             listed = self.listing.parents(conn, bus)
             parents = self._read_parents(listed, wanted)
             # a parent whose XML changed (its availableInstances) may have
-            # new or fewer mdevs: list them again (only them)
-            relist = [id(p) for p in parents] != self._parent_ids
+            # new or fewer mdevs: its own sysfs directory says which (or,
+            # where it cannot, every mdev is listed again)
+            ids = {p.name: id(p) for p in parents}
+            last = self._parent_ids
+            changed = {n for n, i in ids.items() if last.get(n) != i}
+            relist = ids.keys() != last.keys() or (
+                bool(changed or self._pending)
+                and not self._follow(conn, changed | self._pending)
+            )
         if relist:
             parents = self._relist(conn, parents, wanted, bus)
             self.listed_at = now
             self.sysfs.forget_probes()
         assert parents is not None
-        self._parent_ids = [id(p) for p in parents]
+        self._parent_ids = {p.name: id(p) for p in parents}
         parents.extend(self.reader.sysfs_only(parents, bus or []))
         if self.dirty or relist:
             self._mdev_list = self._mdevs_with_known_parents(parents)
-            self._implied = implied_parents(parents, self._mdev_list)
+            self._implied = implied_parents(
+                parents, [self.mdevs.by_name[n] for n in self.mdevs.unplaced]
+            )
         parents.extend(self._implied)
         return parents, self._mdev_list
 
@@ -99,12 +118,12 @@ class NodeDevices:
 
     def keep(self, mdev: Mdev) -> None:
         """An mdev made or changed through the adapter."""
-        self.mdevs[mdev.name] = mdev
+        self.mdevs.put(mdev.name, mdev)
         self.dirty = True
 
     def drop(self, mdev: Mdev) -> None:
         """An mdev removed through the adapter."""
-        self.mdevs.pop(mdev.name, None)
+        self.mdevs.pop(mdev.name)
         self.dirty = True
 
     # -- listing -------------------------------------------------------
@@ -136,9 +155,10 @@ class NodeDevices:
                 parent = self._read_parent(device, name, wanted)
                 if parent is not None:
                     parents.append(parent)
-        for name in set(self.mdevs) - listed:
-            del self.mdevs[name]
+        for name in self.mdevs.names() - listed:
+            self.mdevs.pop(name)
             self.dirty = True
+        self._pending = set()
         return parents if parents_read is None else parents_read
 
     def _read_parents(
@@ -186,22 +206,100 @@ class NodeDevices:
             return
         # persistence is asked only when it matters (removal): no per-mdev
         # round trips at discovery. An inactive mdev is a defined one.
-        self.mdevs[name] = (
+        self.mdevs.put(
+            name,
             mdev
             if active
-            else dataclasses.replace(mdev, active=False, persistent=True)
+            else dataclasses.replace(mdev, active=False, persistent=True),
         )
         self.dirty = True
 
     def _mdevs_with_known_parents(self, parents: list[Parent]) -> list[Mdev]:
         """libvirt names a virtual parent's mdevs' parent ``computer``:
-        find the real parent in sysfs, once per mdev."""
+        find the real parent in sysfs, once per mdev (every mdev again
+        only when the parents listed changed)."""
         names = {p.name for p in parents}
-        for key, mdev in list(self.mdevs.items()):
-            if mdev.parent in names:
-                continue
-            real = self.sysfs.mdev_parent_name(mdev.uuid)
-            if real in names:
-                self.mdevs[key] = dataclasses.replace(mdev, parent=str(real))
+        cache = self.mdevs
+        if names != self._placed_among:
+            self._placed_among = names
+            cache.unplaced = cache.names()
+        for key in list(cache.unplaced):
+            mdev = cache.by_name[key]
+            if mdev.parent not in names:
+                real = self.sysfs.mdev_parent_name(mdev.uuid)
+                if real not in names:
+                    continue  # implied: its parent is not listed
+                cache.put(key, dataclasses.replace(mdev, parent=str(real)))
                 self.dirty = True
-        return list(self.mdevs.values())
+            cache.unplaced.discard(key)
+        return cache.values()
+
+    # -- following a parent's mdevs through sysfs ----------------------
+
+    def _follow(self, conn: Any, names: set[str]) -> bool:
+        """The mdevs of parents ``names`` as their sysfs directories list
+        the running ones: one directory listing a parent, a lookup per
+        mdev made or gone. False, with the rest left to a full listing,
+        where sysfs or libvirt cannot tell."""
+        pending: set[str] = set()
+        for name in sorted(names):
+            path = self.reader.path_of(name)
+            try:
+                running = {
+                    e for e in os.listdir(path or "") if _UUID.fullmatch(e)
+                }
+            except OSError:
+                return False
+            known = dict(self.mdevs.of_parent(name))
+            for uuid in sorted(running - known.keys()):
+                found = self._look_up(conn, uuid, path)
+                if found is None:
+                    pending.add(name)  # libvirt has not seen it yet
+                else:
+                    self._read_mdev(found[1], found[0], active=True)
+            for uuid, mdev in known.items():
+                if mdev.active == (uuid in running):
+                    continue
+                if uuid in running:  # a defined mdev started
+                    self.keep(dataclasses.replace(mdev, active=True))
+                    continue
+                state = self._state_of(conn, mdev)
+                if state is None:
+                    return False
+                if state == "running":
+                    pending.add(name)  # libvirt has not seen it stop yet
+                elif state == "defined":
+                    self.keep(
+                        dataclasses.replace(
+                            mdev, active=False, persistent=True
+                        )
+                    )
+                else:
+                    self.drop(mdev)
+        self._pending = pending
+        return True
+
+    def _look_up(self, conn: Any, uuid: str, path: Any) -> Any:
+        """(name, device) of a running mdev libvirt knows, named as
+        libvirt >= 7.3 names it (after its parent too) or as before."""
+        short = "mdev_" + uuid.replace("-", "_")
+        suffix = "_" + path.name.replace(":", "_").replace(".", "_")
+        for name in (short + suffix, short):
+            found = self.listing.lookup_names(conn, [name], ())
+            if found:
+                return found[0]
+        return None
+
+    def _state_of(self, conn: Any, mdev: Mdev) -> str | None:
+        """What libvirt says of an mdev sysfs no longer runs: "gone",
+        "defined" (stopped, still defined), "running" (libvirt has not
+        seen it stop yet); None: it cannot tell."""
+        found = self.listing.lookup_names(conn, [mdev.name], ())
+        if not found:
+            return "gone"
+        is_active = getattr(found[0][1], "isActive", None)
+        if is_active is None:
+            return None
+        return (
+            "running" if self.link.call("isActive", is_active) else "defined"
+        )

@@ -35,20 +35,6 @@ _BY_UUID = operator.attrgetter("uuid")
 _BY_NAME = operator.attrgetter("name")
 
 
-def mdev_changes(
-    before: Sequence[Mdev], now: Sequence[Mdev]
-) -> tuple[list[Mdev], list[Mdev]]:
-    """(added, gone): the mdevs of ``now`` not in ``before`` and the
-    reverse, by identity (a reader keeps the objects of the mdevs it
-    already read); counted in C, not a Python loop per mdev."""
-    old = dict(zip(map(id, before), before, strict=True))
-    new = dict(zip(map(id, now), now, strict=True))
-    return (
-        [new[key] for key in new.keys() - old.keys()],
-        [old[key] for key in old.keys() - new.keys()],
-    )
-
-
 def with_devices(
     last: HostInventory,
     parents: Sequence[Parent],
@@ -192,7 +178,7 @@ def node_devices_changed(
     last: HostInventory,
     read: tuple[
         Sequence[Parent],
-        Sequence[Mdev],
+        tuple[Collection[Mdev], Collection[Mdev]],
         Iterable[PhysicalFunction],
         NvmlReading | None,
         Iterable[PlainSriovGpu],
@@ -201,12 +187,12 @@ def node_devices_changed(
     ],
     generation: int,
 ) -> HostInventory | None:
-    """What a reader that keeps its objects read (parents, mdevs, SR-IOV
-    functions, NVML, plain SR-IOV GPUs, driver versions, modules, as
-    :func:`~vgpu_driver.model.device.sort_inventory` takes them), made
-    from ``last`` with :func:`with_devices` when, the guests being the
-    same, its node devices alone changed; None otherwise."""
-    parents, mdevs, pfs, nvml, plain, versions, modules = read
+    """What a reader read (parents, the mdevs it added and dropped since
+    ``last``, SR-IOV functions, NVML, plain SR-IOV GPUs, driver versions,
+    modules, as :func:`~vgpu_driver.model.device.sort_inventory` takes
+    them), made from ``last`` with :func:`with_devices` when, the guests
+    being the same, its node devices alone changed; None otherwise."""
+    parents, (added, gone), pfs, nvml, plain, versions, modules = read
     if (
         tuple(sorted(pfs, key=_BY_NAME)) != last.pfs
         or nvml != last.nvml
@@ -216,7 +202,6 @@ def node_devices_changed(
         or tuple(sorted(set(versions))) != last.driver_versions
     ):
         return None
-    added, gone = mdev_changes(last.mdevs, mdevs)
     return with_devices(
         last, sorted(parents, key=_BY_NAME), added, gone, generation
     )
@@ -224,7 +209,6 @@ def node_devices_changed(
 
 __all__ = [
     "following",
-    "mdev_changes",
     "node_devices_changed",
     "touched_parents",
     "with_devices",
