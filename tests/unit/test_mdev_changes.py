@@ -19,8 +19,13 @@ from tests.helpers import Node, load
 from vgpu_driver.exception import DeviceCapacityExhausted, DeviceNoRoom
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model import binding, usage
-from vgpu_driver.model.device import DEVICE_INDEXES, MIXED_INDEXES, Guest
-from vgpu_driver.model.device_changes import with_devices
+from vgpu_driver.model.device import (
+    DEVICE_INDEXES,
+    MIXED_INDEXES,
+    Guest,
+    HostInventory,
+)
+from vgpu_driver.model.device_changes import parents_alone, with_devices
 from vgpu_driver.model.device_view import DeviceView
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.service import refresh, tree_writer
@@ -484,3 +489,23 @@ def test_an_mdev_made_or_gone_touches_its_parent_whose_room_is_the_same():
             (*without.mdevs_of(gone.parent), inactive), key=lambda m: m.uuid
         )
     )
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_parents_alone_are_a_reading_of_their_own(seed):
+    """What the plan of the parents touched is handed: as a reading of
+    those parents alone, built whole, its indexes included."""
+    rng = random.Random(seed)
+    now = SimulatedHost(dense(6, 60, 30)).discover()
+    names = {p.name for p in now.parents if rng.random() < 0.5}
+    alone = parents_alone(now, names)
+    whole = HostInventory(
+        parents=tuple(p for p in now.parents if p.name in names),
+        mdevs=tuple(m for m in now.mdevs if m.parent in names),
+        driver_versions=now.driver_versions,
+        modules=now.modules,
+        nvml=now.nvml,
+    )
+    assert alone == whole
+    for name in DEVICE_INDEXES & vars(alone).keys():
+        assert vars(alone)[name] == getattr(whole, name), name

@@ -138,6 +138,36 @@ _CARRIED = (DEVICE_INDEXES | GUEST_INDEXES) - {
 }
 
 
+def parents_alone(now: HostInventory, names: Collection[str]) -> HostInventory:
+    """The reading of the mdev parents ``names`` (none a VF parent)
+    alone, with their mdevs, the drivers, modules and NVML as they are:
+    no other parent, no SR-IOV function, no guest. Its indexes are
+    carried from ``now``'s, not made again."""
+    parents = tuple(p for p in now.parents if p.name in names)
+    by_parent = {n: now.mdevs_of(n) for n in names if now.mdevs_of(n)}
+    alone = object.__new__(HostInventory)
+    alone.__dict__.update(
+        {f: getattr(_EMPTY, f) for f in _FIELDS},
+        parents=parents,
+        mdevs=tuple(
+            sorted(
+                (m for mine in by_parent.values() for m in mine), key=_BY_UUID
+            )
+        ),
+        driver_versions=now.driver_versions,
+        modules=now.modules,
+        nvml=now.nvml,
+        _parents_by_name={p.name: p for p in parents},
+        _by_parent=by_parent,
+        _gpu_of={},
+        _gpu_members={},
+    )
+    return alone
+
+
+_EMPTY = HostInventory()
+
+
 def touched_parents(
     before: HostInventory, now: HostInventory
 ) -> frozenset[str] | None:
@@ -210,6 +240,7 @@ def node_devices_changed(
 __all__ = [
     "following",
     "node_devices_changed",
+    "parents_alone",
     "touched_parents",
     "with_devices",
 ]

@@ -196,6 +196,7 @@ def provider_device(short_name: str) -> tuple[str, str | None]:
     return device, type_id or None
 
 
+@functools.lru_cache(maxsize=64)  # a host has a driver or two
 def host_driver_trait(driver: str, version: str) -> str:
     """``CUSTOM_VGPU_HOST_NVIDIA_570_124_03``: the host driver a device
     provider's vGPUs run on (live migration needs the same on both

@@ -30,7 +30,7 @@ from typing import Any
 
 from vgpu_driver.model.config import DeviceConfig
 from vgpu_driver.model.device import HostInventory
-from vgpu_driver.model.device_changes import touched_parents
+from vgpu_driver.model.device_changes import parents_alone, touched_parents
 from vgpu_driver.model.inventory import ProviderPlan, plan_providers
 from vgpu_driver.service.fingerprint import Claimed, RefreshFingerprint
 from vgpu_driver.service.tree_writer import ConfiguredTraits, TreeWriter
@@ -101,15 +101,8 @@ def replan(
     if any(p.name not in uuids for p in before):
         return None
     data = {p.name: tree.data(uuids[p.name]) for p in before}
-    parents = tuple(p for p in now.parents if p.name in touched)
-    mdevs = tuple(m for name in touched for m in now.mdevs_of(name))
-    alone = HostInventory(
-        parents=parents,
-        mdevs=mdevs,
-        driver_versions=now.driver_versions,
-        modules=now.modules,
-        nvml=now.nvml,
-    )
+    alone = parents_alone(now, touched)
+    mdevs = alone.mdevs
     users = now.mdev_users()
     claimed = {device for device, _parent, _type in claims}
     foreign: dict[str, dict[str, int]] = {}
