@@ -14,7 +14,9 @@ service (records on, as a service runs it).
   simulated host builds its whole reading at every call, changed or
   not (a stand-in for libvirt and the kernel, slower than the libvirt
   adapter's idle reading): its time is left out of both figures, which
-  are the library's own.
+  are the library's own. (Like libvirt's adapter, it says which parents
+  changed; the adapter's own calls for such a change are counted by
+  ``tests/unit/test_mdev_changes.py``.)
 
 Each change is made outside the timing; the refresh after it is timed,
 then an idle refresh of the same service (the ratio is to that one).
