@@ -132,7 +132,8 @@ class VgpuDriver(InstanceMoves):
     def discover(
         self, *, rescan_guests: bool = False, guests: bool = True
     ) -> HostInventory:
-        """Read the host (see :meth:`Refresher.discover`)."""
+        """Read the host (see :meth:`~vgpu_driver.service.reading.
+        HostReading.discover`)."""
         return self._refresher.discover(
             rescan_guests=rescan_guests, guests=guests
         )
