@@ -1,8 +1,9 @@
 """Which guest uses which device, read from the domains' XML.
 
 :class:`Guests` owns the guests as last read (None until a first full
-scan), the domain events waiting to be applied, and when each domain was
-last re-read. Every guest is read on the first reading that wants them,
+scan), the domain objects they were read from (a domain read again is
+read through its object: one call, not a lookup and a read), the domain
+events waiting to be applied, and when each domain was last re-read. Every guest is read on the first reading that wants them,
 and again only when asked (a service's start), after a lost connection
 (events were missed), or when another process changed the claims. In
 between it stays right because every change to a guest's devices goes
@@ -45,6 +46,11 @@ class Guests:
         # uuid -> the guest as the adapter's last reading had it (None: it
         # had none), for each guest changed since; None after a scan
         self._since: dict[str, Guest | None] | None = None
+        # uuid -> its domain object, from the connection they came from:
+        # a domain is found by uuid at each call on it, so its object
+        # stays good across an undefine and a define again
+        self._domains: dict[str, Any] = {}
+        self._domains_of: Any = None
         link.on_lost.append(self._rescan_next)
 
     def _rescan_next(self) -> None:
@@ -56,6 +62,7 @@ class Guests:
         self._take_events()
         self._read_at.clear()
         guests: dict[str, Guest] = {}
+        domains: dict[str, Any] = {}
         api = self.link.api
         for domain in self.link.call(
             "listAllDomains", conn.listAllDomains, api.list_all_domains
@@ -63,7 +70,9 @@ class Guests:
             guest = self._read(domain)
             if guest is not None:
                 guests[guest.uuid] = guest
+                domains[guest.uuid] = domain
         self.known = guests
+        self._domains, self._domains_of = domains, conn
         self._since = None
         self.dirty = True
 
@@ -104,6 +113,7 @@ class Guests:
             self.dirty = True
 
     def forget(self, uuid: str) -> None:
+        self._domains.pop(uuid, None)
         if self.known is not None and uuid in self.known:
             self._remember(uuid)
             del self.known[uuid]
@@ -114,20 +124,26 @@ class Guests:
             self._since.setdefault(uuid, self.known.get(uuid))
 
     def refresh(self, uuid: str) -> Guest | None:
-        """Re-read one domain (two calls), or forget it if it is gone."""
+        """Re-read one domain (one call for a domain read before on this
+        connection, two for another), or forget it if it is gone."""
         # domain events about it queued before now are answered by this
         self._read_at[uuid] = next(self._seq)
         conn = self.link.get()
-        api = self.link.api
-        try:
-            domain = self.link.call(
-                "lookupByUUIDString", conn.lookupByUUIDString, uuid
-            )
-        except api.error as exc:
-            if api.code(exc) != api.no_domain:
-                raise
-            self.forget(uuid)
-            return None
+        if self._domains_of is not conn:
+            self._domains, self._domains_of = {}, conn
+        domain = self._domains.get(uuid)
+        if domain is None:
+            api = self.link.api
+            try:
+                domain = self.link.call(
+                    "lookupByUUIDString", conn.lookupByUUIDString, uuid
+                )
+            except api.error as exc:
+                if api.code(exc) != api.no_domain:
+                    raise
+                self.forget(uuid)
+                return None
+            self._domains[uuid] = domain
         guest = self._read(domain)
         if guest is None:
             self.forget(uuid)

@@ -298,7 +298,8 @@ class LibvirtHost:
 
     @host_edge
     def refresh_guest(self, uuid: str) -> Guest | None:
-        """Re-read one domain (two calls), or forget it if it is gone."""
+        """Re-read one domain (see :meth:`Guests.refresh`), or forget it
+        if it is gone."""
         with self._lock:
             return self.guests.refresh(uuid)
 
