@@ -3,13 +3,14 @@
 :class:`Guests` owns the guests as last read (None until a first full
 scan), the domain objects they were read from (a domain read again is
 read through its object: one call, not a lookup and a read), the domain
-events waiting to be applied, and when each domain was last re-read. Every guest is read on the first reading that wants them,
-and again only when asked (a service's start), after a lost connection
-(events were missed), or when another process changed the claims. In
-between it stays right because every change to a guest's devices goes
-through the library (:meth:`note`, :meth:`forget`, :meth:`refresh`) or is
-reported by libvirt's lifecycle events (:meth:`domain_event`), which make
-the next reading re-read that one domain.
+events waiting to be applied, and when each domain was last re-read.
+Every guest is read on the first reading that wants them, and again
+only when asked (a service's start), after a lost connection (events
+were missed), or when another process changed the claims. In between it
+stays right because every change to a guest's devices goes through the
+library (:meth:`note`, :meth:`forget`, :meth:`refresh`) or is reported
+by libvirt's lifecycle events (:meth:`domain_event`), which make the
+next reading re-read that one domain.
 """
 
 from __future__ import annotations
