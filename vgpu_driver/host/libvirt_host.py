@@ -29,8 +29,8 @@ Cost of :meth:`LibvirtHost.discover` (every call is counted in
 
 So a steady-state refresh costs P calls for P parents, whatever the
 number of mdevs and guests (and libvirtd does not walk every node device
-of the host to list them); a refresh after an mdev came or went, P calls
-more one or two. The reading then says which parents changed
+of the host to list them); a refresh after an mdev came or went costs
+one or two calls more. The reading then says which parents changed
 (``HostInventory.device_changes``).
 
 Guests: which guest uses which device is read from every domain's XML on
