@@ -84,9 +84,9 @@ def measure_sriov(cards: int) -> dict[str, float | str]:
         read = [0]
         real_read = sysfs_files.read
 
-        def counted(path: str) -> str | None:
+        def counted(path: str, dir_fd: int | None = None) -> str | None:
             read[0] += 1
-            return real_read(path)
+            return real_read(path, dir_fd)
 
         sysfs_files.read = counted  # type: ignore[assignment]
         try:

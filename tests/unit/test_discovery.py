@@ -332,9 +332,10 @@ def test_a_steady_sriov_scan_reads_one_file_per_vf(tmp_path, monkeypatch):
 
     real_read = sysfs_files.read
 
-    def counted(path):
+    def counted(path, dir_fd=None):
+        # (a VF's type is read from its directory's parent, opened once)
         read.append(str(path).removeprefix(f"{devices}/"))
-        return real_read(path)
+        return real_read(path, dir_fd)
 
     monkeypatch.setattr(sysfs_files, "read", counted)
     tree = sysfs_module.SysfsTree(tmp_path / "sys")
@@ -440,3 +441,49 @@ def test_an_sriov_gpu_whose_vfs_are_not_enabled_says_how_to_enable_them(
     problems = check.host_problems(loader.load_device_config(conf), inventory)
     [problem] = [p for p in problems if p.option == "device_addresses"]
     assert "sriov-manage -e 0000:41:00.0" in problem.message
+
+
+def test_a_vf_s_type_is_read_from_its_parent_directory_and_found_again(
+    tmp_path, monkeypatch
+):
+    """A steady scan reads each VF's type relative to the directory it
+    sits in (opened once), not by walking bus/pci/devices and its link
+    again; a VF no longer there (VFs disabled and enabled again,
+    elsewhere) is read by its whole path, and found again."""
+    import shutil
+
+    from vgpu_driver.host import sysfs as sysfs_module
+    from vgpu_driver.host import sysfs_files
+
+    l40 = helpers.load("l40-sriov")
+    hostdesc.materialize(l40, tmp_path)
+    tree = sysfs_module.SysfsTree(tmp_path / "sys")
+    [pf] = tree.sriov_functions()
+    relative = []
+    real_read = sysfs_files.read
+
+    def counted(path, dir_fd=None):
+        found = real_read(path, dir_fd)
+        relative.append(dir_fd is not None and found is not None)
+        return found
+
+    monkeypatch.setattr(sysfs_files, "read", counted)
+    tree.sriov_functions()
+    assert relative.count(True) == len(pf.vfs)
+    # the VF moves: its link points elsewhere, its old directory is gone
+    vf = pf.vfs[0].address
+    link = tmp_path / "sys/bus/pci/devices" / vf
+    old = link.resolve()
+    moved = tmp_path / "sys/devices/elsewhere" / vf
+    moved.parent.mkdir(parents=True)
+    shutil.copytree(old, moved, symlinks=True)
+    shutil.rmtree(old)
+    (moved / "nvidia/current_vgpu_type").write_text("1157\n")
+    link.unlink()
+    link.symlink_to(moved)
+    [now] = tree.sriov_functions()
+    assert {v.address: v.current_type for v in now.vfs}[vf] == 1157
+    assert len(now.vfs) == len(pf.vfs)
+    relative.clear()
+    tree.sriov_functions()  # found again: from its new directory
+    assert relative.count(True) == len(pf.vfs)

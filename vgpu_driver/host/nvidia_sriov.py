@@ -42,6 +42,11 @@ class NvidiaSriovScan:
         self._pfs: dict[str, PhysicalFunction] = {}
         # PF address -> every vGPU type its VFs listed (see remember_types)
         self._types_seen: dict[str, dict[int, SriovType]] = {}
+        # VF address -> (its directory's parent, open; its type file from
+        # there): read at each scan without walking bus/pci/devices and
+        # its link again (most of what a read costs)
+        self._type_files: dict[str, tuple[int, str]] = {}
+        self._dirs: dict[str, int] = {}  # directory -> open descriptor
 
     def forget_probes(self) -> None:
         """Probe the devices of NVIDIA's driver again at the next scan
@@ -49,6 +54,10 @@ class NvidiaSriovScan:
         self._not_pf.clear()
         self._virtfns.clear()
         self._pfs.clear()
+        self._type_files.clear()
+        for fd in self._dirs.values():
+            os.close(fd)
+        self._dirs.clear()
 
     def functions(self) -> list[PhysicalFunction]:
         """NVIDIA SR-IOV physical GPUs and their VFs.
@@ -89,9 +98,7 @@ class NvidiaSriovScan:
                 current_of.setdefault(entry, {})
                 continue
             for vf in self._vfs_of(devices, entry, count):
-                current = files.read_int(
-                    f"{devices}/{vf}/nvidia/current_vgpu_type"
-                )
+                current = self._current_type(devices, vf)
                 if current is not None:
                     current_of.setdefault(entry, {})[vf] = current
         pfs = []
@@ -108,6 +115,35 @@ class NvidiaSriovScan:
         for gone in set(self._pfs) - set(current_of):
             del self._pfs[gone]
         return pfs
+
+    def _current_type(self, devices: str, vf: str) -> int | None:
+        """A VF's ``current_vgpu_type``, read from its directory's parent
+        (opened once); by its whole path when that is not found (the VF
+        gone, or moved: it is found again at the next scan)."""
+        at = self._type_files.get(vf)
+        if at is None:
+            at = self._locate(f"{devices}/{vf}")
+            if at is not None:
+                self._type_files[vf] = at
+        current = files.read_int(at[1], at[0]) if at is not None else None
+        if current is None:
+            self._type_files.pop(vf, None)
+            current = files.read_int(
+                f"{devices}/{vf}/nvidia/current_vgpu_type"
+            )
+        return current
+
+    def _locate(self, device: str) -> tuple[int, str] | None:
+        """(its parent directory, open; its type file from there)."""
+        parent, name = os.path.split(os.path.realpath(device))
+        fd = self._dirs.get(parent)
+        if fd is None:
+            try:
+                fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:
+                return None
+            self._dirs[parent] = fd
+        return fd, f"{name}/nvidia/current_vgpu_type"
 
     def _vfs_of(self, devices: str, pf: str, count: int) -> list[str]:
         """The addresses of a PF's VFs that NVIDIA's driver gives a vGPU

@@ -10,12 +10,16 @@ from vgpu_driver.model.device import SriovType
 _CHUNK = 4096  # a sysfs attribute is at most a page (more is read on)
 
 
-def read(path: str | os.PathLike[str]) -> str | None:
+def read(
+    path: str | os.PathLike[str], dir_fd: int | None = None
+) -> str | None:
     """A sysfs attribute's value, stripped (None if unreadable). Raw
     file descriptor reads, about half of ``open()``'s cost: a refresh
-    reads one per SR-IOV VF, a first discovery one per parent."""
+    reads one per SR-IOV VF, a first discovery one per parent.
+    ``dir_fd``: ``path`` is relative to that open directory (no walk of
+    the path up to it)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY, dir_fd=dir_fd)
     except OSError:
         return None
     try:
@@ -29,8 +33,10 @@ def read(path: str | os.PathLike[str]) -> str | None:
         os.close(fd)
 
 
-def read_int(path: str | os.PathLike[str]) -> int | None:
-    text = read(path)
+def read_int(
+    path: str | os.PathLike[str], dir_fd: int | None = None
+) -> int | None:
+    text = read(path, dir_fd)
     try:
         return int(text, 0) if text is not None else None
     except ValueError:
