@@ -25,6 +25,7 @@ from vgpu_driver.host.base import Host
 from vgpu_driver.model import reshape, usage
 from vgpu_driver.model.binding import Target
 from vgpu_driver.model.device import HostInventory
+from vgpu_driver.model.device_changes import parents_alone
 from vgpu_driver.model.device_view import foreign_free
 from vgpu_driver.model.inventory import ProviderPlan, plan_providers
 from vgpu_driver.model.usage import Allocations
@@ -42,7 +43,6 @@ from vgpu_driver.service.other_writers import OtherWriters
 from vgpu_driver.service.reading import HostReading
 from vgpu_driver.service.settings import Settings
 from vgpu_driver.service.touched import (
-    configured_here,
     held_on,
     parents_to_plan,
     replan,
@@ -280,11 +280,12 @@ class Refresher:
         assert owned is not None
         conf = self.settings.conf
         traits = self.writer.configured(conf.devices.owner_trait, config)
+        alone = parents_alone(inventory, touched)
         done = replan(
             nodename,
             config,
             inventory,
-            touched,
+            alone,
             last_plans=self.last_plans,
             uuids=self._uuids,
             tree=tree,
@@ -302,7 +303,7 @@ class Refresher:
             self.writer, tree, nodename, changed, inventory, traits
         )
         self.binder.remove_stale_free_mdevs(
-            configured_here(config, inventory, touched)
+            usage.configured_types(config, alone)
         )
         self.traits.save_or_retry(saved)
         self.last_plans = plans

@@ -30,7 +30,7 @@ from typing import Any
 
 from vgpu_driver.model.config import DeviceConfig
 from vgpu_driver.model.device import HostInventory
-from vgpu_driver.model.device_changes import parents_alone, touched_parents
+from vgpu_driver.model.device_changes import touched_parents
 from vgpu_driver.model.inventory import ProviderPlan, plan_providers
 from vgpu_driver.service.fingerprint import Claimed, RefreshFingerprint
 from vgpu_driver.service.tree_writer import ConfiguredTraits, TreeWriter
@@ -83,7 +83,7 @@ def replan(
     nodename: str,
     config: DeviceConfig,
     now: HostInventory,
-    touched: Collection[str],
+    alone: HostInventory,
     *,
     last_plans: list[ProviderPlan],
     uuids: Mapping[str, str],
@@ -95,13 +95,14 @@ def replan(
     owner_trait: str,
 ) -> Replan | None:
     """(every plan, the (provider uuid, plan) of those that changed),
-    the parents ``touched`` planned again; None when their providers
+    the parents of ``alone`` (:func:`~vgpu_driver.model.device_changes.
+    parents_alone` of ``now``) planned again; None when their providers
     would not be the same ones with the same traits."""
+    touched = {p.name for p in alone.parents}
     before = [p for p in last_plans if p.device in touched]
     if any(p.name not in uuids for p in before):
         return None
     data = {p.name: tree.data(uuids[p.name]) for p in before}
-    alone = parents_alone(now, touched)
     mdevs = alone.mdevs
     users = now.mdev_users()
     claimed = {device for device, _parent, _type in claims}
@@ -187,17 +188,3 @@ def _shape(plan: ProviderPlan) -> tuple[Any, ...]:
         plan.traits,
         plan.parent,
     )
-
-
-def configured_here(
-    config: DeviceConfig, now: HostInventory, touched: Collection[str]
-) -> dict[str, str]:
-    """Parent name -> its configured type, for the parents touched."""
-    found = {}
-    for name in touched:
-        parent = now.parent(name)
-        if parent is not None:
-            type_cfg = config.type_for_parent(parent.keys, parent.type_ids)
-            if type_cfg is not None:
-                found[name] = type_cfg.type_id
-    return found
