@@ -21,6 +21,8 @@ from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.provider_tree import ProviderTree
 from vgpu_driver.placement.client import client_from_conf
 from vgpu_driver.placement.sync import PlacementSync
+from vgpu_driver.records.claims import ClaimsRecord
+from vgpu_driver.records.store import StateStore
 from vgpu_driver.sim import description as hostdesc
 from vgpu_driver.sim import nvml_lib
 from vgpu_driver.sim.simulated import SimulatedHost
@@ -174,6 +176,14 @@ class FileBackedHost(SimulatedHost):
 
     def set_vf_type(self, vf_address, type_id):
         return self._shared(super().set_vf_type, vf_address, type_id)
+
+
+def claims_on_disk(state: Path) -> dict:
+    """The claims as a new process reads them from ``state`` (the claims
+    file and the saves appended to its journal since)."""
+    record = ClaimsRecord(StateStore(state))
+    with record.locked():
+        return dict(record.claims)
 
 
 def new_tree(nodename: str = "node1") -> ProviderTree:

@@ -91,8 +91,7 @@ def test_audit_lists_each_mismatch_and_fixes_only_what_is_safe(
     code, out = _cli(capsys, conf, "audit", "--fix", "--format", "json")
     assert code == 1  # allocations are only reported
     assert json.loads(out)["fixed"] == [f"dropped the claim on {stale}"]
-    claims = json.loads((tmp_path / "state" / "claims.json").read_text())
-    assert claims["claims"] == {}
+    assert helpers.claims_on_disk(tmp_path / "state") == {}
     # the allocation is untouched
     body = client.request("GET", f"/allocations/{stranger}").body
     assert rp["uuid"] in body["allocations"]
@@ -128,8 +127,8 @@ def test_restore_holds_the_devices_of_a_spawn_in_flight(
     assert len(report["records_moved_aside"]) == 1
     free_on_86 = "e905c06b-d33d-55fa-b0e1-6654dc764fac"  # demo.json
     assert report["held_in_flight"] == {spawning: [free_on_86]}
-    claims = json.loads((tmp_path / "state" / "claims.json").read_text())
-    assert claims["claims"][free_on_86]["instance"] == spawning
+    claims = helpers.claims_on_disk(tmp_path / "state")
+    assert claims[free_on_86]["instance"] == spawning
     # the audit no longer calls it an allocation without a guest
     code, out = _cli(capsys, conf, "audit", "--format", "json")
     kinds = {(f["kind"], f["subject"]) for f in json.loads(out)["findings"]}

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.helpers import Node
+from tests.helpers import Node, claims_on_disk
 from vgpu_driver.records.store import StateStoreError
 from vgpu_driver.service.ledger import Ledger
 
@@ -85,7 +85,7 @@ def test_a_release_cut_short_is_finished_at_the_next_start(
     monkeypatch.setattr(Ledger, "finish_release", lambda *a: None)
     n.driver.release_mdevs("i1")
     monkeypatch.undo()
-    record = json.loads((state / "claims.json").read_text())["claims"]
+    record = claims_on_disk(state)
     assert record[fresh.id]["purpose"] == "release"
     assert _vf_type(n, fresh.id) != 0  # the host was not touched
     # another process binds meanwhile: never that VF

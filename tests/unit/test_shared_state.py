@@ -89,7 +89,7 @@ def test_binds_from_several_processes_never_share_a_device(tmp_path):
     assert len(bound) == ROOM_ON_PARENT
     assert len(set(bound.values())) == ROOM_ON_PARENT
     assert USED_ON_86 not in bound.values()
-    claims = json.loads((state / "claims.json").read_text())["claims"]
+    claims = helpers.claims_on_disk(state)
     assert {c["instance"]: d for d, c in claims.items()} == bound
     host = helpers.FileBackedHost(host_file)
     on_parent = [m for m in host.discover().mdevs if m.parent == PARENT]
@@ -168,8 +168,7 @@ def test_spawn_claims_end_when_the_guest_is_defined(make_conf, tmp_path):
         [d] = n.driver.allocate_mdevs(f"i{i}", n.alloc((PARENT, 1)))
         n.host.note_guest(Guest(f"i{i}", f"instance-{i}", (d.id,)))
         n.driver.guest_defined(f"i{i}")
-    record = json.loads((tmp_path / "state" / "claims.json").read_text())
-    assert record["claims"] == {}
+    assert helpers.claims_on_disk(tmp_path / "state") == {}
     devices = n.driver.instance_devices()
     assert all(devices[f"i{i}"]["in_use"] for i in range(5))
 

@@ -15,6 +15,7 @@ from tests import helpers
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.records import store as records_store
 from vgpu_driver.records.claims import ClaimsRecord
+from vgpu_driver.records.journal import Journal
 from vgpu_driver.sim import description as hostdesc
 
 
@@ -83,43 +84,60 @@ def test_a_guest_event_on_a_new_connection_looks_the_domain_up(tmp_path):
 def test_a_bind_and_a_release_are_one_durable_write_each(
     tmp_path, monkeypatch
 ):
-    """One durable write: the claims file fsynced, renamed over the old
-    one, then its directory fsynced (so the rename survives a power loss
-    too), in that order."""
+    """One durable write, one flush to disk: the claims appended to their
+    journal and that file's data flushed (``fdatasync``); no file made,
+    renamed or freed, so no flush of the directory. Past the journal's
+    limit, one save writes a snapshot of the claims instead (the file
+    fsynced, renamed over the old one, its directory fsynced, in that
+    order) and empties the journal."""
     import stat
 
-    _host, driver, tree, _guests = service(tmp_path, (2, 24, 16))
-    saves: Counter[str] = Counter()
-    steps: list[str] = []
-    real_save, real_fsync = records_store.StateStore.save, os.fsync
-    real_replace = os.replace
+    from vgpu_driver.records import journal
 
-    def save(self, key, value):
-        saves[key] += 1
-        return real_save(self, key, value)
+    _host, driver, tree, _guests = service(tmp_path, (2, 24, 16))
+    order = saves_in_order(monkeypatch)
+    steps: list[str] = []
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+    real_replace = os.replace
 
     def fsync(fd):
         mode = os.fstat(fd).st_mode
         steps.append("fsync dir" if stat.S_ISDIR(mode) else "fsync file")
         return real_fsync(fd)
 
+    def fdatasync(fd):
+        steps.append("fdatasync file")
+        return real_fdatasync(fd)
+
     def replace(src, dst):
         steps.append("rename")
         return real_replace(src, dst)
 
-    monkeypatch.setattr(records_store.StateStore, "save", save)
     monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
     monkeypatch.setattr(os, "replace", replace)
     free = [p for p in driver.last_plans if p.total > p.reserved]
     rp = tree.data(free[0].name).uuid
     instance = str(uuid.uuid4())
-    durable = ["fsync file", "rename", "fsync dir"]
     driver.allocate_mdevs(instance, {rp: {"resources": {"VGPU": 1}}})
-    assert (dict(saves), steps) == ({"claims": 1}, durable)
-    saves.clear()
+    assert (order, steps) == (["claims"], ["fdatasync file"])
+    order.clear()
     steps.clear()
     driver.release_mdevs(instance)
-    assert (dict(saves), steps) == ({"claims": 1}, durable)
+    assert (order, steps) == (["claims"], ["fdatasync file"])
+    # the journal is full: the next save is a snapshot
+    order.clear()
+    steps.clear()
+    monkeypatch.setattr(journal, "LIMIT", 0)
+    driver.allocate_mdevs(instance, {rp: {"resources": {"VGPU": 1}}})
+    assert (order, steps) == (
+        ["claims"],
+        ["fsync file", "rename", "fsync dir"],
+    )
+    assert os.path.getsize(tmp_path / "vgpu-state" / "claims.journal") == 0
+    assert helpers.claims_on_disk(tmp_path / "vgpu-state") == (
+        driver._refresher.binder.claims()
+    )
 
 
 def test_an_idle_refresh_takes_no_records_lock_until_another_writes(
@@ -155,10 +173,11 @@ def test_an_idle_refresh_takes_no_records_lock_until_another_writes(
 
 @pytest.mark.parametrize("event", [False, True])
 def test_a_refresh_looks_at_the_records_once(tmp_path, monkeypatch, event):
-    """A pass reads the records once (one stat of the claims file),
-    idle or after a guest's event, however many of its steps read them;
-    a write by another process is seen by the next pass."""
-    from vgpu_driver.records import claims as claims_module
+    """A pass reads the records once (one look: a stat of the claims
+    file and one of its journal), idle or after a guest's event, however
+    many of its steps read them; a write by another process is seen by
+    the next pass."""
+    from vgpu_driver.records import claims_file as claims_module
 
     host, driver, tree, guests = service(tmp_path, (2, 16, 16))
     path = driver.state.directory
@@ -174,7 +193,7 @@ def test_a_refresh_looks_at_the_records_once(tmp_path, monkeypatch, event):
     if event:
         defined_again_as_it_was(host, driver, guests[0])
     driver.update_provider_tree(tree, "n")
-    assert looks == [1]
+    assert looks == [2]
     # another process writes: the next pass finds out at its one look
     other = ClaimsRecord(records_store.StateStore(path))
     with other.locked():
@@ -368,15 +387,24 @@ def test_a_guest_defined_with_its_bound_device_ends_the_spawn_claim(
 
 
 def saves_in_order(monkeypatch):
-    """The records written, by key, in the order they are written."""
+    """The records written, by key, in the order they are written
+    (replaced whole, or appended to their journal)."""
     order: list[str] = []
     real_save = records_store.StateStore.save
+    real_append = Journal.append
 
     def save(self, key, value):
         order.append(key)
         return real_save(self, key, value)
 
+    def append(self, base, record):
+        appended = real_append(self, base, record)
+        if appended:
+            order.append(self.path.stem)
+        return appended
+
     monkeypatch.setattr(records_store.StateStore, "save", save)
+    monkeypatch.setattr(Journal, "append", append)
     return order
 
 

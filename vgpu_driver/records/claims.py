@@ -8,17 +8,26 @@ the claims record. Every write gives the claims record a new random
 epoch: a reader that finds an epoch it did not write knows another
 process changed the host meanwhile (:attr:`ClaimsRecord.stale`). It
 never touches the host.
+
+The claims are ``claims.json`` (a snapshot, replaced whole) and the
+saves appended since to ``claims.journal`` (:mod:`.journal`): a bind or
+a release is one append and one flush to disk, not the two flushes and
+the freed inode of a file replaced.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import secrets
 from collections.abc import Iterator
 from typing import Any
 
-from vgpu_driver.model.claims import CLAIM_FIELDS, PURPOSES, Claims
+from vgpu_driver.model.claims import Claims
+from vgpu_driver.records.claims_file import (
+    CLAIMS_RECORD,
+    ClaimsFile,
+    validate_claims,
+)
 from vgpu_driver.records.store import (
     StateRecordCorrupt,
     StateStore,
@@ -26,7 +35,6 @@ from vgpu_driver.records.store import (
     validate_str_map,
 )
 
-CLAIMS_RECORD = "claims"
 VF_TYPES_RECORD = "vf-types"
 # the devices this library made: mdev uuids it created, VF addresses it
 # gave a type; any other device is another manager's (an operator's
@@ -63,9 +71,8 @@ class ClaimsRecord:
         # another process wrote since we last saw (reset by the reader
         # once it has read the host again)
         self.stale = False
-        # the claims file as last read or written here, held open so its
-        # inode is never reused: (its stat signature, the open file)
-        self._seen: tuple[tuple[int, ...], int] | None = None
+        # the claims on disk: the snapshot, its journal, the file held
+        self._file = ClaimsFile(state) if state is not None else None
 
     def made_frozen(self) -> frozenset[str]:
         """``made`` as a frozenset, made again only when the set was
@@ -80,42 +87,11 @@ class ClaimsRecord:
         """Are the records what this process last read or wrote? True
         when the claims file is that very file (the same inode, held open
         since, so not a new file given a reused number) with the same
-        size and times: every writer replaces it whole, with a new
-        epoch, whatever record it changes. A read-only caller that finds
-        them current needs neither the lock nor a read."""
-        if self.state is None:
-            return True
-        if self._seen is None:
-            return False
-        try:
-            found = os.stat(self.state.path(CLAIMS_RECORD))
-        except OSError:
-            return False
-        return _signature(found) == self._seen[0]
-
-    def _hold(self) -> None:
-        """Remember the claims file as it is now (under the lock)."""
-        assert self.state is not None
-        path = self.state.path(CLAIMS_RECORD)
-        try:
-            now = _signature(os.stat(path))
-            if self._seen is not None and self._seen[0] == now:
-                return
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            self._forget()
-            return
-        self._forget()
-        self._seen = (_signature(os.fstat(fd)), fd)
-
-    def _forget(self) -> None:
-        if self._seen is not None:
-            os.close(self._seen[1])
-            self._seen = None
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            self._forget()
+        size and times, and so is its journal: every writer appends to
+        the one or replaces the other, with a new epoch, whatever record
+        it changes. A read-only caller that finds them current needs
+        neither the lock nor a read."""
+        return self._file is None or self._file.current()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
@@ -133,10 +109,8 @@ class ClaimsRecord:
 
     def _read(self) -> None:
         """Read the records (under the lock)."""
-        assert self.state is not None
-        epoch, self.claims = _claims_of(
-            self.state.load(CLAIMS_RECORD, {}, _validate_claims)
-        )
+        assert self._file is not None
+        epoch, self.claims = self._file.read()
         self._claims_on_disk = _copy(self.claims)
         vf_types, made = self._others(epoch)
         self.vf_types = dict(vf_types)
@@ -147,7 +121,6 @@ class ClaimsRecord:
         if self._epoch is not None and epoch != self._epoch:
             self.stale = True
         self._epoch = epoch
-        self._hold()
 
     def _unchanged_since_read(self) -> bool:
         """Under the lock: the claims file is the very one this process
@@ -191,7 +164,7 @@ class ClaimsRecord:
         ours on disk before it is recorded as made."""
         claims = self.claims if claims is None else claims
         vf_types = self.vf_types if vf_types is None else vf_types
-        if self.state is not None:
+        if self.state is not None and self._file is not None:
             if not self.made_known or self.made != self._made_on_disk:
                 self.state.save(MADE_RECORD, sorted(self.made))
                 self._made_on_disk = set(self.made)
@@ -199,10 +172,9 @@ class ClaimsRecord:
             # a fresh random number, not a counter: after a record was
             # moved aside, a reader must never see its old value again
             epoch = secrets.randbits(62) + 1
-            self.state.save(CLAIMS_RECORD, {"epoch": epoch, "claims": claims})
+            self._file.write(epoch, claims)
             self._claims_on_disk = _copy(claims)
             self._epoch = epoch
-            self._hold()
             self.claims = claims
             # one durable write per bind of an mdev: the VF types only
             # when they changed
@@ -231,7 +203,7 @@ class ClaimsRecord:
             except StateRecordCorrupt:
                 self._others_epoch = 0
             for key, validate in (
-                (CLAIMS_RECORD, _validate_claims),
+                (CLAIMS_RECORD, validate_claims),
                 (VF_TYPES_RECORD, _validate_vf_types),
                 (MADE_RECORD, _validate_made),
             ):
@@ -241,45 +213,14 @@ class ClaimsRecord:
                     where = self.state.quarantine(key)
                     if where is not None:
                         moved.append(str(where))
+            assert self._file is not None
+            if not self._file.journal_readable(moved):
+                where = self.state.move_aside(self._file.journal.path)
+                if where is not None:
+                    moved.append(str(where))
             if moved:
                 self.stale = True
         return moved
-
-
-def _claims_of(record: Any) -> tuple[int, Claims]:
-    """(epoch, claims) of a claims record, also of the first format (a
-    bare mapping of claims, epoch 0)."""
-    if "claims" in record and "epoch" in record:
-        return int(record["epoch"]), dict(record["claims"])
-    return 0, dict(record)
-
-
-def _validate_claims(record: Any) -> None:
-    expect(isinstance(record, dict), "not a JSON object")
-    if "claims" in record and "epoch" in record:
-        expect(
-            isinstance(record["epoch"], int)
-            and isinstance(record["claims"], dict),
-            "epoch must be a number and claims an object",
-        )
-        claims = record["claims"]
-    else:
-        claims = record
-    for device_id, claim in claims.items():
-        expect(
-            isinstance(claim, dict), f"claim {device_id!r} is not an object"
-        )
-        for field, kind in CLAIM_FIELDS.items():
-            expect(
-                isinstance(claim.get(field), kind),
-                f"claim {device_id!r} has no valid {field!r}",
-            )
-        expect(
-            claim["purpose"] in PURPOSES
-            and claim["kind"] in ("mdev", "vf", "pci")
-            and claim["id"] == device_id,
-            f"claim {device_id!r} is inconsistent",
-        )
 
 
 _validate_vf_types = validate_str_map(
@@ -292,16 +233,6 @@ def _validate_made(record: Any) -> None:
     expect(
         isinstance(record, list) and all(isinstance(d, str) for d in record),
         "not a list of device ids",
-    )
-
-
-def _signature(found: os.stat_result) -> tuple[int, ...]:
-    return (
-        found.st_dev,
-        found.st_ino,
-        found.st_size,
-        found.st_mtime_ns,
-        found.st_ctime_ns,
     )
 
 

@@ -146,7 +146,7 @@ class StateStore:
         lock_path = self.directory / LOCK_FILE
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-            _give_to_owner_of(self.directory, fd)
+            give_to_owner_of(self.directory, fd)
         except OSError as exc:
             raise StateStoreError(
                 action="lock", path=str(lock_path), reason=str(exc)
@@ -173,10 +173,18 @@ class StateStore:
     def _sweep_temporaries(self) -> None:
         """Under the lock no save is under way: any temporary file is what
         a killed process left behind."""
-        for leftover in self.directory.glob(f"{TEMP_PREFIX}*"):
-            with contextlib.suppress(OSError):
-                leftover.unlink()
-                LOG.info("Removed %s, left by an interrupted save", leftover)
+        try:
+            names = os.listdir(self.directory)
+        except OSError:
+            return
+        for name in names:
+            if name.startswith(TEMP_PREFIX):
+                leftover = self.directory / name
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+                    LOG.info(
+                        "Removed %s, left by an interrupted save", leftover
+                    )
 
     # -- reading and writing ---------------------------------------------
 
@@ -215,14 +223,14 @@ class StateStore:
                 fd, tmp = tempfile.mkstemp(
                     dir=self.directory, prefix=f"{TEMP_PREFIX}{key}."
                 )
-                _give_to_owner_of(self.directory, fd)
+                give_to_owner_of(self.directory, fd)
                 with os.fdopen(fd, "w") as handle:
                     json.dump(value, handle, indent=1, sort_keys=True)
                     handle.flush()
                     os.fsync(handle.fileno())
                 os.replace(tmp, path)
                 tmp = None
-                _sync_directory(self.directory)
+                sync_directory(self.directory)
             except (OSError, TypeError, ValueError) as exc:
                 raise StateStoreError(
                     action="write", path=str(path), reason=str(exc)
@@ -251,7 +259,11 @@ class StateStore:
     def quarantine(self, key: str) -> Path | None:
         """Move an unreadable record aside (kept for the operator, with a
         timestamp) so it can be rebuilt. Returns where it went."""
-        path = self.path(key)
+        return self.move_aside(self.path(key))
+
+    def move_aside(self, path: Path) -> Path | None:
+        """:meth:`quarantine` for a file of the store given by its path
+        (a record's journal)."""
         with self.locked():
             if not path.exists():
                 return None
@@ -331,7 +343,7 @@ def _make_directory(directory: Path) -> bool:
             path.mkdir(exist_ok=True)
             fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
             try:
-                _give_to_owner_of(path.parent, fd)
+                give_to_owner_of(path.parent, fd)
             finally:
                 os.close(fd)
         except OSError as exc:
@@ -341,7 +353,7 @@ def _make_directory(directory: Path) -> bool:
     return bool(missing)
 
 
-def _sync_directory(directory: Path) -> None:
+def sync_directory(directory: Path) -> None:
     """Make a rename in ``directory`` durable (POSIX: the file's fsync
     does not cover the directory entry that names it)."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -351,7 +363,7 @@ def _sync_directory(directory: Path) -> None:
         os.close(fd)
 
 
-def _give_to_owner_of(directory: Path, fd: int) -> None:
+def give_to_owner_of(directory: Path, fd: int) -> None:
     """As root, give what ``fd`` is to ``directory``'s owner (the service
     user that owns state_path), so the service can rewrite it."""
     if os.geteuid() != 0:

@@ -1,0 +1,194 @@
+"""The claims' journal: saves appended between two snapshots, read back
+by any process as the last whole entry that follows the snapshot on
+disk; entries cut short, damaged or of an earlier snapshot never read."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import zlib
+
+import pytest
+
+from vgpu_driver.records import journal
+from vgpu_driver.records.claims import ClaimsRecord
+from vgpu_driver.records.store import (
+    StateRecordCorrupt,
+    StateStore,
+    StateStoreError,
+)
+
+
+def claim(device: str, instance: str) -> dict:
+    return {
+        "kind": "mdev",
+        "id": device,
+        "parent": "pci_0000_86_00_0",
+        "type_id": "nvidia-36",
+        "created": False,
+        "instance": instance,
+        "purpose": "spawn",
+    }
+
+
+def save(record: ClaimsRecord, **claims: str) -> None:
+    """``claims``: device -> instance, the whole record written."""
+    with record.locked():
+        record.save({d: claim(d, i) for d, i in claims.items()})
+
+
+def read(state) -> dict[str, str]:
+    """device -> instance, as a new process reads them."""
+    record = ClaimsRecord(StateStore(state))
+    with record.locked():
+        return {d: c["instance"] for d, c in record.claims.items()}
+
+
+def journal_of(state):
+    return state / "claims.journal"
+
+
+@pytest.fixture
+def state(tmp_path):
+    return tmp_path / "state"
+
+
+def test_saves_after_the_first_are_appended_and_read_by_another_process(
+    state,
+):
+    first = ClaimsRecord(StateStore(state))
+    save(first, a="i1")  # a snapshot, and an empty journal
+    snapshot = (state / "claims.json").read_bytes()
+    assert journal_of(state).stat().st_size == 0
+    save(first, a="i1", b="i2")
+    save(first, b="i2")
+    assert (state / "claims.json").read_bytes() == snapshot
+    assert journal_of(state).read_bytes().count(b"\n") == 4
+    assert read(state) == {"b": "i2"}
+    # another process appends: the first sees the records changed (one
+    # look) and reads its entry
+    other = ClaimsRecord(StateStore(state))
+    save(other, c="i3")
+    assert not first.current()
+    with first.locked():
+        assert set(first.claims) == {"c"}
+    assert first.current()
+
+
+def test_an_entry_cut_short_by_a_crash_is_passed_over(state):
+    record = ClaimsRecord(StateStore(state))
+    save(record, a="i1")
+    save(record, b="i2")
+    save(record, c="i3")
+    with open(journal_of(state), "r+b") as handle:
+        handle.truncate(journal_of(state).stat().st_size - 7)
+    assert read(state) == {"b": "i2"}
+    # the next save, after the cut entry, is read whole
+    save(ClaimsRecord(StateStore(state)), d="i4")
+    assert read(state) == {"d": "i4"}
+
+
+def test_a_damaged_entry_is_passed_over(state):
+    record = ClaimsRecord(StateStore(state))
+    save(record, a="i1")
+    save(record, b="i2")
+    save(record, c="i3")
+    data = bytearray(journal_of(state).read_bytes())
+    data[data.rindex(b'"i3"') + 2] ^= 0x01  # "i3" -> "i2", checksum kept
+    journal_of(state).write_bytes(bytes(data))
+    assert read(state) == {"b": "i2"}
+
+
+def test_entries_of_an_earlier_snapshot_are_never_read(state, monkeypatch):
+    """A snapshot written, its journal's emptying lost to a crash: the
+    old entries follow an earlier snapshot."""
+    record = ClaimsRecord(StateStore(state))
+    save(record, a="i1")
+    save(record, b="i2")
+    before = journal_of(state).read_bytes()
+    monkeypatch.setattr(journal, "LIMIT", 0)
+    save(record, c="i3")  # a snapshot
+    monkeypatch.undo()
+    journal_of(state).write_bytes(before)
+    assert read(state) == {"c": "i3"}
+    # and appends after them are read
+    save(ClaimsRecord(StateStore(state)), d="i4")
+    assert read(state) == {"d": "i4"}
+
+
+def test_a_full_journal_is_emptied_by_a_snapshot(state, monkeypatch):
+    record = ClaimsRecord(StateStore(state))
+    save(record, a="i1")
+    monkeypatch.setattr(journal, "LIMIT", 600)
+    for n in range(8):
+        save(record, **{f"d{n}": f"i{n}"})
+        assert journal_of(state).stat().st_size <= 600
+        assert read(state) == {f"d{n}": f"i{n}"}
+    snapshot = json.loads((state / "claims.json").read_text())
+    assert list(snapshot["claims"]) != ["a"]  # written again meanwhile
+
+
+def test_a_failed_flush_leaves_the_journal_and_the_records_as_they_were(
+    state, monkeypatch
+):
+    record = ClaimsRecord(StateStore(state))
+    save(record, a="i1")
+    save(record, b="i2")
+    size = journal_of(state).stat().st_size
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fdatasync", full)
+    with pytest.raises(StateStoreError, match=r"claims\.journal"):
+        save(record, c="i3")
+    monkeypatch.undo()
+    assert journal_of(state).stat().st_size == size
+    assert read(state) == {"b": "i2"}
+    with record.locked():  # held as on disk
+        assert set(record.claims) == {"b"}
+
+
+def test_a_whole_entry_of_the_wrong_shape_is_corrupt_and_moved_aside(state):
+    record = ClaimsRecord(StateStore(state))
+    save(record, a="i1")
+    base = json.loads((state / "claims.json").read_text())["epoch"]
+    text = json.dumps(
+        {"base": base, "record": {"epoch": 5, "claims": {"x": {}}}}
+    ).encode()
+    with open(journal_of(state), "ab") as handle:
+        handle.write(b"\n%08x %s\n" % (zlib.crc32(text), text))
+    with pytest.raises(StateRecordCorrupt, match=r"claims\.journal"):
+        read(state)
+    moved = ClaimsRecord(StateStore(state)).repair()
+    [aside] = moved
+    assert os.path.basename(aside).startswith("claims.journal.corrupt-")
+    assert read(state) == {"a": "i1"}  # the snapshot, kept
+
+
+def test_a_journal_goes_aside_with_its_snapshot(state):
+    record = ClaimsRecord(StateStore(state))
+    save(record, a="i1")
+    save(record, b="i2")
+    (state / "claims.json").write_text("{ damaged")
+    moved = sorted(os.path.basename(p) for p in record.repair())
+    assert [m.split(".corrupt-")[0] for m in moved] == [
+        "claims.journal",
+        "claims.json",
+    ]
+    assert read(state) == {}
+    save(record, c="i3")  # a new snapshot and journal
+    assert read(state) == {"c": "i3"}
+
+
+def test_a_record_of_the_first_format_is_replaced_not_appended_to(state):
+    """A bare mapping of claims (epoch 0): no journal entry can follow
+    it, so the first save writes a snapshot."""
+    state.mkdir()
+    (state / "claims.json").write_text(json.dumps({"a": claim("a", "i1")}))
+    assert read(state) == {"a": "i1"}
+    save(ClaimsRecord(StateStore(state)), b="i2")
+    assert "epoch" in json.loads((state / "claims.json").read_text())
+    assert journal_of(state).stat().st_size == 0
+    assert read(state) == {"b": "i2"}

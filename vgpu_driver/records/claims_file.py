@@ -1,0 +1,183 @@
+"""The claims on disk: ``claims.json``, a snapshot replaced whole, and
+``claims.journal``, the saves appended since (:mod:`.journal`).
+
+:class:`ClaimsFile` owns that form: reading the record (the snapshot, or
+the journal's last entry that follows it), writing it (one append and
+one flush; a new snapshot when the journal is full or missing), and the
+look that tells a reader whether anyone wrote since: the claims file is
+held open, so its inode is never given to a new file, and its stat
+signature and its journal's are compared. Every save appends to the
+journal or replaces the file. The caller holds the store's lock around
+reads and writes; a look needs none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from oslo_log import log as logging
+
+from vgpu_driver.model.claims import CLAIM_FIELDS, PURPOSES, Claims
+from vgpu_driver.records.journal import SUFFIX, Journal
+from vgpu_driver.records.store import (
+    StateRecordCorrupt,
+    StateStore,
+    StateStoreError,
+    expect,
+)
+
+LOG = logging.getLogger(__name__)
+CLAIMS_RECORD = "claims"
+
+# the stat signatures of the claims file and of its journal (None: none)
+Look = tuple[tuple[int, ...], "tuple[int, ...] | None"]
+
+
+class ClaimsFile:
+    def __init__(self, state: StateStore) -> None:
+        self.state = state
+        self.journal = Journal(state.directory / f"{CLAIMS_RECORD}{SUFFIX}")
+        # the epoch of the snapshot on disk as last read or written (0:
+        # none, or one of the first format: no entry can follow it)
+        self._snapshot = 0
+        # (the look as last read or written here, the claims file open)
+        self._seen: tuple[Look, int] | None = None
+
+    def current(self) -> bool:
+        """Is the record what this process last read or wrote (one stat
+        of each file)?"""
+        return self._seen is not None and self._look() == self._seen[0]
+
+    def read(self) -> tuple[int, Claims]:
+        """(epoch, claims) as on disk now (under the lock)."""
+        epoch, claims = claims_of(
+            self.state.load(CLAIMS_RECORD, {}, validate_claims)
+        )
+        self._snapshot = epoch
+        if epoch:
+            entry = self.journal.latest(epoch, validate_claims)
+            if entry is not None:
+                epoch, claims = claims_of(entry)
+        self._hold()
+        return epoch, claims
+
+    def write(self, epoch: int, claims: Claims) -> None:
+        """Appended to the journal of the snapshot on disk (one flush);
+        else (no snapshot of this format, no journal, or a full one) a
+        new snapshot, and the journal emptied (under the lock)."""
+        record = {"epoch": epoch, "claims": claims}
+        if not (
+            self._snapshot and self.journal.append(self._snapshot, record)
+        ):
+            self.state.save(CLAIMS_RECORD, record)
+            self._snapshot = epoch
+            try:
+                self.journal.empty()
+            except StateStoreError as exc:
+                # its entries follow an earlier snapshot: never read; the
+                # next save writes a snapshot if there is no journal
+                LOG.warning("Could not empty the claims' journal: %s", exc)
+        self._hold()
+
+    def journal_readable(self, moved: list[str]) -> bool:
+        """Is the journal readable, and its snapshot still there (the
+        entries of one moved aside are kept with it; an empty journal
+        has none)? Under the lock, once the records were repaired."""
+        snapshot = self.state.path(CLAIMS_RECORD).name
+        if any(os.path.basename(p).startswith(snapshot) for p in moved):
+            return self.journal.is_empty()
+        try:
+            base, _ = claims_of(
+                self.state.load(CLAIMS_RECORD, {}, validate_claims)
+            )
+            self.journal.latest(base, validate_claims)
+        except StateRecordCorrupt:
+            return False
+        return True
+
+    def _look(self) -> Look | None:
+        """The stat signatures of the claims file and of its journal;
+        None without a claims file."""
+        try:
+            found = _signature(os.stat(self.state.path(CLAIMS_RECORD)))
+        except OSError:
+            return None
+        try:
+            journal = _signature(os.stat(self.journal.path))
+        except OSError:
+            return found, None
+        return found, journal
+
+    def _hold(self) -> None:
+        """Remember both files as they are now (under the lock)."""
+        now = self._look()
+        if now is None:
+            self.forget()
+            return
+        if self._seen is not None and self._seen[0][0] == now[0]:
+            self._seen = (now, self._seen[1])  # the same file, held
+            return
+        try:
+            fd = os.open(self.state.path(CLAIMS_RECORD), os.O_RDONLY)
+        except OSError:
+            self.forget()
+            return
+        self.forget()
+        self._seen = ((_signature(os.fstat(fd)), now[1]), fd)
+
+    def forget(self) -> None:
+        if self._seen is not None:
+            os.close(self._seen[1])
+            self._seen = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.forget()
+
+
+def claims_of(record: Any) -> tuple[int, Claims]:
+    """(epoch, claims) of a claims record, also of the first format (a
+    bare mapping of claims, epoch 0)."""
+    if "claims" in record and "epoch" in record:
+        return int(record["epoch"]), dict(record["claims"])
+    return 0, dict(record)
+
+
+def validate_claims(record: Any) -> None:
+    expect(isinstance(record, dict), "not a JSON object")
+    if "claims" in record and "epoch" in record:
+        expect(
+            isinstance(record["epoch"], int)
+            and isinstance(record["claims"], dict),
+            "epoch must be a number and claims an object",
+        )
+        claims = record["claims"]
+    else:
+        claims = record
+    for device_id, claim in claims.items():
+        expect(
+            isinstance(claim, dict), f"claim {device_id!r} is not an object"
+        )
+        for field, kind in CLAIM_FIELDS.items():
+            expect(
+                isinstance(claim.get(field), kind),
+                f"claim {device_id!r} has no valid {field!r}",
+            )
+        expect(
+            claim["purpose"] in PURPOSES
+            and claim["kind"] in ("mdev", "vf", "pci")
+            and claim["id"] == device_id,
+            f"claim {device_id!r} is inconsistent",
+        )
+
+
+def _signature(found: os.stat_result) -> tuple[int, ...]:
+    return (
+        found.st_dev,
+        found.st_ino,
+        found.st_size,
+        found.st_mtime_ns,
+        found.st_ctime_ns,
+    )
