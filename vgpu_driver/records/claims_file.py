@@ -44,6 +44,7 @@ class ClaimsFile:
         self._snapshot = 0
         # (the look as last read or written here, the claims file open)
         self._seen: tuple[Look, int] | None = None
+        self._files = (state.file(CLAIMS_RECORD), os.fspath(self.journal.path))
 
     def current(self) -> bool:
         """Is the record what this process last read or wrote (one stat
@@ -101,11 +102,11 @@ class ClaimsFile:
         """The stat signatures of the claims file and of its journal;
         None without a claims file."""
         try:
-            found = _signature(os.stat(self.state.path(CLAIMS_RECORD)))
+            found = _signature(os.stat(self._files[0]))
         except OSError:
             return None
         try:
-            journal = _signature(os.stat(self.journal.path))
+            journal = _signature(os.stat(self._files[1]))
         except OSError:
             return found, None
         return found, journal
@@ -120,7 +121,7 @@ class ClaimsFile:
             self._seen = (now, self._seen[1])  # the same file, held
             return
         try:
-            fd = os.open(self.state.path(CLAIMS_RECORD), os.O_RDONLY)
+            fd = os.open(self._files[0], os.O_RDONLY)
         except OSError:
             self.forget()
             return

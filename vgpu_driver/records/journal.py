@@ -50,6 +50,7 @@ SUFFIX = ".journal"
 class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._file = os.fspath(path)
 
     def append(self, base: int, record: Any) -> bool:
         """Append ``record`` as following the snapshot of epoch ``base``,
@@ -64,7 +65,7 @@ class Journal:
         ).encode("utf-8")
         entry = b"\n%08x %s\n" % (zlib.crc32(text), text)
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            fd = os.open(self._file, os.O_WRONLY | os.O_APPEND)
         except FileNotFoundError:
             return False
         except OSError as exc:
@@ -116,7 +117,8 @@ class Journal:
         of epoch ``base``; else None. Raises StateRecordCorrupt if that
         entry is whole but not of the record's shape."""
         try:
-            data = self.path.read_bytes()
+            with open(self._file, "rb") as handle:
+                data = handle.read()
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:

@@ -86,12 +86,24 @@ class StateStore:
                 reason="[devices] state_path is empty",
             )
         self.directory = Path(directory)
+        # as strings too: the records are read through them (a Path
+        # costs more to build and to pass to each call than the call)
+        self._dir = os.fspath(self.directory)
+        self._lock_path = os.path.join(self._dir, LOCK_FILE)
+        self._files: dict[str, str] = {}
         self._thread_lock = threading.RLock()
         self._depth = 0
         self._lock_fd: int | None = None
         self._swept = False
         self._absent = False  # held without a file: nothing exists yet
         self._paths: dict[str, Path] = {}
+
+    def file(self, key: str) -> str:
+        """:meth:`path` as a string (built once)."""
+        found = self._files.get(key)
+        if found is None:
+            found = self._files[key] = os.path.join(self._dir, f"{key}.json")
+        return found
 
     def path(self, key: str) -> Path:
         """The record's file (built once: a peek at the claims stats it
@@ -119,7 +131,7 @@ class StateStore:
                     self._release()
 
     def _acquire(self) -> None:
-        if not self.directory.is_dir():
+        if not os.path.isdir(self._dir):
             self._absent = True
             return
         self._absent = False
@@ -143,7 +155,7 @@ class StateStore:
             )
 
     def _lock_file(self) -> None:
-        lock_path = self.directory / LOCK_FILE
+        lock_path = self._lock_path
         try:
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
             give_to_owner_of(self.directory, fd)
@@ -174,7 +186,7 @@ class StateStore:
         """Under the lock no save is under way: any temporary file is what
         a killed process left behind."""
         try:
-            names = os.listdir(self.directory)
+            names = os.listdir(self._dir)
         except OSError:
             return
         for name in names:
@@ -193,14 +205,15 @@ class StateStore:
     ) -> Any:
         """The record, or ``default`` if there is none yet. Raises
         StateRecordCorrupt if it exists but cannot be read."""
-        path = self.path(key)
+        path = self.file(key)
         try:
-            data = path.read_bytes()
+            with open(path, "rb") as handle:
+                data = handle.read()
         except (FileNotFoundError, NotADirectoryError):
             return default  # no record (or no state_path) yet
         except OSError as exc:
             raise StateStoreError(
-                action="read", path=str(path), reason=str(exc)
+                action="read", path=path, reason=str(exc)
             ) from exc
         try:
             # UnicodeDecodeError is a ValueError: a record with a byte
@@ -210,7 +223,7 @@ class StateStore:
                 validate(value)
         except (ValueError, TypeError, KeyError, RecursionError) as exc:
             reason = "it is empty" if not data.strip() else str(exc)
-            raise StateRecordCorrupt(path=str(path), reason=reason) from exc
+            raise StateRecordCorrupt(path=path, reason=reason) from exc
         return value
 
     def save(self, key: str, value: Any) -> None:
