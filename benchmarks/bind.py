@@ -17,7 +17,6 @@ file stays the size of the unfinished binds.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 import time
@@ -28,10 +27,20 @@ from benchmarks.common import conf_for, dense, machine
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.provider_tree import ProviderTree
+from vgpu_driver.records.claims import ClaimsRecord
+from vgpu_driver.records.store import StateStore
 from vgpu_driver.sim import description as hostdesc
 
 PARENTS = 16
 FREE = 64  # free mdevs to reuse, 4 per pGPU
+
+
+def _claims_on_disk(state_path: str) -> dict[str, object]:
+    """The claims as another process reads them (the claims file and the
+    saves appended to its journal since)."""
+    record = ClaimsRecord(StateStore(state_path))
+    with record.locked():
+        return dict(record.claims)
 
 
 def measure(guests: int) -> dict[str, float]:
@@ -58,9 +67,8 @@ def measure(guests: int) -> dict[str, float]:
             cpu.append((time.process_time() - start) * 1000)
             calls.append(host.call_count)
             assert not devices[0].created
-            claims = Path(conf.devices.state_path) / "claims.json"
             largest_claims = max(
-                largest_claims, len(json.loads(claims.read_text())["claims"])
+                largest_claims, len(_claims_on_disk(conf.devices.state_path))
             )
             host.connection().defineXML(
                 _domain(instance, f"bench-{i}", driver, devices)

@@ -560,3 +560,32 @@ def test_a_guest_found_on_a_typed_vf_records_its_type(tmp_path):
     driver.update_provider_tree(tree, "n")
     again = VgpuDriver(driver.conf, host)  # the records, as on disk
     assert again.binder.vf_types[vf] == 1157
+
+
+class _Unwalkable(dict):
+    def __iter__(self):
+        raise AssertionError("walked every device in use")
+
+
+class _UnwalkableSet(set):
+    def __iter__(self):
+        raise AssertionError("walked every device made")
+
+
+def test_a_later_bind_walks_nothing_the_size_of_the_host(tmp_path):
+    """A bind asks whether each device it looks at is busy, one id at a
+    time (no set of every device in use, claimed or another's is built),
+    and its save neither copies nor sorts the devices made: its cost
+    does not grow with the guests."""
+    _host, driver, tree, _guests = service(tmp_path, (2, 24, 16))
+    free = [p for p in driver.last_plans if p.total > p.reserved]
+    rp = tree.data(free[0].name).uuid
+    allocation = {rp: {"resources": {"VGPU": 1}}}
+    driver.allocate_mdevs(str(uuid.uuid4()), allocation)  # reads guests
+    ledger = driver._refresher.binder.ledger
+    ledger.view.used = _Unwalkable(ledger.view.used)
+    record = ledger.record
+    record._made_on_disk = _UnwalkableSet(record._made_on_disk)
+    record._others_value = (record._others_value[0], record._made_on_disk)
+    [device] = driver.allocate_mdevs(str(uuid.uuid4()), allocation)
+    assert device.id in driver._refresher.binder.claims()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid as uuidlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
 from vgpu_driver.exception import DeviceCapacityExhausted, ProviderUnknown
@@ -63,7 +63,7 @@ def choose(
     wanted: Iterable[tuple[str, str, int]],
     parents: Mapping[str, ParentView],
     pfs: Mapping[str, PfView],
-    busy: set[str],
+    busy: Container[str],
     groups: Mapping[str, tuple[str, ...]] | None = None,
     plain: Mapping[str, tuple[str, ...]] | None = None,
 ) -> list[BoundDevice]:
@@ -77,7 +77,7 @@ def choose(
     DeviceCapacityExhausted when a parent has no room. ``created``
     marks what would have to be made.
     """
-    taken = set(busy)
+    taken = Taken(busy)
     chosen: list[BoundDevice] = []
     devices = Devices(parents, pfs, groups or {}, plain or {})
     for device, type_id, count in wanted:
@@ -90,6 +90,22 @@ def choose(
             taken.add(pick.id)
             chosen.append(pick)
     return chosen
+
+
+class Taken:
+    """What is busy, and what the choice took so far."""
+
+    __slots__ = ("busy", "chosen")
+
+    def __init__(self, busy: Container[str]) -> None:
+        self.busy = busy
+        self.chosen: set[str] = set()
+
+    def __contains__(self, device_id: object) -> bool:
+        return device_id in self.chosen or device_id in self.busy
+
+    def add(self, device_id: str) -> None:
+        self.chosen.add(device_id)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +122,7 @@ def _pick_for(
     device: str,
     type_id: str,
     devices: Devices,
-    taken: set[str],
+    taken: Taken,
     chosen: list[BoundDevice],
 ) -> BoundDevice | None:
     if device in devices.plain:
@@ -140,7 +156,7 @@ def _pick(
     type_id: str,
     parents: Mapping[str, ParentView],
     pfs: Mapping[str, PfView],
-    taken: set[str],
+    taken: Taken,
     chosen: list[BoundDevice],
     reuse_only: bool = False,
 ) -> BoundDevice | None:

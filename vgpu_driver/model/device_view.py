@@ -10,12 +10,26 @@ which the view does not hold: they are passed in.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Container, Iterable, Mapping
 
 from vgpu_driver.model import naming
 from vgpu_driver.model.binding import BoundDevice, ParentView, PfView
 from vgpu_driver.model.claims import Claim, Claims, device_of
 from vgpu_driver.model.device import HostInventory, Mdev, Parent
+
+
+class Busy:
+    """Device ids in any of some collections (used, claimed, another's):
+    asked one id at a time, so no set of them all is built (a bind on a
+    host of thousands asks a few)."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self, parts: tuple[Container[str], ...]) -> None:
+        self._parts = parts
+
+    def __contains__(self, device_id: object) -> bool:
+        return any(device_id in part for part in self._parts)
 
 
 @dataclasses.dataclass
@@ -128,10 +142,10 @@ class DeviceView:
             )
             self.parent_objects[name] = parent
 
-    def busy(self, claims: Claims) -> set[str]:
+    def busy(self, claims: Claims) -> Busy:
         """Device ids a guest uses, someone claimed, or another manager
         made: none is handed out."""
-        return set(self.used) | set(claims) | self.foreign
+        return Busy((self.used, claims, self.foreign))
 
     def device(
         self, device_id: str, claim: Claim | None
@@ -173,7 +187,10 @@ class DeviceView:
         return remove_unused and device.id in self.mdevs
 
     def free_mdevs(
-        self, parent: str | None, types: Iterable[str] | None, busy: set[str]
+        self,
+        parent: str | None,
+        types: Iterable[str] | None,
+        busy: Container[str],
     ) -> set[str]:
         wanted = None if types is None else set(types)
         return {
@@ -187,7 +204,7 @@ class DeviceView:
         }
 
     def room(
-        self, candidates: Mapping[str, str], busy: set[str]
+        self, candidates: Mapping[str, str], busy: Container[str]
     ) -> dict[str, list[int]]:
         """parent -> [free mdevs, room for new ones] of its type in
         ``candidates`` (parent -> type id)."""

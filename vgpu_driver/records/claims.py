@@ -183,9 +183,10 @@ class ClaimsRecord:
                 self._vf_types_on_disk = dict(vf_types)
             # what is on disk now, at the epoch just written
             self._others_epoch = epoch
+            # (the set as written, never changed in place: not copied)
             self._others_value = (
                 dict(self._vf_types_on_disk),
-                sorted(self._made_on_disk),
+                self._made_on_disk,
             )
         self.claims, self.vf_types = claims, vf_types
 
