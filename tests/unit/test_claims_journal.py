@@ -5,12 +5,16 @@ disk; entries cut short, damaged or of an earlier snapshot never read."""
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import os
 import zlib
+from pathlib import Path
 
 import pytest
 
+from tests import helpers
+from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.records import journal
 from vgpu_driver.records.claims import ClaimsRecord
 from vgpu_driver.records.store import (
@@ -121,10 +125,15 @@ def test_a_full_journal_is_emptied_by_a_snapshot(state, monkeypatch):
     record = ClaimsRecord(StateStore(state))
     save(record, a="i1")
     monkeypatch.setattr(journal, "LIMIT", 600)
+    sizes = []
     for n in range(8):
         save(record, **{f"d{n}": f"i{n}"})
-        assert journal_of(state).stat().st_size <= 600
+        sizes.append(journal_of(state).stat().st_size)
+        assert sizes[-1] <= 600
         assert read(state) == {f"d{n}": f"i{n}"}
+    # emptied by each snapshot, and appended to again after it
+    assert 0 in sizes[1:]
+    assert all(b > 0 for a, b in itertools.pairwise(sizes) if a == 0)
     snapshot = json.loads((state / "claims.json").read_text())
     assert list(snapshot["claims"]) != ["a"]  # written again meanwhile
 
@@ -192,3 +201,79 @@ def test_a_record_of_the_first_format_is_replaced_not_appended_to(state):
     assert "epoch" in json.loads((state / "claims.json").read_text())
     assert journal_of(state).stat().st_size == 0
     assert read(state) == {"b": "i2"}
+
+
+# -- a process killed while it binds and releases -----------------------
+
+
+def _bind_and_release_until_killed(state, host_file, acks) -> None:
+    """Bind and release one instance after another, saying each done;
+    the journal kept small, so snapshots are written too."""
+    from tests.unit.test_shared_state import PARENT, _conf
+
+    journal.LIMIT = 4096
+    host = helpers.FileBackedHost(Path(host_file))
+    conf = _conf(Path(state), helpers.load("m10").config, Path(state).parent)
+    driver = VgpuDriver(conf, host)
+    tree = helpers.new_tree()
+    driver.update_provider_tree(tree, "node1")
+    rp = tree.data(f"node1_{PARENT}").uuid
+    n = 0
+    while True:
+        instance = f"i{n}"
+        [device] = driver.allocate_mdevs(
+            instance, {rp: {"resources": {"VGPU": 1}}}
+        )
+        acks.put(("bound", instance, device.id))
+        driver.release_mdevs(instance)
+        acks.put(("released", instance, device.id))
+        n += 1
+
+
+@pytest.mark.parametrize("after", [7, 24, 41])
+def test_a_process_killed_at_any_point_leaves_what_it_said_it_saved(
+    tmp_path, after
+):
+    """SIGKILL at some point in a run of binds and releases: a new
+    process reads the claims as the last one acknowledged left them, or
+    as the one under way when it died left them; never an older state,
+    never a record it cannot read."""
+    import multiprocessing
+    import signal
+    import time
+
+    state = tmp_path / "state"
+    host_file = tmp_path / "host.pickle"
+    helpers.FileBackedHost(host_file, helpers.load("m10"))
+    ctx = multiprocessing.get_context("spawn")
+    acks = ctx.Queue()
+    worker = ctx.Process(
+        target=_bind_and_release_until_killed,
+        args=(str(state), str(host_file), acks),
+    )
+    worker.start()
+    said = [acks.get(timeout=120) for _ in range(after)]
+    time.sleep(0.001 * after)  # into the next operation, or later
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.join(timeout=30)
+    while not acks.empty():  # acknowledged before it died
+        said.append(acks.get())
+    kind, instance, device = said[-1]
+    record = ClaimsRecord(StateStore(state))
+    with record.locked():
+        claims = {
+            d: (c["instance"], c["purpose"]) for d, c in record.claims.items()
+        }
+    done = int(instance[1:])
+    if kind == "bound":
+        # its release may have begun (recorded first) or ended
+        assert claims in (
+            {device: (instance, "spawn")},
+            {device: (instance, "release")},
+            {},
+        )
+    else:
+        # the next bind may have been recorded
+        assert claims == {} or [owner for owner, _ in claims.values()] == [
+            f"i{done + 1}"
+        ]
