@@ -413,6 +413,69 @@ def test_the_fast_guest_parser_agrees_on_unusual_domains(devices, name):
     assert domain_xml.parse_guest(text) == domain_xml.parse_guest_tree(text)
 
 
+def test_a_nova_guest_is_read_without_building_a_tree(tmp_path, monkeypatch):
+    """Nova's metadata (written with double quotes) and the devices of a
+    guest beside its host devices, as libvirt returns them, do not send
+    it to the reference parser (which costs about seven times as much
+    on a 4.5 KB domain)."""
+    _, _, domains = _test_driver_xml(tmp_path)
+    assert domains
+    assert all('"' in t and "<nova:instance" in t for t in domains)
+    expected = [domain_xml.parse_guest_tree(t) for t in domains]
+    assert any(g.mdevs for g in expected) and any(
+        g.pci_devices for g in expected
+    )
+
+    def tree(text):
+        raise AssertionError("read with a tree")
+
+    monkeypatch.setattr(domain_xml, "parse_guest_tree", tree)
+    assert [domain_xml.parse_guest(t) for t in domains] == expected
+
+
+NOVA_METADATA = (
+    '<metadata><nova:instance xmlns:nova="http://openstack.org/xmlns/'
+    'libvirt/nova/1.1"><nova:name>a "quoted" &amp; name</nova:name>'
+    "</nova:instance></metadata>"
+)
+HOSTDEV = (
+    "<hostdev mode='subsystem' type='mdev' model='vfio-pci'><source>"
+    "<address uuid='aaaaaaaa-0000-0000-0000-000000000003'/></source>"
+    "</hostdev>"
+)
+
+
+@pytest.mark.parametrize(
+    "metadata, devices",
+    [
+        # another application's metadata, with elements named as devices
+        (
+            '<metadata><app xmlns="urn:x"><devices>' + HOSTDEV + "</devices>"
+            "</app></metadata>",
+            "",
+        ),
+        # a metadata element within the metadata
+        ('<metadata><app xmlns="urn:x"><metadata/></app></metadata>', HOSTDEV),
+        (NOVA_METADATA, HOSTDEV),
+        # a double quote, an entity or a comment among the devices
+        (
+            NOVA_METADATA,
+            HOSTDEV.replace("'aaaaaaaa-0000-0000-0000-000000000003'", '"x"'),
+        ),
+        (NOVA_METADATA, HOSTDEV.replace("aaaaaaaa", "&#97;aaaaaaa")),
+        (NOVA_METADATA, "<!-- " + HOSTDEV + " -->"),
+        ("<metadata/>", HOSTDEV),
+    ],
+)
+def test_the_fast_guest_parser_agrees_whatever_the_metadata(metadata, devices):
+    text = (
+        "<domain type='kvm'><name>instance-00000001</name>"
+        "<uuid>11111111-2222-3333-4444-555555555555</uuid>"
+        f"{metadata}<devices>{devices}</devices></domain>"
+    )
+    assert domain_xml.parse_guest(text) == domain_xml.parse_guest_tree(text)
+
+
 def test_sysfs_attributes_are_read_whole_or_not_at_all(tmp_path):
     """sysfs values are read with raw descriptor reads: a value longer
     than one read comes back whole; a missing, unreadable or undecodable

@@ -19,31 +19,53 @@ _ATTRIBUTE = re.compile(r"([\w:-]+)='([^'<&]*)'")
 def parse_guest(text: str) -> Guest:
     """A domain's uuid, name and host devices, read without building a
     tree when the text has the shape libvirt formats (a first discovery
-    reads every domain); otherwise (an entity, a comment, double quotes)
-    :func:`parse_guest_tree`, the reference."""
+    reads every domain); otherwise :func:`parse_guest_tree`, the
+    reference.
+
+    Only the ``<name>``, the ``<uuid>`` and the ``<hostdev>`` elements
+    of ``<devices>`` are read, so what else a domain holds does not send
+    it to the tree: a Nova guest's ``<metadata>`` (its ``nova:instance``,
+    written with double quotes) is passed over whole. Declined: an entity
+    in the name or uuid or in a ``<hostdev>``, a comment, CDATA or a
+    double quote among the devices, more than one ``metadata`` element,
+    and elements out of libvirt's order."""
     name = between(text, "<name>", "</name>")
     uuid = between(text, "<uuid>", "</uuid>")
-    devices = text.find("<devices>")
+    head = text.find("<metadata")
+    tail = text.find("</metadata>")
+    if head >= 0 and (
+        text.count("<metadata") != 1 or text.count("</metadata>") > 1
+    ):
+        return parse_guest_tree(text)
+    first = text.find("<uuid>")
+    devices = text.find("<devices>", max(tail, first))
+    end = text.rfind("</devices>")
     if (
         name is None
         or uuid is None
         or devices < 0
-        or devices < text.find("<uuid>")
-        or "&" in text
-        or "<!--" in text
-        or '"' in text
-        or "CDATA" in text
+        or end < devices
+        or (head >= 0 and text.find("<name>") > head)
+        or (head >= 0 and first > head)
+        or "&" in name
+        or "&" in uuid
     ):
+        return parse_guest_tree(text)
+    region = text[devices:end]
+    if '"' in region or "<!--" in region or "CDATA" in region:
         return parse_guest_tree(text)
     mdevs: list[str] = []
     pci: list[str] = []
-    start = text.find("<hostdev", devices)
+    start = region.find("<hostdev")
     while start >= 0:
-        end = text.find("</hostdev>", start)
-        if end < 0:
+        stop = region.find("</hostdev>", start)
+        if stop < 0:
             return parse_guest_tree(text)
-        _hostdev_text(text[start:end], mdevs, pci)
-        start = text.find("<hostdev", end)
+        fragment = region[start:stop]
+        if "&" in fragment:
+            return parse_guest_tree(text)
+        _hostdev_text(fragment, mdevs, pci)
+        start = region.find("<hostdev", stop)
     return Guest(
         uuid=uuid.strip().lower(),
         name=name.strip(),

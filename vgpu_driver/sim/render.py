@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
+from vgpu_driver.sim.guest_xml import render_guest
 from vgpu_driver.sim.specs import (
-    GuestSpec,
     HostDescription,
     OtherGpuSpec,
     ParentSpec,
@@ -49,7 +49,7 @@ def render_libvirt_xml(description: HostDescription) -> str:
             "  </device>"
         )
     for guest in description.guests:
-        out.append(_render_guest(guest))
+        out.append(render_guest(guest))
     out.append("</node>")
     return "\n".join(out) + "\n"
 
@@ -132,34 +132,6 @@ def _render_parent(description: HostDescription, parent: ParentSpec) -> str:
         # it is found in sysfs (class/mdev_bus) only.
         return "  <!-- virtual parent " + escape(parent.name) + " -->"
     return head + body + "\n  </device>"
-
-
-def _render_guest(guest: GuestSpec) -> str:
-    devices = []
-    for uuid in guest.mdevs:
-        devices.append(
-            "<hostdev mode='subsystem' type='mdev' managed='no' "
-            f"model='vfio-pci'><source><address uuid='{uuid}'/></source>"
-            "</hostdev>"
-        )
-    for address in guest.pci:
-        domain, bus, rest = address.split(":")
-        slot, function = rest.split(".")
-        devices.append(
-            "<hostdev mode='subsystem' type='pci' managed='no'><source>"
-            f"<address domain='0x{domain}' bus='0x{bus}' slot='0x{slot}' "
-            f"function='0x{function}'/></source></hostdev>"
-        )
-    return (
-        "  <domain type='test'>\n"
-        f"    <name>{escape(guest.name)}</name>\n"
-        f"    <uuid>{guest.uuid}</uuid>\n"
-        "    <memory>65536</memory>\n"
-        "    <os><type>hvm</type></os>\n"
-        "    <devices>\n      " + "\n      ".join(devices) + "\n"
-        "    </devices>\n"
-        "  </domain>"
-    )
 
 
 def render_sysfs(description: HostDescription, root: Path) -> None:
