@@ -124,7 +124,7 @@ class ClaimsRecord:
 
     def _unchanged_since_read(self) -> bool:
         """Under the lock: the claims file is the very one this process
-        last read or wrote (one stat), and the claims, VF types and
+        last read or wrote (one look), and the claims, VF types and
         devices made held here are still what was read or written then
         (an operation that changed them and failed to save is undone by
         reading them again)."""

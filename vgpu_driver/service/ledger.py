@@ -126,7 +126,8 @@ class Ledger:
     def peeked(self) -> Iterator[None]:
         """For a read of the records alone: held without the records'
         cross-process lock when they are as this process last read or
-        wrote them (:meth:`ClaimsRecord.current`: one stat), read afresh
+        wrote them (:meth:`ClaimsRecord.current`: one look, a stat of the
+        claims file and one of its journal), read afresh
         under it otherwise."""
         looked = getattr(self._pass, "current", None)
         with self.lock:
@@ -141,7 +142,7 @@ class Ledger:
     @contextlib.contextmanager
     def one_look(self) -> Iterator[None]:
         """A pass whose reads of the records (:meth:`peeked`) look at the
-        claims file once: the first that finds them current stands for
+        claims files once: the first that finds them current stands for
         the rest of this thread's pass, as if the pass had read them
         then. An action (:meth:`locked`) still looks again under the
         lock (and re-reads what another process changed)."""
