@@ -26,7 +26,14 @@ together would land between them, on whichever the sample favours.
 Nova beside: its periodic on the same host (it reads no guest and no
 mdev of anyone else, so a change costs it nothing more).
 
-    tools/nova-venv python -m benchmarks.churn [--quick]
+``--daemon``: the guest rows alone, on the same hosts served by this
+machine's ``libvirtd`` over its UNIX socket, as a compute service's
+libvirt is (every call a round trip; in process a test-driver call
+costs about what a Python call does, which makes a guest's one more
+call weigh more than it does on a host). CPU is the caller's; the wall
+ratio is printed beside it.
+
+    tools/nova-venv python -m benchmarks.churn [--quick] [--daemon]
 """
 
 from __future__ import annotations
@@ -41,7 +48,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import conf_for, dense, machine, sriov
+from benchmarks.common import (
+    conf_for,
+    dense,
+    libvirt_daemon,
+    machine,
+    readable_by_daemon,
+    sriov,
+)
 from benchmarks.nova_compare import Nova, timed
 from benchmarks.service import FREE, Service
 from vgpu_driver.driver import VgpuDriver
@@ -52,6 +66,8 @@ from vgpu_driver.sim.simulated import SimulatedHost
 SHAPES = [(1, 16, 16), (4, 128, 128), (16, 512, 512)]
 CARDS = [1, 4, 16]
 RUNS = [15]  # repetitions of each change (--runs)
+# wall ms of the last pairs() run: after each change, then idle, in turn
+WALL: list[float] = []
 Runner = Callable[[Path], dict[str, Any]]
 
 
@@ -68,18 +84,31 @@ def pairs(
 ) -> tuple[list[float], list[float]]:
     """(CPU ms of the refresh after each change, of the idle one after),
     less ``host_share()``: the CPU ms the host spent answering during
-    the refresh just timed."""
+    the refresh just timed. Their wall ms go to ``WALL``."""
     changed, idle = [], []
+    WALL.clear()
     for step in range(2 * RUNS[0]):
         change(step)
-        changed.append(timed(refresh)[0] - host_share())
-        idle.append(timed(refresh)[0] - host_share())
+        cpu, wall = timed(refresh)
+        changed.append(cpu - host_share())
+        WALL.append(wall)
+        cpu, wall = timed(refresh)
+        idle.append(cpu - host_share())
+        WALL.append(wall)
     return changed, idle
 
 
-def guest_churn(shape: tuple[int, int, int], tmp: Path) -> dict[str, Any]:
+def guest_churn(
+    shape: tuple[int, int, int],
+    tmp: Path,
+    remote: Callable[[str], str] | None = None,
+) -> dict[str, Any]:
+    """``remote``: served by a daemon, at the URI it gives."""
     description = dense(shape[0], shape[1] + FREE, shape[2])
     uri, sysfs = hostdesc.materialize(description, tmp)
+    if remote is not None:
+        readable_by_daemon(tmp)
+        uri = remote(uri)
     service = Service(uri, sysfs, conf_for(description.config, tmp), tmp)
     guest = service.guests[0]
     xml = service.conn.lookupByUUIDString(guest).XMLDesc(0)
@@ -92,7 +121,12 @@ def guest_churn(shape: tuple[int, int, int], tmp: Path) -> dict[str, Any]:
         service.driver.domain_event(guest, step % 2 == 1)
 
     changed, idle = pairs(change, service.idle)
-    return {"changed": changed, "idle": idle, "nova": nova_idle(uri)}
+    wall = (
+        {"changed_wall": WALL[0::2], "idle_wall": WALL[1::2]}
+        if remote is not None
+        else {}
+    )
+    return {"changed": changed, "idle": idle, "nova": nova_idle(uri), **wall}
 
 
 def vf_churn(cards: int, tmp: Path) -> dict[str, Any]:
@@ -170,16 +204,40 @@ def row(label: str, found: dict[str, Any], half: int | None = None) -> str:
         changed = changed[half::2]
     ratio = statistics.median(changed) / statistics.median(idle)
     beside = spread(nova) if nova else "-"
-    return (
+    line = (
         f"{label:>22} | {spread(changed):>18} {spread(idle):>18} "
         f"{ratio:>6.2f}x | {beside:>20}"
     )
+    if "changed_wall" in found and half is not None:
+        wall = statistics.median(found["changed_wall"][half::2])
+        line += f" | {wall / statistics.median(found['idle_wall']):>6.2f}x"
+    return line
+
+
+def guests_over_daemon(shapes: list[tuple[int, int, int]]) -> None:
+    """The guest rows, the hosts served by this machine's libvirtd."""
+    print("libvirt: test-driver hosts served by libvirtd (UNIX socket)")
+    with (
+        tempfile.TemporaryDirectory() as top,
+        libvirt_daemon(Path(top)) as remote,
+    ):
+        for shape in shapes:
+            with tempfile.TemporaryDirectory(dir=top) as tmp:
+                found = guest_churn(shape, Path(tmp), remote)
+            label = "/".join(map(str, shape))
+            for half, kind in enumerate(("guest gone", "guest back")):
+                print(row(f"{kind} {label}", found, half), flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--runs", type=int, default=RUNS[0])
+    parser.add_argument(
+        "--daemon",
+        action="store_true",
+        help="the guest rows alone, served by this machine's libvirtd",
+    )
     args = parser.parse_args()
     RUNS[0] = args.runs
     shapes = SHAPES[:2] if args.quick else SHAPES
@@ -193,7 +251,11 @@ def main() -> None:
     print(
         f"{'case':>22} | {'after change':>18} {'idle':>18} {'ratio':>7} | "
         f"{'nova periodic':>20}"
+        + (f" | {'wall ratio':>7}" if args.daemon else "")
     )
+    if args.daemon:
+        guests_over_daemon(shapes)
+        return
     # (the two kinds of change of a case, the host, how to run it)
     cases: list[tuple[tuple[str, str], str, Runner]] = []
     for shape in shapes:

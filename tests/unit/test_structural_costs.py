@@ -60,6 +60,45 @@ def test_a_guest_event_costs_one_call_whatever_the_guests(tmp_path, shape):
     assert Counter(host.calls) - idle == Counter({"domain.XMLDesc": 1})
 
 
+@pytest.mark.parametrize("kept", [64, 1])
+def test_a_guest_seen_gone_and_defined_again_costs_one_call(
+    tmp_path, monkeypatch, kept
+):
+    """A hard reboot undefines a guest and defines it again; a refresh
+    in between sees it gone. Its domain object is kept (for the last
+    GONE_KEPT guests gone): read again through it, no lookup."""
+    from vgpu_driver.host import guests as guests_module
+
+    monkeypatch.setattr(guests_module, "GONE_KEPT", kept)
+    host, driver, tree, guests = service(tmp_path, (2, 16, 16))
+    conn = host.connection()
+    xmls = {}
+    for guest in guests[:2]:
+        domain = conn.lookupByUUIDString(guest)
+        xmls[guest] = domain.XMLDesc(0)
+        domain.undefine()
+        driver.domain_event(guest, False)
+        driver.update_provider_tree(tree, "n")  # seen gone
+    conn.defineXML(xmls[guests[1]])
+    driver.domain_event(guests[1], True)
+    host.calls.clear()
+    driver.update_provider_tree(tree, "n")
+    assert (
+        host.calls["lookupByUUIDString"],
+        host.calls["domain.XMLDesc"],
+    ) == (
+        0,
+        1,
+    )
+    # the first one gone: kept too, or (past the limit) looked up
+    conn.defineXML(xmls[guests[0]])
+    driver.domain_event(guests[0], True)
+    host.calls.clear()
+    driver.update_provider_tree(tree, "n")
+    assert host.calls["lookupByUUIDString"] == (0 if kept > 1 else 1)
+    assert set(guests[:2]) <= set(driver.instance_devices())
+
+
 def test_a_guest_event_on_a_new_connection_looks_the_domain_up(tmp_path):
     """Domain objects are of the connection they came from: after a new
     one (libvirtd restarted, the caller reconnected) a guest's event

@@ -2,7 +2,8 @@
 
 :class:`Guests` owns the guests as last read (None until a first full
 scan), the domain objects they were read from (a domain read again is
-read through its object: one call, not a lookup and a read), the domain
+read through its object: one call, not a lookup and a read; those of
+the last guests seen gone are kept for one defined again), the domain
 events waiting to be applied, and when each domain was last re-read.
 Every guest is read on the first reading that wants them, and again
 only when asked (a service's start), after a lost connection (events
@@ -27,6 +28,9 @@ from vgpu_driver.host.connection import Connection
 from vgpu_driver.model.device import Guest
 
 LOG = logging.getLogger(__name__)
+# domain objects of guests seen gone, kept for one that comes back (a
+# hard reboot undefines and defines it again): the newest ones
+GONE_KEPT = 64
 
 
 class Guests:
@@ -51,6 +55,11 @@ class Guests:
         # a domain is found by uuid at each call on it, so its object
         # stays good across an undefine and a define again
         self._domains: dict[str, Any] = {}
+        # and those of guests seen gone, the newest last (at most
+        # GONE_KEPT): one defined again is read through it, no lookup
+        self._gone: collections.OrderedDict[str, Any] = (
+            collections.OrderedDict()
+        )
         self._domains_of: Any = None
         link.on_lost.append(self._rescan_next)
 
@@ -74,6 +83,7 @@ class Guests:
                 domains[guest.uuid] = domain
         self.known = guests
         self._domains, self._domains_of = domains, conn
+        self._gone.clear()
         self._since = None
         self.dirty = True
 
@@ -114,7 +124,12 @@ class Guests:
             self.dirty = True
 
     def forget(self, uuid: str) -> None:
-        self._domains.pop(uuid, None)
+        domain = self._domains.pop(uuid, None)
+        if domain is not None:
+            self._gone[uuid] = domain
+            self._gone.move_to_end(uuid)
+            if len(self._gone) > GONE_KEPT:
+                self._gone.popitem(last=False)
         if self.known is not None and uuid in self.known:
             self._remember(uuid)
             del self.known[uuid]
@@ -126,13 +141,17 @@ class Guests:
 
     def refresh(self, uuid: str) -> Guest | None:
         """Re-read one domain (one call for a domain read before on this
-        connection, two for another), or forget it if it is gone."""
+        connection, gone since or not, two for another), or forget it if
+        it is gone."""
         # domain events about it queued before now are answered by this
         self._read_at[uuid] = next(self._seq)
         conn = self.link.get()
         if self._domains_of is not conn:
             self._domains, self._domains_of = {}, conn
+            self._gone.clear()
         domain = self._domains.get(uuid)
+        if domain is None:
+            domain = self._gone.pop(uuid, None)
         if domain is None:
             api = self.link.api
             try:
@@ -144,7 +163,7 @@ class Guests:
                     raise
                 self.forget(uuid)
                 return None
-            self._domains[uuid] = domain
+        self._domains[uuid] = domain
         guest = self._read(domain)
         if guest is None:
             self.forget(uuid)
