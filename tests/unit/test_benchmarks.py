@@ -111,6 +111,23 @@ def test_churn_benchmark_prints_every_change_beside_idle():
     assert all(float(m[3]) > 0 for m in found)
 
 
+def test_churn_benchmark_times_guests_over_libvirtd():
+    """``--daemon``: the guest rows, the hosts served by libvirtd, with a
+    wall ratio beside the CPU one."""
+    import shutil
+
+    if not (shutil.which("libvirtd") or Path("/usr/sbin/libvirtd").exists()):
+        pytest.skip("libvirtd is not installed (Debian's libvirt-daemon)")
+    out = run("churn", "--quick", "--runs", "2", "--daemon")
+    assert "served by libvirtd" in out
+    found = rows(
+        out,
+        r"\s*(guest gone|guest back) (\S+) \|.* ([\d.]+)x \|.*\| +([\d.]+)x$",
+    )
+    assert Counter(m[1] for m in found) == {"guest gone": 2, "guest back": 2}
+    assert all(float(m[3]) > 0 and float(m[4]) > 0 for m in found)
+
+
 def test_the_simulated_hosts_own_answering_time_is_left_out(
     tmp_path, monkeypatch
 ):
