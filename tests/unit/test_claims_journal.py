@@ -104,6 +104,63 @@ def test_a_damaged_entry_is_passed_over(state):
     assert read(state) == {"b": "i2"}
 
 
+@pytest.mark.parametrize("tail", [16, 700])
+def test_the_last_entry_is_read_from_the_end_whatever_its_size(
+    state, monkeypatch, tail
+):
+    """Read from the journal's end, in a window doubled until it holds
+    a whole entry: one larger than the window, or behind one cut short,
+    is read whole."""
+    monkeypatch.setattr(journal, "TAIL", tail)
+    record = ClaimsRecord(StateStore(state))
+    save(record, a="i1")
+    save(record, **{f"d{n}": "i2" for n in range(20)})
+    assert read(state) == {f"d{n}": "i2" for n in range(20)}
+    save(record, b="i3")
+    with open(journal_of(state), "r+b") as handle:
+        handle.truncate(journal_of(state).stat().st_size - 5)
+    assert read(state) == {f"d{n}": "i2" for n in range(20)}
+
+
+def test_a_read_of_a_long_journal_costs_an_entry(state, monkeypatch):
+    """Not the whole journal: a reader after another process's bind
+    reads about the last entry."""
+    record = ClaimsRecord(StateStore(state))
+    save(record, a="i1")
+    for n in range(300):
+        save(record, **{f"d{n}": f"i{n}"})
+    assert journal_of(state).stat().st_size > 4 * journal.TAIL
+    read_bytes = []
+    real_open = open
+
+    class Counted:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def read(self, n=-1):
+            data = self.handle.read(n)
+            read_bytes.append(len(data))
+            return data
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+
+    monkeypatch.setattr(
+        journal,
+        "open",
+        lambda *a, **k: Counted(real_open(*a, **k)),
+        raising=False,
+    )
+    assert read(state) == {"d299": "i299"}
+    assert 0 < sum(read_bytes) <= journal.TAIL
+
+
 def test_entries_of_an_earlier_snapshot_are_never_read(state, monkeypatch):
     """A snapshot written, its journal's emptying lost to a crash: the
     old entries follow an earlier snapshot."""

@@ -44,6 +44,8 @@ from vgpu_driver.records.store import (
 
 # bytes past which the next save writes a snapshot and empties the journal
 LIMIT = 256 * 1024
+# bytes read from its end first: more than an entry of most records
+TAIL = 16 * 1024
 SUFFIX = ".journal"
 
 
@@ -117,31 +119,50 @@ class Journal:
         of epoch ``base``; else None. Raises StateRecordCorrupt if that
         entry is whole but not of the record's shape."""
         try:
-            with open(self._file, "rb") as handle:
-                data = handle.read()
+            text = self._last_whole()
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
             raise self._error("read", exc) from exc
-        for line in reversed(data.split(b"\n")):
-            text = _checked(line)
-            if text is None:
-                continue  # empty, cut short or damaged: never acknowledged
-            try:
-                entry = json.loads(text.decode("utf-8"))
-                if not isinstance(entry, dict) or not isinstance(
-                    entry.get("base"), int
-                ):
-                    raise ValueError("an entry without its snapshot's epoch")
-                if entry["base"] != base:
-                    return None  # it follows an earlier snapshot
-                validate(entry["record"])
-            except (ValueError, TypeError, KeyError, RecursionError) as exc:
-                raise StateRecordCorrupt(
-                    path=str(self.path), reason=str(exc)
-                ) from exc
-            return entry["record"]
-        return None
+        if text is None:
+            return None
+        try:
+            entry = json.loads(text.decode("utf-8"))
+            if not isinstance(entry, dict) or not isinstance(
+                entry.get("base"), int
+            ):
+                raise ValueError("an entry without its snapshot's epoch")
+            if entry["base"] != base:
+                return None  # it follows an earlier snapshot
+            validate(entry["record"])
+        except (ValueError, TypeError, KeyError, RecursionError) as exc:
+            raise StateRecordCorrupt(
+                path=str(self.path), reason=str(exc)
+            ) from exc
+        return entry["record"]
+
+    def _last_whole(self) -> bytes | None:
+        """The JSON of the last entry whose checksum holds (lines empty,
+        cut short or damaged were never acknowledged). Read from the
+        end: a window of :data:`TAIL` bytes, doubled until it holds such
+        a line or the whole file, so a read costs an entry, not the
+        journal."""
+        with open(self._file, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            window = TAIL
+            while True:
+                start = max(0, size - window)
+                handle.seek(start)
+                lines = handle.read(size - start).split(b"\n")
+                if start:
+                    del lines[0]  # maybe cut by the window
+                for line in reversed(lines):
+                    text = _checked(line)
+                    if text is not None:
+                        return text
+                if not start:
+                    return None
+                window *= 2
 
     def _error(self, action: str, exc: OSError) -> StateStoreError:
         return StateStoreError(
