@@ -185,21 +185,9 @@ class Refresher:
                 foreign=foreign,
             )
             saved = self.traits.saved()
-            uuids: dict[str, str] = {}  # plans are in name order:
-            placed = []  # a card's provider before its other types'
-            for plan in plans:
-                placed.append(
-                    self.writer.write(
-                        tree,
-                        root.uuid,
-                        plan,
-                        inventory,
-                        traits,
-                        mine.get(plan.name),
-                        uuids.get(plan.parent or ""),
-                    )
-                )
-                uuids[plan.name] = placed[-1].uuid
+            placed = self.writer.write_all(
+                tree, root.uuid, plans, inventory, traits, mine
+            )
             if moves:
                 assert allocations is not None
                 reshape.move_allocations(
@@ -224,16 +212,7 @@ class Refresher:
                 self.binder.remove_stale_free_mdevs(
                     usage.configured_types(config, inventory)
                 )
-            # children first (a card's other types' providers)
-            gone = set(mine) - {p.name for p in plans}
-            for name in sorted(gone, reverse=True):
-                LOG.info(
-                    "Removing provider %s: its device has nothing to offer "
-                    "and nothing in use",
-                    name,
-                )
-                tree.remove(name)
-                self.writer.forget(name)
+            self.writer.remove_gone(tree, mine, plans)
             self.traits.save_or_retry(saved)
             self.other_writers.wrote(plans, traits.config)
             self.last_plans = plans

@@ -10,6 +10,7 @@ sets in :class:`~vgpu_driver.records.traits.OwnedTraits`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from oslo_log import log as logging
@@ -73,6 +74,51 @@ class TreeWriter:
             last = (owner, config, configured_traits(owner, config))
             self._configured = last
         return last[2]
+
+    def write_all(
+        self,
+        tree: Any,
+        root_uuid: str,
+        plans: list[ProviderPlan],
+        inventory: HostInventory,
+        configured: ConfiguredTraits,
+        mine: Mapping[str, Any],
+    ) -> list[Placed]:
+        """Write every plan (see :meth:`write`); ``mine``: the device
+        providers under the node as read at the start of the pass, by
+        name. Plans are in name order: a card's provider comes before
+        its other types', which are its children."""
+        uuids: dict[str, str] = {}
+        placed = []
+        for plan in plans:
+            placed.append(
+                self.write(
+                    tree,
+                    root_uuid,
+                    plan,
+                    inventory,
+                    configured,
+                    mine.get(plan.name),
+                    uuids.get(plan.parent or ""),
+                )
+            )
+            uuids[plan.name] = placed[-1].uuid
+        return placed
+
+    def remove_gone(
+        self, tree: Any, mine: Mapping[str, Any], plans: list[ProviderPlan]
+    ) -> None:
+        """Remove the providers of ``mine`` no plan is for, children
+        first (a card's other types' providers)."""
+        gone = set(mine) - {p.name for p in plans}
+        for name in sorted(gone, reverse=True):
+            LOG.info(
+                "Removing provider %s: its device has nothing to offer "
+                "and nothing in use",
+                name,
+            )
+            tree.remove(name)
+            self.forget(name)
 
     def forget(self, name: str) -> None:
         """Provider ``name`` was removed from the tree."""
