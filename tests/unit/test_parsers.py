@@ -456,6 +456,14 @@ HOSTDEV = (
         ),
         # a metadata element within the metadata
         ('<metadata><app xmlns="urn:x"><metadata/></app></metadata>', HOSTDEV),
+        (
+            '<metadata><app xmlns="urn:x"><metadata>x</metadata><devices>'
+            + HOSTDEV
+            + "</devices></app></metadata>",
+            "",
+        ),
+        # CDATA among the devices
+        (NOVA_METADATA, "<![CDATA[" + HOSTDEV + "]]>"),
         (NOVA_METADATA, HOSTDEV),
         # a double quote, an entity or a comment among the devices
         (

@@ -27,17 +27,13 @@ def parse_guest(text: str) -> Guest:
     it to the tree: a Nova guest's ``<metadata>`` (its ``nova:instance``,
     written with double quotes) is passed over whole. Declined: an entity
     in the name or uuid or in a ``<hostdev>``, a comment, CDATA or a
-    double quote among the devices, more than one ``metadata`` element,
-    and elements out of libvirt's order."""
+    double quote among the devices, a ``metadata`` element within the
+    metadata, and elements out of libvirt's order."""
     name = between(text, "<name>", "</name>")
     uuid = between(text, "<uuid>", "</uuid>")
-    head = text.find("<metadata")
-    tail = text.find("</metadata>")
-    if head >= 0 and (
-        text.count("<metadata") != 1 or text.count("</metadata>") > 1
-    ):
-        return parse_guest_tree(text)
     first = text.find("<uuid>")
+    head = text.find("<metadata")
+    tail = text.find("</metadata>", head) if head >= 0 else -1
     devices = text.find("<devices>", max(tail, first))
     end = text.rfind("</devices>")
     if (
@@ -45,27 +41,35 @@ def parse_guest(text: str) -> Guest:
         or uuid is None
         or devices < 0
         or end < devices
-        or (head >= 0 and text.find("<name>") > head)
-        or (head >= 0 and first > head)
+        # the metadata after the name and uuid, and closed by its own
+        # end tag (no metadata element within it)
+        or (
+            head >= 0
+            and (
+                text.find("<name>") > head
+                or first > head
+                or text.find("<metadata", head + 1, max(tail, head)) >= 0
+            )
+        )
         or "&" in name
         or "&" in uuid
+        # a double quote, a comment or CDATA among the devices
+        or text.find('"', devices, end) >= 0
+        or text.find("<!", devices, end) >= 0
     ):
-        return parse_guest_tree(text)
-    region = text[devices:end]
-    if '"' in region or "<!--" in region or "CDATA" in region:
         return parse_guest_tree(text)
     mdevs: list[str] = []
     pci: list[str] = []
-    start = region.find("<hostdev")
+    start = text.find("<hostdev", devices, end)
     while start >= 0:
-        stop = region.find("</hostdev>", start)
+        stop = text.find("</hostdev>", start, end)
         if stop < 0:
             return parse_guest_tree(text)
-        fragment = region[start:stop]
+        fragment = text[start:stop]
         if "&" in fragment:
             return parse_guest_tree(text)
         _hostdev_text(fragment, mdevs, pci)
-        start = region.find("<hostdev", stop)
+        start = text.find("<hostdev", stop, end)
     return Guest(
         uuid=uuid.strip().lower(),
         name=name.strip(),
