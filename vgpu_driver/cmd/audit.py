@@ -21,7 +21,7 @@ from vgpu_driver.cmd.context import Context
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.model.audit import Finding, audit
 from vgpu_driver.model.device import HostInventory
-from vgpu_driver.model.device_view import foreign_devices
+from vgpu_driver.model.foreign import foreign_devices
 from vgpu_driver.placement.allocations import device_allocations
 
 

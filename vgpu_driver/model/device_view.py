@@ -16,20 +16,7 @@ from vgpu_driver.model import naming
 from vgpu_driver.model.binding import BoundDevice, ParentView, PfView
 from vgpu_driver.model.claims import Claim, Claims, device_of
 from vgpu_driver.model.device import HostInventory, Mdev, Parent
-
-
-class Busy:
-    """Device ids in any of some collections (used, claimed, another's):
-    asked one id at a time, so no set of them all is built (a bind on a
-    host of thousands asks a few)."""
-
-    __slots__ = ("_parts",)
-
-    def __init__(self, parts: tuple[Container[str], ...]) -> None:
-        self._parts = parts
-
-    def __contains__(self, device_id: object) -> bool:
-        return any(device_id in part for part in self._parts)
+from vgpu_driver.model.foreign import Busy, foreign_devices
 
 
 @dataclasses.dataclass
@@ -340,21 +327,6 @@ def vf_types_in_use(
     }
 
 
-def foreign_devices(
-    inventory: HostInventory, ours: Collection[str]
-) -> set[str]:
-    """The mdevs and typed VFs on the host that this library did not make
-    (``ours``: those it did)."""
-    found = {m.uuid for m in inventory.mdevs if m.uuid not in ours}
-    found.update(
-        vf.address
-        for pf in inventory.pfs
-        for vf in pf.vfs
-        if vf.current_type and vf.address not in ours
-    )
-    return found
-
-
 def adopted(inventory: HostInventory, recorded: Iterable[str]) -> set[str]:
     """At the library's first start on a host: the devices taken as its
     own, every mdev and typed VF already there (made for this service's
@@ -366,29 +338,4 @@ def adopted(inventory: HostInventory, recorded: Iterable[str]) -> set[str]:
         vf.address for pf in inventory.pfs for vf in pf.vfs if vf.current_type
     )
     found.update(recorded)
-    return found
-
-
-def foreign_free(
-    inventory: HostInventory, ours: Collection[str], claimed: Collection[str]
-) -> dict[str, dict[str, int]]:
-    """Device (parent or PF) name -> type id -> free devices another
-    manager made there: not ours, no guest uses them, nobody claims
-    them."""
-    busy = {*inventory.mdev_users(), *inventory.pci_users(), *claimed}
-    found: dict[str, dict[str, int]] = {}
-    for mdev in inventory.mdevs:
-        if mdev.uuid not in ours and mdev.uuid not in busy:
-            counts = found.setdefault(mdev.parent, {})
-            counts[mdev.type_id] = counts.get(mdev.type_id, 0) + 1
-    for pf in inventory.pfs:
-        for vf in pf.vfs:
-            if (
-                vf.current_type
-                and vf.address not in ours
-                and vf.address not in busy
-            ):
-                counts = found.setdefault(pf.name, {})
-                type_id = naming.sriov_type_id(vf.current_type)
-                counts[type_id] = counts.get(type_id, 0) + 1
     return found

@@ -21,7 +21,7 @@ from typing import Any
 from vgpu_driver.model import usage
 from vgpu_driver.model.config import DeviceConfig
 from vgpu_driver.model.device import HostInventory
-from vgpu_driver.model.device_view import foreign_devices
+from vgpu_driver.model.foreign import foreign_devices
 
 Claimed = tuple[tuple[str, str, str], ...]  # (device id, parent, type id)
 

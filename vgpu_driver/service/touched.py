@@ -31,6 +31,7 @@ from typing import Any
 from vgpu_driver.model.config import DeviceConfig
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.device_changes import touched_parents
+from vgpu_driver.model.foreign import Busy, foreign_mdevs
 from vgpu_driver.model.inventory import ProviderPlan, plan_providers
 from vgpu_driver.service.fingerprint import Claimed, RefreshFingerprint
 from vgpu_driver.service.tree_writer import ConfiguredTraits, TreeWriter
@@ -103,15 +104,10 @@ def replan(
     if any(p.name not in uuids for p in before):
         return None
     data = {p.name: tree.data(uuids[p.name]) for p in before}
-    mdevs = alone.mdevs
-    users = now.mdev_users()
     claimed = {device for device, _parent, _type in claims}
-    foreign: dict[str, dict[str, int]] = {}
-    for mdev in mdevs:
-        busy = mdev.uuid in users or mdev.uuid in claimed
-        if mdev.uuid not in owned and not busy:
-            counts = foreign.setdefault(mdev.parent, {})
-            counts[mdev.type_id] = counts.get(mdev.type_id, 0) + 1
+    foreign = foreign_mdevs(
+        alone.mdevs, owned, Busy((now.mdev_users(), claimed))
+    )
     after = plan_providers(
         nodename,
         config,

@@ -1,0 +1,78 @@
+"""Devices another manager made, and which devices are busy (pure).
+
+Another manager (an operator's ``mdevctl``, Cyborg) may make mdevs or
+type VFs on the host: they are never handed out, removed or retyped,
+and its free ones are reserved on their provider. :class:`Busy` answers
+whether a device is in use or claimed one id at a time, so nothing the
+size of the host is built for a bind or a change of one parent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Container, Iterable
+
+from vgpu_driver.model import naming
+from vgpu_driver.model.device import HostInventory, Mdev
+
+
+class Busy:
+    """Device ids in any of some collections (used, claimed, another's):
+    asked one id at a time, so no set of them all is built (a bind on a
+    host of thousands asks a few)."""
+
+    __slots__ = ("_parts",)
+
+    def __init__(self, parts: tuple[Container[str], ...]) -> None:
+        self._parts = parts
+
+    def __contains__(self, device_id: object) -> bool:
+        return any(device_id in part for part in self._parts)
+
+
+def foreign_devices(
+    inventory: HostInventory, ours: Collection[str]
+) -> set[str]:
+    """The mdevs and typed VFs on the host that this library did not make
+    (``ours``: those it did)."""
+    found = {m.uuid for m in inventory.mdevs if m.uuid not in ours}
+    found.update(
+        vf.address
+        for pf in inventory.pfs
+        for vf in pf.vfs
+        if vf.current_type and vf.address not in ours
+    )
+    return found
+
+
+def foreign_free(
+    inventory: HostInventory, ours: Collection[str], claimed: Collection[str]
+) -> dict[str, dict[str, int]]:
+    """Device (parent or PF) name -> type id -> free devices another
+    manager made there: not ours, no guest uses them, nobody claims
+    them."""
+    busy = Busy((inventory.mdev_users(), inventory.pci_users(), claimed))
+    found = foreign_mdevs(inventory.mdevs, ours, busy)
+    for pf in inventory.pfs:
+        for vf in pf.vfs:
+            if (
+                vf.current_type
+                and vf.address not in ours
+                and vf.address not in busy
+            ):
+                counts = found.setdefault(pf.name, {})
+                type_id = naming.sriov_type_id(vf.current_type)
+                counts[type_id] = counts.get(type_id, 0) + 1
+    return found
+
+
+def foreign_mdevs(
+    mdevs: Iterable[Mdev], ours: Collection[str], busy: Container[str]
+) -> dict[str, dict[str, int]]:
+    """Parent -> type id -> the mdevs of ``mdevs`` another manager made
+    that are free: not ours, not ``busy`` (used or claimed)."""
+    found: dict[str, dict[str, int]] = {}
+    for mdev in mdevs:
+        if mdev.uuid not in ours and mdev.uuid not in busy:
+            counts = found.setdefault(mdev.parent, {})
+            counts[mdev.type_id] = counts.get(mdev.type_id, 0) + 1
+    return found
