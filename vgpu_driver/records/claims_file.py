@@ -53,9 +53,7 @@ class ClaimsFile:
 
     def read(self) -> tuple[int, Claims]:
         """(epoch, claims) as on disk now (under the lock)."""
-        epoch, claims = claims_of(
-            self.state.load(CLAIMS_RECORD, {}, validate_claims)
-        )
+        epoch, claims = self._snapshot_on_disk()
         self._snapshot = epoch
         if epoch:
             entry = self.journal.latest(epoch, validate_claims)
@@ -90,13 +88,15 @@ class ClaimsFile:
         if any(os.path.basename(p).startswith(snapshot) for p in moved):
             return self.journal.is_empty()
         try:
-            base, _ = claims_of(
-                self.state.load(CLAIMS_RECORD, {}, validate_claims)
-            )
+            base, _ = self._snapshot_on_disk()
             self.journal.latest(base, validate_claims)
         except StateRecordCorrupt:
             return False
         return True
+
+    def _snapshot_on_disk(self) -> tuple[int, Claims]:
+        """(epoch, claims) of ``claims.json`` alone."""
+        return claims_of(self.state.load(CLAIMS_RECORD, {}, validate_claims))
 
     def _look(self) -> Look | None:
         """The stat signatures of the claims file and of its journal;
