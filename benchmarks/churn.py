@@ -8,15 +8,15 @@ service (records on, as a service runs it).
 * **VF typed / cleared** (libvirt's test driver, L40 SR-IOV hosts): one
   free VF given the enabled type in sysfs (by another manager), then a
   refresh; cleared again, then a refresh;
-* **mdev created / removed** (the in-process simulated host: libvirt's
-  test driver cannot create node devices): one mdev made on a pGPU
-  outside the service, then a refresh; removed, then a refresh. The
-  simulated host builds its whole reading at every call, changed or
-  not (a stand-in for libvirt and the kernel, slower than the libvirt
-  adapter's idle reading): its time is left out of both figures, which
-  are the library's own. (Like libvirt's adapter, it says which parents
-  changed; the adapter's own calls for such a change are counted by
-  ``tests/unit/test_mdev_changes.py``.)
+* **mdev made / gone** (libvirt's test driver, dense mdev hosts): one
+  mdev another manager makes on a pGPU through libvirt's API (as
+  ``mdevctl`` or libvirt >= 7.3 does), then a refresh; removed, then a
+  refresh. The test driver cannot make node devices, so
+  :mod:`vgpu_driver.sim.mdev_libvirt` answers those calls as libvirt and
+  the kernel do (the mdev listed and looked up, its directory in sysfs,
+  its parent's ``availableInstances``); the adapter reads the rest from
+  the test driver, as it reads the guests' hosts. Its answers are in
+  both figures, as libvirt's are in the guest rows.
 
 Each change is made outside the timing; the refresh after it is timed,
 then an idle refresh of the same service (the ratio is to that one).
@@ -26,7 +26,7 @@ together would land between them, on whichever the sample favours.
 Nova beside: its periodic on the same host (it reads no guest and no
 mdev of anyone else, so a change costs it nothing more).
 
-``--daemon``: the guest rows alone, on the same hosts served by this
+``--daemon``: the guest and mdev rows alone, on the same hosts served by this
 machine's ``libvirtd`` over its UNIX socket, as a compute service's
 libvirt is (every call a round trip; in process a test-driver call
 costs about what a Python call does, which makes a guest's one more
@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from functools import partial
@@ -58,10 +57,8 @@ from benchmarks.common import (
 )
 from benchmarks.nova_compare import Nova, timed
 from benchmarks.service import FREE, Service
-from vgpu_driver.driver import VgpuDriver
-from vgpu_driver.model.provider_tree import ProviderTree
 from vgpu_driver.sim import description as hostdesc
-from vgpu_driver.sim.simulated import SimulatedHost
+from vgpu_driver.sim.mdev_libvirt import MdevConnection
 
 SHAPES = [(1, 16, 16), (4, 128, 128), (16, 512, 512)]
 CARDS = [1, 4, 16]
@@ -145,46 +142,57 @@ def vf_churn(cards: int, tmp: Path) -> dict[str, Any]:
     return {"changed": changed, "idle": idle, "nova": None}
 
 
-def mdev_churn(shape: tuple[int, int, int], tmp: Path) -> dict[str, Any]:
+def mdev_churn(
+    shape: tuple[int, int, int],
+    tmp: Path,
+    remote: Callable[[str], str] | None = None,
+) -> dict[str, Any]:
+    """An mdev another manager makes on the first pGPU, then removes,
+    through libvirt's API as ``mdevctl`` or libvirt >= 7.3 would: the
+    test driver cannot, so :class:`~vgpu_driver.sim.mdev_libvirt.
+    MdevConnection` answers those calls as libvirt and the kernel do
+    (its sysfs directory, its parent's room) and the adapter reads the
+    rest from the test driver."""
     description = dense(shape[0], shape[1] + FREE, shape[2])
-    host = SimulatedHost(description)
-    driver = VgpuDriver(conf_for(description.config, tmp), host)
-    tree = ProviderTree()
-    tree.new_root("bench", str(uuid.uuid4()))
-    driver.init_host([g.uuid for g in description.guests])
-    driver.update_provider_tree(tree, "bench")
-    parent = host.discover().parents[0]
-    made: list[Any] = []
-    # the simulated host builds its whole reading at every discover, even
-    # when nothing changed (libvirt's adapter reads the parents alone):
-    # its time stands in for libvirt's and the kernel's and is left out,
-    # so the figures are the library's own (both the changed and idle)
-    answering = [0.0]
-    discover = host.discover
+    uri, sysfs = hostdesc.materialize(description, tmp)
+    if remote is not None:
+        readable_by_daemon(tmp)
+        uri = remote(uri)
+    conn = MdevConnection(uri, sysfs=Path(sysfs))
+    conf = conf_for(description.config, tmp)
+    service = Service(uri, sysfs, conf, tmp, conn=conn)
+    parent = service.driver.discover().parents[0]
+    made: list[str] = []
+    # the first pGPU's reserved units after each change (another
+    # manager's free mdevs are reserved): the refreshes saw real changes
+    reserved: list[int] = []
 
-    def answered(**kwargs: Any) -> Any:
-        start = time.process_time()
-        try:
-            return discover(**kwargs)
-        finally:
-            answering[0] += (time.process_time() - start) * 1000
-
-    host.discover = answered  # type: ignore[method-assign]
-
-    def refresh() -> None:
-        answering[0] = 0.0
-        driver.update_provider_tree(tree, "bench")
+    def reserved_now() -> int:
+        plans = service.driver.last_plans
+        return sum(p.reserved for p in plans if p.device == parent.name)
 
     def change(step: int) -> None:
+        if step:
+            reserved.append(reserved_now())
         if step % 2 == 0:
-            made.append(
-                host.create_mdev(parent, parent.types[0].id, str(uuid.uuid4()))
+            xml = (
+                f"<device><parent>{parent.name}</parent><capability "
+                f"type='mdev'><type id='{parent.types[0].id}'/>"
+                f"<uuid>{uuid.uuid4()}</uuid></capability></device>"
             )
+            made.append(conn.nodeDeviceCreateXML(xml, 0).name())
         else:
-            host.remove_mdev(made.pop())
+            conn.gone.add(made.pop())
 
-    changed, idle = pairs(change, refresh, lambda: answering[0])
-    return {"changed": changed, "idle": idle, "nova": None}
+    changed, idle = pairs(change, service.idle)
+    reserved.append(reserved_now())
+    wall = (
+        {"changed_wall": WALL[0::2], "idle_wall": WALL[1::2]}
+        if remote is not None
+        else {}
+    )
+    found = {"changed": changed, "idle": idle, "nova": None, **wall}
+    return {**found, "reserved": reserved}
 
 
 def nova_idle(uri: str) -> list[float] | None:
@@ -214,19 +222,24 @@ def row(label: str, found: dict[str, Any], half: int | None = None) -> str:
     return line
 
 
-def guests_over_daemon(shapes: list[tuple[int, int, int]]) -> None:
-    """The guest rows, the hosts served by this machine's libvirtd."""
+def over_daemon(shapes: list[tuple[int, int, int]]) -> None:
+    """The guest and mdev rows, the hosts served by this machine's
+    libvirtd."""
     print("libvirt: test-driver hosts served by libvirtd (UNIX socket)")
     with (
         tempfile.TemporaryDirectory() as top,
         libvirt_daemon(Path(top)) as remote,
     ):
-        for shape in shapes:
-            with tempfile.TemporaryDirectory(dir=top) as tmp:
-                found = guest_churn(shape, Path(tmp), remote)
-            label = "/".join(map(str, shape))
-            for half, kind in enumerate(("guest gone", "guest back")):
-                print(row(f"{kind} {label}", found, half), flush=True)
+        for kinds, run in (
+            (("guest gone", "guest back"), guest_churn),
+            (("mdev made", "mdev gone"), mdev_churn),
+        ):
+            for shape in shapes:
+                with tempfile.TemporaryDirectory(dir=top) as tmp:
+                    found = run(shape, Path(tmp), remote)
+                label = "/".join(map(str, shape))
+                for half, kind in enumerate(kinds):
+                    print(row(f"{kind} {label}", found, half), flush=True)
 
 
 def main() -> None:
@@ -236,7 +249,7 @@ def main() -> None:
     parser.add_argument(
         "--daemon",
         action="store_true",
-        help="the guest rows alone, served by this machine's libvirtd",
+        help="the guest and mdev rows, served by this machine's libvirtd",
     )
     args = parser.parse_args()
     RUNS[0] = args.runs
@@ -254,7 +267,7 @@ def main() -> None:
         + (f" | {'wall ratio':>7}" if args.daemon else "")
     )
     if args.daemon:
-        guests_over_daemon(shapes)
+        over_daemon(shapes)
         return
     # (the two kinds of change of a case, the host, how to run it)
     cases: list[tuple[tuple[str, str], str, Runner]] = []
@@ -268,7 +281,7 @@ def main() -> None:
             (("VF typed", "VF cleared"), f"{n}x32", partial(vf_churn, n))
         )
     for shape in shapes:
-        label = "/".join(map(str, shape)) + "*"
+        label = "/".join(map(str, shape))
         cases.append(
             (("mdev made", "mdev gone"), label, partial(mdev_churn, shape))
         )
@@ -277,10 +290,6 @@ def main() -> None:
             found = run(Path(tmp))
         for half, kind in enumerate(kinds):
             print(row(f"{kind} {label}", found, half), flush=True)
-    print(
-        "* on the in-process simulated host, its own answering time left "
-        "out (see the module's doc)"
-    )
     print(
         "Nova beside the VF rows: none (its libvirt driver reports no vGPU "
         "on vendor-VFIO SR-IOV cards)"

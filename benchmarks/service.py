@@ -55,12 +55,15 @@ FREE = 8  # free mdevs on top, for binds to reuse
 class Service:
     """This library as a compute service runs it: records on."""
 
-    def __init__(self, uri: str, sysfs: Path, conf: Any, tmp: Path) -> None:
+    def __init__(
+        self, uri: str, sysfs: Path, conf: Any, tmp: Path, conn: Any = None
+    ) -> None:
+        """``conn``: the connection to use (one to ``uri`` by default)."""
         import libvirt
 
         libvirt.registerErrorHandler(lambda *_: None, None)
         self.uri, self.sysfs, self.conf, self.tmp = uri, sysfs, conf, tmp
-        self.conn = libvirt.open(uri)
+        self.conn = conn if conn is not None else libvirt.open(uri)
         self.driver, self.tree = self._new()
         self.guests = [d.UUIDString() for d in self.conn.listAllDomains()]
         self.driver.init_host(self.guests)

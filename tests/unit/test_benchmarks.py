@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -111,9 +110,9 @@ def test_churn_benchmark_prints_every_change_beside_idle():
     assert all(float(m[3]) > 0 for m in found)
 
 
-def test_churn_benchmark_times_guests_over_libvirtd():
-    """``--daemon``: the guest rows, the hosts served by libvirtd, with a
-    wall ratio beside the CPU one."""
+def test_churn_benchmark_times_guests_and_mdevs_over_libvirtd():
+    """``--daemon``: the guest and mdev rows, the hosts served by
+    libvirtd, with a wall ratio beside the CPU one."""
     import shutil
 
     if not (shutil.which("libvirtd") or Path("/usr/sbin/libvirtd").exists()):
@@ -122,32 +121,25 @@ def test_churn_benchmark_times_guests_over_libvirtd():
     assert "served by libvirtd" in out
     found = rows(
         out,
-        r"\s*(guest gone|guest back) (\S+) \|.* ([\d.]+)x \|.*\| +([\d.]+)x$",
+        r"\s*(guest gone|guest back|mdev made|mdev gone) (\S+) \|.* ([\d.]+)x"
+        r" \|.*\| +([\d.]+)x$",
     )
-    assert Counter(m[1] for m in found) == {"guest gone": 2, "guest back": 2}
+    assert Counter(m[1] for m in found) == dict.fromkeys(
+        ["guest gone", "guest back", "mdev made", "mdev gone"], 2
+    )
     assert all(float(m[3]) > 0 and float(m[4]) > 0 for m in found)
 
 
-def test_the_simulated_hosts_own_answering_time_is_left_out(
+def test_the_mdev_rows_time_refreshes_that_saw_the_mdev_come_and_go(
     tmp_path, monkeypatch
 ):
-    """The mdev rows run on the in-process simulated host, whose reading
-    is built whole at every call: that time is the host's (libvirt's and
-    the kernel's stand-in), not the library's, and must not flatter or
-    burden the ratio. A host that spends 20 ms answering leaves the
-    library's figures well below that."""
+    """The mdev rows go through libvirt's adapter: each refresh timed
+    after a change found the other manager's mdev made (its free unit
+    reserved) or gone (given back)."""
     from benchmarks import churn
-    from vgpu_driver.sim.simulated import SimulatedHost
 
-    real = SimulatedHost.discover
-
-    def slow(self, **kwargs):
-        end = time.process_time() + 0.02
-        while time.process_time() < end:
-            pass
-        return real(self, **kwargs)
-
-    monkeypatch.setattr(SimulatedHost, "discover", slow)
-    monkeypatch.setattr(churn, "RUNS", [1])
+    monkeypatch.setattr(churn, "RUNS", [2])
     found = churn.mdev_churn((1, 4, 4), tmp_path)
-    assert max(found["changed"] + found["idle"]) < 10
+    made, gone = found["reserved"][0::2], found["reserved"][1::2]
+    assert len(made) == len(gone) == 2
+    assert all(m == g + 1 for m, g in zip(made, gone, strict=True))

@@ -1,17 +1,9 @@
-"""One LibvirtHost followed through changes of the host.
-
-libvirt's test driver serves the node devices, but it cannot create,
-define, start or undefine mdevs, and refuses the INACTIVE listing flag.
-:class:`RecordingConnection` wraps the real connection: every call is
-recorded, and only those operations are modelled, the way libvirt >= 7.3
-answers them on a real host (a created mdev is listed; a defined-only one
-is listed with the INACTIVE flag; a removed one is looked up in vain).
-"""
+"""One LibvirtHost followed through changes of the host: libvirt's test
+driver with the mdev operations it lacks modelled
+(:mod:`vgpu_driver.sim.mdev_libvirt`), every call recorded."""
 
 from __future__ import annotations
 
-import re
-import shutil
 from pathlib import Path
 
 import libvirt
@@ -20,243 +12,15 @@ from tests import helpers
 from tests.helpers import Node
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import LibvirtHost
-from vgpu_driver.model import naming
-
-INACTIVE = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_INACTIVE
+from vgpu_driver.sim.mdev_libvirt import INACTIVE, MdevConnection, no_device
 
 
-def _no_device(name: str) -> libvirt.libvirtError:
-    error = libvirt.libvirtError(f"Node device not found: {name}")
-    error.err = (
-        libvirt.VIR_ERR_NO_NODE_DEVICE,
-        0,
-        str(error),
-        2,
-        "",
-        "",
-        "",
-        0,
-        0,
-    )
-    return error
+def RecordingConnection(uri, persistent=True, sysfs=None):
+    """The modelled connection, every call logged."""
+    return MdevConnection(uri, persistent, sysfs, log=[])
 
 
-class ModelledMdev:
-    """An mdev libvirt >= 7.3 made (the test driver cannot)."""
-
-    def __init__(self, conn, name, xml, persistent):
-        self.conn, self._name, self.xml = conn, name, xml
-        self.persistent, self.autostarted = persistent, False
-
-    def name(self):
-        return self._name
-
-    def XMLDesc(self, flags=0):
-        self.conn.record("XMLDesc", self._name)
-        return self.xml
-
-    def isActive(self):
-        self.conn.record("isActive", self._name)
-        return int(
-            self._name not in self.conn.inactive
-            and self._name not in self.conn.gone
-        )
-
-    def isPersistent(self):
-        self.conn.record("isPersistent", self._name)
-        return int(self.persistent)
-
-    def autostart(self):
-        return int(self.autostarted)
-
-    def setAutostart(self, flag):
-        self.conn.record("setAutostart", self._name)
-        self.autostarted = bool(flag)
-
-    def create(self, flags=0):
-        self.conn.record("create", self._name)
-        self.conn.inactive.discard(self._name)
-
-    def destroy(self):
-        self.conn.record("destroy", self._name)
-        if self.persistent:
-            self.conn.inactive.add(self._name)
-        else:
-            self.conn.gone.add(self._name)
-
-    def undefine(self, flags=0):
-        self.conn.record("undefine", self._name)
-        self.persistent = False
-        if self._name in self.conn.inactive:
-            self.conn.gone.add(self._name)
-
-
-class ExistingMdev(ModelledMdev):
-    """A test-driver mdev, with the flags the test driver cannot answer."""
-
-    def __init__(self, conn, device, persistent):
-        super().__init__(conn, device.name(), device.XMLDesc(0), persistent)
-
-
-class ModelledParent:
-    """A test-driver parent whose ``availableInstances`` follow the mdevs
-    made, stopped or gone, as the kernel's do (the test driver's are
-    fixed)."""
-
-    def __init__(self, conn, device):
-        self.conn, self.device = conn, device
-
-    def name(self):
-        return self.device.name()
-
-    def XMLDesc(self, flags=0):
-        self.conn.record("XMLDesc", self.name())
-        if self.name() in self.conn.gone:
-            raise _no_device(self.name())
-        xml = self.device.XMLDesc(flags)
-        return re.sub(
-            r"<type id='([^']+)'>(.*?)<availableInstances>(\d+)<",
-            lambda m: (
-                f"<type id='{m.group(1)}'>{m.group(2)}<availableInstances>"
-                f"{int(m.group(3)) + self.conn.freed(self.name(), m.group(1))}<"
-            ),
-            xml,
-            flags=re.S,
-        )
-
-    def __getattr__(self, name):
-        return getattr(self.device, name)
-
-
-class KernelSet(set):
-    """Names whose membership the kernel follows (``on_change``)."""
-
-    def __init__(self, on_change):
-        super().__init__()
-        self.on_change = on_change
-
-    def add(self, name):
-        super().add(name)
-        self.on_change(name)
-
-    def discard(self, name):
-        super().discard(name)
-        self.on_change(name)
-
-
-class RecordingConnection:
-    def __init__(self, uri: str, persistent: bool = True, sysfs=None):
-        self.real = libvirt.open(uri)
-        self.log: list[tuple[str, str]] = []
-        self.gone = KernelSet(self.kernel)  # vanished from the host
-        self.inactive = KernelSet(self.kernel)  # defined, not started
-        self.made: dict[str, ModelledMdev] = {}
-        self.persistent = persistent
-        self.sysfs = sysfs  # the host's sysfs, which the kernel keeps
-
-    def kernel(self, name):
-        """As the kernel does: a running mdev is a directory named by its
-        uuid under its parent's, in sysfs; a stopped or gone one is not."""
-        mdev = self.made.get(name)
-        if self.sysfs is None or mdev is None:
-            return
-        parent = re.search(r"<parent>(.*?)</parent>", mdev.xml).group(1)
-        uuid = re.search(r"<uuid>(.*?)</uuid>", mdev.xml).group(1)
-        address = naming.canonical_pci_address(parent)
-        path = self.sysfs / "class/mdev_bus" / address / uuid
-        if name in self.gone or name in self.inactive:
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.mkdir(exist_ok=True)
-
-    def record(self, call, subject=""):
-        self.log.append((call, subject))
-
-    def calls(self, name):
-        return [s for c, s in self.log if c == name]
-
-    def getLibVersion(self):
-        return 9_000_000
-
-    def freed(self, parent, type_id):
-        """Room given back (+) or taken (-) on a parent for a type."""
-        delta = 0
-        for name, mdev in self.made.items():
-            if f"<parent>{parent}</parent>" not in mdev.xml:
-                continue
-            if f"<type id='{type_id}'/>" not in mdev.xml:
-                continue
-            running = name not in self.gone and name not in self.inactive
-            if isinstance(mdev, ExistingMdev) and not running:
-                delta += 1
-            elif not isinstance(mdev, ExistingMdev) and running:
-                delta -= 1
-        return delta
-
-    def _device(self, device):
-        name = device.name()
-        if not name.startswith("mdev_"):
-            return ModelledParent(self, device)
-        if name not in self.made:
-            self.made[name] = ExistingMdev(self, device, self.persistent)
-        return self.made.get(name, device)
-
-    def listAllDevices(self, flags):
-        self.record("listAllDevices", str(flags))
-        if flags & INACTIVE:
-            return [self.made[n] for n in sorted(self.inactive - self.gone)]
-        found = [self._device(d) for d in self.real.listAllDevices(flags)]
-        found += [
-            d
-            for n, d in self.made.items()
-            if n not in {x.name() for x in found}
-        ]
-        return [d for d in found if d.name() not in self.gone]
-
-    def nodeDeviceLookupByName(self, name):
-        self.record("nodeDeviceLookupByName", name)
-        if name in self.gone or (
-            name not in self.made and not name.startswith("mdev_")
-        ):
-            raise _no_device(name)
-        if name in self.made:
-            return self.made[name]
-        return self._device(self.real.nodeDeviceLookupByName(name))
-
-    def nodeDeviceCreateXML(self, xml, flags):
-        self.record("nodeDeviceCreateXML")
-        uuid = xml.split("<uuid>")[1].split("</uuid>")[0]
-        parent = xml.split("<parent>")[1].split("</parent>")[0]
-        type_id = xml.split("type id='")[1].split("'")[0]
-        name = (
-            "mdev_"
-            + uuid.replace("-", "_")
-            + "_"
-            + parent.removeprefix("pci_")
-        )
-        self.made[name] = ModelledMdev(
-            self,
-            name,
-            f"<device><name>{name}</name><parent>{parent}</parent>"
-            f"<capability type='mdev'><type id='{type_id}'/>"
-            f"<uuid>{uuid}</uuid><iommuGroup number='300'/></capability>"
-            "</device>",
-            persistent=False,
-        )
-        self.kernel(name)
-        return self.made[name]
-
-    def nodeDeviceDefineXML(self, xml, flags):
-        self.record("nodeDeviceDefineXML")
-        uuid = xml.split("<uuid>")[1].split("</uuid>")[0]
-        [device] = [
-            d for n, d in self.made.items() if uuid.replace("-", "_") in n
-        ]
-        device.persistent = True
-        return device
-
-    def __getattr__(self, name):
-        return getattr(self.real, name)
+_no_device = no_device
 
 
 def _host(tmp_path, name="m10", persistent=True):
@@ -430,7 +194,7 @@ def test_mdevs_are_listed_again_when_a_parent_changes_or_after_the_interval(
     free = "386818c0-9f18-5b12-8c04-386dbef1b1ab"
     [mdev] = [m for m in host.discover().mdevs if m.uuid == free]
     # gone, and (unlike a kernel) the parent's count does not move
-    monkeypatch.setattr(conn, "freed", lambda parent, type_id: 0)
+    monkeypatch.setattr(conn, "freed", lambda parent: {})
     conn.gone.add(mdev.name)
     steady = host.discover()
     assert free in {m.uuid for m in steady.mdevs}  # parents unchanged
