@@ -297,6 +297,79 @@ def test_the_fast_parent_reader_reads_as_xml_does_or_declines(text):
         assert fast == _reference(nodedev_xml.read_parent_tree, text)
 
 
+def _rooms_rewritten(text: str) -> st.SearchStrategy[str]:
+    """``text`` with its types' ``availableInstances`` written anew: as
+    an mdev made or removed leaves them, or as libvirt never writes."""
+    spans = [
+        m.span(1) for m in re.finditer(r"<availableInstances>([^<]*)<", text)
+    ]
+    number = st.one_of(
+        st.integers(0, 64).map(str),
+        st.sampled_from(
+            ["09", "007", "0x1f", "-1", "", " 3 ", "1.5", "٣", "²"]
+        ),
+    )
+
+    def written(numbers: list[str]) -> str:
+        out, at = [], 0
+        for (start, end), n in zip(spans, numbers, strict=True):
+            out += [text[at:start], n]
+            at = end
+        return "".join([*out, text[at:]])
+
+    return st.lists(number, min_size=len(spans), max_size=len(spans)).map(
+        written
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from([M10_PARENT, SRIOV_PARENT]).flatmap(
+        lambda first: st.tuples(
+            st.just(first),
+            st.one_of(_rooms_rewritten(first), _mutants(first)),
+        )
+    )
+)
+def test_a_parent_whose_rooms_alone_changed_reads_as_a_first_reading(pair):
+    """A parent read before, whose XML comes back with other rooms (an
+    mdev made or removed) is not parsed again: the same parent with the
+    new rooms. Whatever the new text, the reading is the one a reader
+    that never saw the parent makes."""
+    from vgpu_driver.host.parents import ParentReader
+    from vgpu_driver.host.sysfs import SysfsTree
+
+    first, text = pair
+    sysfs = SysfsTree("/nonexistent-sysfs")
+    seen = ParentReader(sysfs)
+    name = re.search(r"<name>([^<]*)</name>", first).group(1)
+    before = seen.read(name, first, None)
+    assert before is not None
+    now = _reference(lambda t: seen.read(name, t, None), text)
+    assert now == _reference(
+        lambda t: ParentReader(sysfs).read(name, t, None), text
+    )
+
+
+def test_a_parent_whose_rooms_alone_changed_is_not_parsed_again(
+    monkeypatch,
+):
+    from vgpu_driver.host.parents import ParentReader
+    from vgpu_driver.host.sysfs import SysfsTree
+
+    seen = ParentReader(SysfsTree("/nonexistent-sysfs"))
+    before = seen.read("pci_0000_84_00_0", M10_PARENT, None)
+    parsed = []
+    monkeypatch.setattr(
+        nodedev_xml, "read_parent", lambda text: parsed.append(text)
+    )
+    text = M10_PARENT.replace(">4</available", ">3</available")
+    now = seen.read("pci_0000_84_00_0", text, None)
+    assert not parsed
+    assert [t.available for t in now.types] == [3, 7]
+    assert now.types[1] is before.types[1]  # the type unchanged is kept
+
+
 @settings(max_examples=600, deadline=None)
 @given(_mutants(MDEV_77))
 def test_the_fast_mdev_reader_reads_as_xml_does_or_declines(text):

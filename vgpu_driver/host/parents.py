@@ -41,6 +41,49 @@ class _Parsed(NamedTuple):
     parent: Parent
 
 
+_ROOM_OPEN, _ROOM_CLOSE = "<availableInstances>", "</availableInstances>"
+
+
+def _rooms(text: str) -> tuple[list[str], list[int]] | None:
+    """``text`` cut at each type's ``availableInstances``: the text
+    around the numbers, and the numbers (None: one is not a plain
+    decimal, which the parsers alone judge)."""
+    pieces = text.split(_ROOM_OPEN)
+    frame, rooms = [pieces[0]], []
+    for piece in pieces[1:]:
+        digits, closed, rest = piece.partition(_ROOM_CLOSE)
+        if not (
+            closed
+            and digits.isascii()
+            and digits.isdigit()
+            and (digits == "0" or digits[0] != "0")
+        ):
+            return None
+        frame.append(rest)
+        rooms.append(int(digits))
+    return frame, rooms
+
+
+def _rooms_moved(cached: _Parsed, text: str) -> Parent | None:
+    """The parent ``cached`` read, with the rooms of ``text``, when only
+    its types' ``availableInstances`` changed (an mdev made or removed:
+    the rest of the XML, read and completed from sysfs, is the same);
+    None otherwise (read it whole)."""
+    now, before = _rooms(text), _rooms(cached.text)
+    if now is None or before is None or now[0] != before[0]:
+        return None
+    types = cached.parent.types
+    if [t.available for t in types] != before[1]:
+        return None  # the numbers are not the types' in order
+    return dataclasses.replace(
+        cached.parent,
+        types=tuple(
+            t if t.available == n else dataclasses.replace(t, available=n)
+            for t, n in zip(types, now[1], strict=True)
+        ),
+    )
+
+
 class ParentReader:
     def __init__(self, sysfs: SysfsTree) -> None:
         self.sysfs = sysfs
@@ -62,11 +105,13 @@ class ParentReader:
         """A parent from its XML, its ``wanted`` types described (all
         when None); the same object as last time if ``text`` is."""
         cached = self._parsed.get(name)
-        if cached is not None and (cached.text, cached.wanted) == (
-            text,
-            wanted,
-        ):
-            return cached.parent  # availableInstances unchanged: same one
+        if cached is not None and cached.wanted == wanted:
+            if cached.text == text:
+                return cached.parent  # availableInstances unchanged: same one
+            moved = _rooms_moved(cached, text)
+            if moved is not None:
+                self._parsed[name] = _Parsed(text, wanted, moved)
+                return moved
         try:
             parent, libvirt_path = nodedev_xml.read_parent(text)
         except DeviceXMLInvalid as exc:
