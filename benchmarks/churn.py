@@ -75,23 +75,18 @@ def spread(values: list[float]) -> str:
 
 
 def pairs(
-    change: Callable[[int], None],
-    refresh: Callable[[], Any],
-    host_share: Callable[[], float] = lambda: 0.0,
+    change: Callable[[int], None], refresh: Callable[[], Any]
 ) -> tuple[list[float], list[float]]:
-    """(CPU ms of the refresh after each change, of the idle one after),
-    less ``host_share()``: the CPU ms the host spent answering during
-    the refresh just timed. Their wall ms go to ``WALL``."""
+    """(CPU ms of the refresh after each change, of the idle one after);
+    their wall ms go to ``WALL``."""
     changed, idle = [], []
     WALL.clear()
     for step in range(2 * RUNS[0]):
         change(step)
-        cpu, wall = timed(refresh)
-        changed.append(cpu - host_share())
-        WALL.append(wall)
-        cpu, wall = timed(refresh)
-        idle.append(cpu - host_share())
-        WALL.append(wall)
+        for times in (changed, idle):
+            cpu, wall = timed(refresh)
+            times.append(cpu)
+            WALL.append(wall)
     return changed, idle
 
 

@@ -491,3 +491,45 @@ def test_parents_alone_are_a_reading_of_their_own(seed):
     assert alone == whole
     for name in DEVICE_INDEXES & vars(alone).keys():
         assert vars(alone)[name] == getattr(whole, name), name
+
+
+def test_an_mdev_made_alone_reads_no_module_and_other_changes_do(
+    tmp_path, monkeypatch
+):
+    """An mdev made or gone is no driver event: the kernel's modules and
+    the drivers' versions are those last read. With any other change
+    (here a guest gone at the same time) they are read again, and a
+    module unloaded meanwhile is seen (its parents then take nothing)."""
+    from tests.unit.test_libvirt_changes import _host
+
+    host, conn = _host(tmp_path)
+    before = host.discover(rescan_guests=True)
+    reads = []
+    facts = host.sysfs.driver_facts
+
+    def counted(drivers):
+        reads.append(drivers)
+        return facts(drivers)
+
+    monkeypatch.setattr(host.sysfs, "driver_facts", counted)
+    parent = next(p for p in before.parents if p.types[0].available)
+    theirs = _made_by_them(conn, parent)
+    made = host.discover()
+    assert made.device_changes == (before.generation, {parent.name})
+    assert not reads
+    assert made.modules == before.modules and "nvidia_vgpu_vfio" in (
+        made.modules
+    )
+    (tmp_path / "sys/module/nvidia_vgpu_vfio").rename(tmp_path / "unloaded")
+    conn.gone.add(theirs.name())
+    host.discover()  # an mdev alone again: as last read
+    assert not reads
+    _made_by_them(conn, parent)
+    guest = conn.listAllDomains()[0]
+    guest.undefine()
+    host.forget_guest(guest.UUIDString())
+    now = host.discover(rescan_guests=True)
+    assert len(reads) == 1
+    assert "nvidia_vgpu_vfio" not in now.modules
+    afresh = LibvirtHost(host.uri, host.sysfs.root, connection=conn)
+    assert now == afresh.discover(rescan_guests=True)

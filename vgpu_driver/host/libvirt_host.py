@@ -129,6 +129,7 @@ class LibvirtHost:
         self._last: HostInventory | None = None
         self._generation = 0
         self._all_parent_ids: list[int] = []
+        self._drivers: set[str | None] | None = None  # as last read
 
     # -- the connection ------------------------------------------------
 
@@ -246,8 +247,16 @@ class LibvirtHost:
                     (last.generation, diff) if diff is not None else None,
                 )
                 return self._last
-            versions = self.sysfs.driver_versions(drivers)
-            modules = self.sysfs.modules()
+            # the same drivers: an mdev made or gone is no module event,
+            # so the modules as last read serve to tell (any other change
+            # of the devices reads them again)
+            again = drivers == self._drivers
+            self._drivers = drivers
+            versions, modules = (
+                (last.driver_versions, last.modules)
+                if again and last is not None
+                else self.sysfs.driver_facts(drivers)
+            )
             if last is not None and diff == () and known == last.guests_known:
                 # the guests the same: did the node devices alone change?
                 made = node_devices_changed(
@@ -269,6 +278,8 @@ class LibvirtHost:
                     self._generation += 1
                     self._last = made
                     return made
+            if again:
+                versions, modules = self.sysfs.driver_facts(drivers)
             reading = sort_inventory(
                 parents,
                 mdevs,
