@@ -505,13 +505,13 @@ def test_an_mdev_made_alone_reads_no_module_and_other_changes_do(
     host, conn = _host(tmp_path)
     before = host.discover(rescan_guests=True)
     reads = []
-    facts = host.sysfs.driver_facts
+    modules = host.sysfs.modules
 
-    def counted(drivers):
-        reads.append(drivers)
-        return facts(drivers)
+    def counted():
+        reads.append("modules")
+        return modules()
 
-    monkeypatch.setattr(host.sysfs, "driver_facts", counted)
+    monkeypatch.setattr(host.sysfs, "modules", counted)
     parent = next(p for p in before.parents if p.types[0].available)
     theirs = _made_by_them(conn, parent)
     made = host.discover()
@@ -533,3 +533,29 @@ def test_an_mdev_made_alone_reads_no_module_and_other_changes_do(
     assert "nvidia_vgpu_vfio" not in now.modules
     afresh = LibvirtHost(host.uri, host.sysfs.root, connection=conn)
     assert now == afresh.discover(rescan_guests=True)
+
+
+def test_a_parent_bound_to_another_driver_reads_the_versions_again(
+    tmp_path, monkeypatch
+):
+    """The drivers changed with the parents' XML alone (every pGPU bound
+    to vfio-pci, say, with no mdev made or gone): the drivers' versions
+    are read again, not kept as for an mdev."""
+    from tests.unit.test_libvirt_changes import _host
+    from vgpu_driver.sim.mdev_libvirt import ModelledParent
+
+    host, _conn = _host(tmp_path)
+    before = host.discover(rescan_guests=True)
+    assert dict(before.driver_versions).get("nvidia")
+    xml = ModelledParent.XMLDesc
+
+    def rebound(self, flags=0):
+        # (the test driver names no driver: sysfs does, read once)
+        return xml(self, flags).replace(
+            "</parent>", "</parent><driver><name>vfio-pci</name></driver>"
+        )
+
+    monkeypatch.setattr(ModelledParent, "XMLDesc", rebound)
+    now = host.discover()
+    assert {p.driver for p in now.parents} == {"vfio-pci"}
+    assert "nvidia" not in dict(now.driver_versions)

@@ -249,18 +249,18 @@ def test_a_domain_defined_again_as_it_was_changes_no_reading(
     """A guest undefined and defined again unchanged (one event applied,
     the last): no reading is built (the last one stands, whatever the
     number of mdevs and guests); a guest really gone builds one."""
-    from vgpu_driver.host import libvirt_host
+    from vgpu_driver.host import readings
 
     host, driver, _tree, guests = service(tmp_path, (2, 16, 16))
     before = host.discover().generation
     built = [0]
-    real = libvirt_host.sort_inventory
+    real = readings.sort_inventory
 
     def counted(*args, **kwargs):
         built[0] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(libvirt_host, "sort_inventory", counted)
+    monkeypatch.setattr(readings, "sort_inventory", counted)
     # a reading whose guests alone changed is built from the last one
     from vgpu_driver.model.device import HostInventory
 
@@ -352,7 +352,7 @@ def test_a_guest_gone_and_back_builds_no_view_and_no_plan(
     is applied to that guest's devices alone: no reading or list of
     guests sorted again, no view rebuilt, no plan made, whatever the
     number of mdevs and guests; and the view is right after each."""
-    from vgpu_driver.host import libvirt_host
+    from vgpu_driver.host import readings
     from vgpu_driver.model import device_view
     from vgpu_driver.service import refresh
 
@@ -360,7 +360,7 @@ def test_a_guest_gone_and_back_builds_no_view_and_no_plan(
     counts: Counter[str] = Counter()
     counting(monkeypatch, refresh, "plan_providers", counts)
     counting(monkeypatch, device_view.DeviceView, "of", counts)
-    counting(monkeypatch, libvirt_host, "sort_guests", counts)
+    counting(monkeypatch, readings, "sort_guests", counts)
     plans = driver.last_plans
     conn = host.connection()
     domain = conn.lookupByUUIDString(guests[0])

@@ -2,7 +2,8 @@
 that talk to libvirt, each owning its state: the connection
 (:mod:`.connection`), the node devices (:mod:`.nodedevs`, with
 :mod:`.parents`), the guests (:mod:`.guests`) and the mdev operations
-(:mod:`.mdev_ops`), under one lock.
+(:mod:`.mdev_ops`), under one lock; what one reading hands the next is
+:mod:`.readings`.
 
 It imports libvirt-python only when it opens its own connection; given a
 caller's connection it uses the binding that connection comes from.
@@ -62,17 +63,14 @@ from vgpu_driver.host.nodedevs import NodeDevices
 from vgpu_driver.host.nvml import NvmlReader, nvidia_gpus
 from vgpu_driver.host.parents import ParentReader
 from vgpu_driver.host.plain_sriov import PlainSriovScan
+from vgpu_driver.host.readings import Devices, KnownGuests, Readings
 from vgpu_driver.host.sysfs import SysfsTree
 from vgpu_driver.model.device import (
     Guest,
     HostInventory,
     Mdev,
     Parent,
-    resort_guests,
-    sort_guests,
-    sort_inventory,
 )
-from vgpu_driver.model.device_changes import node_devices_changed
 
 __all__ = ["MAX_RETRY_DELAY", "Creator", "LibvirtHost"]
 
@@ -80,7 +78,8 @@ __all__ = ["MAX_RETRY_DELAY", "Creator", "LibvirtHost"]
 class LibvirtHost:
     """The :class:`~vgpu_driver.host.base.Host` over libvirt: one lock,
     and the parts that own the state (the connection, the node devices
-    with their parents, the guests, the mdev operations)."""
+    with their parents, the guests, the mdev operations, the last
+    reading)."""
 
     def __init__(
         self,
@@ -126,10 +125,7 @@ class LibvirtHost:
         # traits); None: every type. A service sets its enabled types: a
         # GRID pGPU lists about 18 types, one file each.
         self.described_types: Callable[[], Collection[str]] | None = None
-        self._last: HostInventory | None = None
-        self._generation = 0
-        self._all_parent_ids: list[int] = []
-        self._drivers: set[str | None] | None = None  # as last read
+        self.readings = Readings(self.sysfs)
 
     # -- the connection ------------------------------------------------
 
@@ -184,7 +180,9 @@ class LibvirtHost:
                 else None
             )
             parents, mdevs = self.devices.read(
-                conn, relist=self._last is None or rescan_guests, wanted=wanted
+                conn,
+                relist=self.readings.last is None or rescan_guests,
+                wanted=wanted,
             )
             # guests never read and not wanted: left to the first caller
             # that needs them
@@ -203,99 +201,27 @@ class LibvirtHost:
                 if self.nvml is not None
                 else None
             )
-            last = self._last
-            same_devices = (
-                last is not None
-                and not self.devices.dirty
-                and [id(p) for p in parents] == self._all_parent_ids
-                and tuple(sorted(pfs, key=lambda p: p.name)) == last.pfs
-                and said == last.nvml
-                and tuple(plain) == last.plain_gpus
-            )
+            found = Devices(parents, mdevs, pfs, plain, said)
+            readings = self.readings
+            same = readings.same_devices(found, self.devices.dirty)
+            last = readings.last
             if (
-                same_devices
+                same
                 and not tracker.dirty
                 and last is not None
                 and last.guests_known == known
             ):
                 return last  # nothing changed: the same reading
-            self._all_parent_ids = [id(p) for p in parents]
             self.devices.dirty = tracker.dirty = False
-            drivers = {p.driver for p in parents} | {p.driver for p in pfs}
             everyone = (
                 tracker.known.values() if tracker.known is not None else ()
             )
-            diff = tracker.take_diff()
-            changed = self.devices.mdevs.take_changes()
-            if same_devices and last is not None:
-                # the guests alone changed: the rest as last read (what an
-                # idle reading keeps too), the devices as last sorted
-                guests_now = (
-                    resort_guests(last.guests, diff)
-                    if diff is not None and known and last.guests_known
-                    else None
-                )
-                if guests_now is None:
-                    guests_now = sort_guests(everyone)
-                if guests_now == last.guests and known == last.guests_known:
-                    return last  # read again, the same
-                self._generation += 1
-                self._last = last.with_guests(
-                    guests_now,
-                    known,
-                    self._generation,
-                    (last.generation, diff) if diff is not None else None,
-                )
-                return self._last
-            # the same drivers: an mdev made or gone is no module event,
-            # so the modules as last read serve to tell (any other change
-            # of the devices reads them again)
-            again = drivers == self._drivers
-            self._drivers = drivers
-            versions, modules = (
-                (last.driver_versions, last.modules)
-                if again and last is not None
-                else self.sysfs.driver_facts(drivers)
+            return readings.take(
+                found,
+                same,
+                self.devices.mdevs.take_changes(),
+                KnownGuests(known, everyone, tracker.take_diff()),
             )
-            if last is not None and diff == () and known == last.guests_known:
-                # the guests the same: did the node devices alone change?
-                made = node_devices_changed(
-                    last,
-                    (
-                        parents,
-                        changed,
-                        pfs,
-                        said,
-                        plain,
-                        versions,
-                        modules,
-                    ),
-                    self._generation + 1,
-                )
-                if made is not None:
-                    if not made.device_changes or not made.device_changes[1]:
-                        return last  # the same: the same generation
-                    self._generation += 1
-                    self._last = made
-                    return made
-            if again:
-                versions, modules = self.sysfs.driver_facts(drivers)
-            reading = sort_inventory(
-                parents,
-                mdevs,
-                pfs,
-                everyone,
-                known,
-                versions,
-                modules,
-                said,
-                plain,
-            )
-            if last is not None and reading == last:
-                return last  # read again, the same: the same generation
-            self._generation += 1
-            self._last = reading.with_generation(self._generation)
-            return self._last
 
     # -- guests --------------------------------------------------------
 

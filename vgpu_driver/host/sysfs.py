@@ -154,12 +154,6 @@ class SysfsTree:
         except OSError:
             return None
 
-    def driver_facts(
-        self, drivers: set[str | None]
-    ) -> tuple[list[tuple[str, str]], list[str] | None]:
-        """:meth:`driver_versions` of ``drivers`` and :meth:`modules`."""
-        return self.driver_versions(drivers), self.modules()
-
     def driver_versions(
         self, drivers: set[str | None]
     ) -> list[tuple[str, str]]:
