@@ -13,6 +13,12 @@ them on a real host:
   and its directory is gone;
 * a removed one is looked up in vain.
 
+A created mdev's XML has the shape :mod:`.render` gives a host's own
+mdevs, as libvirt's node-device format documents it (``formatnode``:
+the ``mdev`` capability's ``type``, ``uuid`` and ``iommuGroup``; named
+``mdev_<uuid>_<parent address>`` since libvirt 7.3), and its sysfs
+directory is where the kernel's mediated-device documentation puts it
+(``vfio-mediated-device.rst``: under its parent, named by its uuid).
 Every other call goes to the test driver. Each call is logged when
 ``log`` is a list (the tests count them). Tests and ``benchmarks.churn``
 use it to follow another manager's mdevs through the real adapter.
