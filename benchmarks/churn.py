@@ -24,10 +24,11 @@ The two halves of each case (gone and back, typed and cleared, made and
 gone) cost differently and are printed apart: the median of both
 together would land between them, on whichever the sample favours.
 Nova beside: its periodic on the same host (it reads no guest and no
-mdev of anyone else, so a change costs it nothing more).
+mdev of anyone else, so a change costs it nothing more; the mdev rows
+are on the hosts of the guest rows, and print it once there).
 
-``--daemon``: the guest and mdev rows alone, on the same hosts served by this
-machine's ``libvirtd`` over its UNIX socket, as a compute service's
+``--daemon``: the guest and mdev rows alone, on the same hosts served
+by this machine's ``libvirtd`` over its UNIX socket, as a compute service's
 libvirt is (every call a round trip; in process a test-driver call
 costs about what a Python call does, which makes a guest's one more
 call weigh more than it does on a host). CPU is the caller's; the wall
@@ -90,6 +91,12 @@ def pairs(
     return changed, idle
 
 
+def walls() -> dict[str, list[float]]:
+    """The wall ms of the last :func:`pairs` run, after each change and
+    idle."""
+    return {"changed_wall": WALL[0::2], "idle_wall": WALL[1::2]}
+
+
 def guest_churn(
     shape: tuple[int, int, int],
     tmp: Path,
@@ -113,11 +120,7 @@ def guest_churn(
         service.driver.domain_event(guest, step % 2 == 1)
 
     changed, idle = pairs(change, service.idle)
-    wall = (
-        {"changed_wall": WALL[0::2], "idle_wall": WALL[1::2]}
-        if remote is not None
-        else {}
-    )
+    wall = walls() if remote is not None else {}
     return {"changed": changed, "idle": idle, "nova": nova_idle(uri), **wall}
 
 
@@ -181,11 +184,7 @@ def mdev_churn(
 
     changed, idle = pairs(change, service.idle)
     reserved.append(reserved_now())
-    wall = (
-        {"changed_wall": WALL[0::2], "idle_wall": WALL[1::2]}
-        if remote is not None
-        else {}
-    )
+    wall = walls() if remote is not None else {}
     found = {"changed": changed, "idle": idle, "nova": None, **wall}
     return {**found, "reserved": reserved}
 
