@@ -25,7 +25,7 @@ gone) cost differently and are printed apart: the median of both
 together would land between them, on whichever the sample favours.
 Nova beside: its periodic on the same host (it reads no guest and no
 mdev of anyone else, so a change costs it nothing more; the mdev rows
-are on the hosts of the guest rows, and print it once there).
+run on the hosts of the guest rows, where it is printed).
 
 ``--daemon``: the guest and mdev rows alone, on the same hosts served
 by this machine's ``libvirtd`` over its UNIX socket, as a compute service's
