@@ -2,8 +2,9 @@
 this machine's daemon over its UNIX socket (libvirt's remote protocol,
 as on a compute host), read as they are read in process: the same
 inventory, with the same calls, first and steady; an mdev libvirt does
-not have reads as gone over the wire too; and domain lifecycle events
-reach the library through the daemon.
+not have reads as gone over the wire too; another manager's mdev is
+followed through it; and domain lifecycle events reach the library
+through the daemon.
 
 Needs Debian's ``libvirt-daemon`` (``./run test`` installs it); skipped
 where it is not installed.
@@ -24,6 +25,7 @@ from tests import helpers
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.device import Mdev
 from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim.mdev_libvirt import MdevConnection
 
 LIBVIRTD = shutil.which("libvirtd") or "/usr/sbin/libvirtd"
 
@@ -99,3 +101,42 @@ def test_domain_events_reach_the_library_through_the_daemon(daemon):
         finally:
             local.close()
             served.close()
+
+
+def test_another_managers_mdev_is_followed_through_the_daemon(daemon):
+    """An mdev another manager makes on a pGPU, then removes (libvirt's
+    mdev calls modelled over the daemon's connection, the rest served
+    by it): the adapter follows that parent alone, with no listing of
+    every device, and reads what a new adapter reading the whole host
+    reads."""
+    directory, remote = daemon
+    local, served = _hosts("m10", directory, remote)
+    local.close()
+    served.close()
+    sysfs = served.sysfs.root
+    conn = MdevConnection(served.uri, sysfs=sysfs, log=[])
+    host = LibvirtHost(sysfs_root=sysfs, connection=conn)
+    try:
+        before = host.discover(rescan_guests=True)
+        parent = next(p for p in before.parents if p.types[0].available)
+        listings = len(conn.calls("listAllDevices"))
+        theirs = conn.nodeDeviceCreateXML(
+            f"<device><parent>{parent.name}</parent><capability "
+            f"type='mdev'><type id='{parent.types[0].id}'/>"
+            "<uuid>5f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b</uuid>"
+            "</capability></device>",
+            0,
+        )
+        made = host.discover()
+        assert made.device_changes == (before.generation, {parent.name})
+        assert len(made.mdevs) == len(before.mdevs) + 1
+        afresh = LibvirtHost(sysfs_root=sysfs, connection=conn)
+        assert made == afresh.discover(rescan_guests=True)
+        listings = len(conn.calls("listAllDevices"))  # the new adapter's
+        conn.gone.add(theirs.name())
+        gone = host.discover()
+        assert gone.device_changes == (made.generation, {parent.name})
+        assert gone == before
+        assert len(conn.calls("listAllDevices")) == listings  # none more
+    finally:
+        conn.close()
