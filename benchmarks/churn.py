@@ -59,7 +59,7 @@ from benchmarks.common import (
 from benchmarks.nova_compare import Nova, timed
 from benchmarks.service import FREE, Service
 from vgpu_driver.sim import description as hostdesc
-from vgpu_driver.sim.mdev_libvirt import MdevConnection
+from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
 
 SHAPES = [(1, 16, 16), (4, 128, 128), (16, 512, 512)]
 CARDS = [1, 4, 16]
@@ -173,11 +173,7 @@ def mdev_churn(
         if step:
             reserved.append(reserved_now())
         if step % 2 == 0:
-            xml = (
-                f"<device><parent>{parent.name}</parent><capability "
-                f"type='mdev'><type id='{parent.types[0].id}'/>"
-                f"<uuid>{uuid.uuid4()}</uuid></capability></device>"
-            )
+            xml = mdev_xml(parent.name, parent.types[0].id, str(uuid.uuid4()))
             made.append(conn.nodeDeviceCreateXML(xml, 0).name())
         else:
             conn.gone.add(made.pop())

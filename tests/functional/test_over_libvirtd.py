@@ -25,7 +25,7 @@ from tests import helpers
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.device import Mdev
 from vgpu_driver.sim import description as hostdesc
-from vgpu_driver.sim.mdev_libvirt import MdevConnection
+from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
 
 LIBVIRTD = shutil.which("libvirtd") or "/usr/sbin/libvirtd"
 
@@ -121,10 +121,11 @@ def test_another_managers_mdev_is_followed_through_the_daemon(daemon):
         parent = next(p for p in before.parents if p.types[0].available)
         listings = len(conn.calls("listAllDevices"))
         theirs = conn.nodeDeviceCreateXML(
-            f"<device><parent>{parent.name}</parent><capability "
-            f"type='mdev'><type id='{parent.types[0].id}'/>"
-            "<uuid>5f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b</uuid>"
-            "</capability></device>",
+            mdev_xml(
+                parent.name,
+                parent.types[0].id,
+                "5f1c2a3b-4d5e-4f60-8a7b-9c0d1e2f3a4b",
+            ),
             0,
         )
         made = host.discover()

@@ -29,6 +29,7 @@ from vgpu_driver.model.device_view import DeviceView
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.service import refresh, tree_writer
 from vgpu_driver.service.touched import held_on, parents_to_plan
+from vgpu_driver.sim.mdev_libvirt import mdev_xml
 from vgpu_driver.sim.simulated import SimulatedHost
 
 
@@ -372,12 +373,8 @@ def test_a_claim_or_a_device_made_elsewhere_plans_the_whole_host(
 
 
 def _made_by_them(conn, parent):
-    return conn.nodeDeviceCreateXML(
-        f"<device><parent>{parent.name}</parent><capability type='mdev'>"
-        f"<type id='{parent.types[0].id}'/><uuid>{uuid.uuid4()}</uuid>"
-        "</capability></device>",
-        0,
-    )
+    xml = mdev_xml(parent.name, parent.types[0].id, str(uuid.uuid4()))
+    return conn.nodeDeviceCreateXML(xml, 0)
 
 
 def test_libvirt_s_adapter_follows_a_parent_s_mdevs_through_its_sysfs(

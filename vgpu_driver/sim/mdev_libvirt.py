@@ -59,6 +59,15 @@ def no_device(name: str) -> libvirt.libvirtError:
     return error
 
 
+def mdev_xml(parent: str, type_id: str, uuid: str) -> str:
+    """The XML ``nodeDeviceCreateXML`` takes for an mdev of ``type_id``
+    on ``parent`` (as ``virsh nodedev-create`` is given it)."""
+    return (
+        f"<device><parent>{parent}</parent><capability type='mdev'>"
+        f"<type id='{type_id}'/><uuid>{uuid}</uuid></capability></device>"
+    )
+
+
 def _field(xml: str, start: str, end: str) -> str:
     return xml.split(start, 1)[1].split(end, 1)[0]
 
