@@ -96,22 +96,18 @@ class StateStore:
         self._lock_fd: int | None = None
         self._swept = False
         self._absent = False  # held without a file: nothing exists yet
-        self._paths: dict[str, Path] = {}
 
     def file(self, key: str) -> str:
-        """:meth:`path` as a string (built once)."""
+        """The record's file (built once: a pass reads it by this string,
+        and a peek at the claims stats it)."""
         found = self._files.get(key)
         if found is None:
             found = self._files[key] = os.path.join(self._dir, f"{key}.json")
         return found
 
     def path(self, key: str) -> Path:
-        """The record's file (built once: a peek at the claims stats it
-        several times a refresh)."""
-        found = self._paths.get(key)
-        if found is None:
-            found = self._paths[key] = self.directory / f"{key}.json"
-        return found
+        """:meth:`file` as a Path (for the writes and repairs)."""
+        return Path(self.file(key))
 
     # -- the lock --------------------------------------------------------
 
