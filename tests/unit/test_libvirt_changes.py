@@ -12,15 +12,12 @@ from tests import helpers
 from tests.helpers import Node
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import LibvirtHost
-from vgpu_driver.sim.mdev_libvirt import INACTIVE, MdevConnection, no_device
+from vgpu_driver.sim.mdev_libvirt import INACTIVE, MdevConnection
 
 
 def RecordingConnection(uri, persistent=True, sysfs=None):
     """The modelled connection, every call logged."""
     return MdevConnection(uri, persistent, sysfs, log=[])
-
-
-_no_device = no_device
 
 
 def _host(tmp_path, name="m10", persistent=True):

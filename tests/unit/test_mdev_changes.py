@@ -29,7 +29,7 @@ from vgpu_driver.model.device_view import DeviceView
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.service import refresh, tree_writer
 from vgpu_driver.service.touched import held_on, parents_to_plan
-from vgpu_driver.sim.mdev_libvirt import mdev_xml
+from vgpu_driver.sim.mdev_libvirt import mdev_xml, no_device
 from vgpu_driver.sim.simulated import SimulatedHost
 
 
@@ -411,7 +411,7 @@ def test_an_mdev_libvirt_has_not_seen_yet_is_looked_up_again(tmp_path):
     """The kernel made it (sysfs lists it) before libvirt's node device
     driver learnt of it: the next reading looks again, though the
     parent's room is the same by then."""
-    from tests.unit.test_libvirt_changes import _host, _no_device
+    from tests.unit.test_libvirt_changes import _host
 
     host, conn = _host(tmp_path)
     before = host.discover(rescan_guests=True)
@@ -421,7 +421,7 @@ def test_an_mdev_libvirt_has_not_seen_yet_is_looked_up_again(tmp_path):
 
     def not_yet(name):
         if name in late:
-            raise _no_device(name)
+            raise no_device(name)
         return lookup(name)
 
     conn.nodeDeviceLookupByName = not_yet
