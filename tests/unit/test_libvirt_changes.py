@@ -231,3 +231,29 @@ def test_a_refusal_whose_reason_was_cleared_is_asked_again(tmp_path):
     inventory = host.discover()
     assert inventory.parents and flaky.lost == 0
     assert host.calls["listAllDevices"] >= 3  # asked again
+
+
+def test_the_mdevs_made_and_gone_are_listed_by_name_as_nova_lists_them(
+    tmp_path,
+):
+    # Nova's driver lists node devices by name (listDevices), not as
+    # objects: the names are those listAllDevices gives
+    host, conn = _host(tmp_path)
+    parent = host.discover().parent("pci_0000_87_00_0")
+    by_object = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV
+    before = conn.listDevices("mdev", 0)
+    made = host.create_mdev(
+        parent, "nvidia-35", "0b5f4c1e-9a55-4a0f-8d2b-6f1e2a3b4c5d"
+    )
+    now = conn.listDevices("mdev", 0)
+    assert sorted(now) == sorted([*before, made.name])
+    assert sorted(now) == sorted(
+        d.name() for d in conn.listAllDevices(by_object)
+    )
+    # an mdev is listed with the mdevs, not with their parents
+    assert made.name not in conn.listDevices("mdev_types", 0)
+    assert parent.name in conn.listDevices("mdev_types", 0)
+    conn.gone.add(made.name)
+    assert sorted(conn.listDevices("mdev", 0)) == sorted(before)
+    # any other capability is the test driver's own
+    assert conn.listDevices("pci", 0) == conn.real.listDevices("pci", 0)

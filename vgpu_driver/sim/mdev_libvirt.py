@@ -6,7 +6,8 @@ flag. :class:`MdevConnection` wraps a real test-driver connection and
 answers only those operations, as libvirt >= 7.3 and the kernel answer
 them on a real host:
 
-* a created mdev is listed, looked up, and a directory named by its uuid
+* a created mdev is listed (by ``listAllDevices`` and by name with
+  ``listDevices``), looked up, and a directory named by its uuid
   appears under its parent's in sysfs; its parent's
   ``availableInstances`` of its type drop by one;
 * a defined-only (stopped) one is listed with the INACTIVE flag alone,
@@ -37,6 +38,12 @@ import libvirt
 from vgpu_driver.model import naming
 
 INACTIVE = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_INACTIVE
+# the capabilities whose devices the model changes, as listAllDevices
+# flags
+_CAP_FLAGS = {
+    "mdev": libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV,
+    "mdev_types": libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV_TYPES,
+}
 _TYPE_ROOM = re.compile(
     r"<type id='([^']+)'>(.*?)<availableInstances>(\d+)<", re.S
 )
@@ -277,15 +284,27 @@ class MdevConnection:
         if flags & INACTIVE:
             return [self.made[n] for n in sorted(self.inactive - self.gone)]
         found = [self._device(d) for d in self.real.listAllDevices(flags)]
-        listed = {x.name() for x in found}
-        found += [d for n, d in self.made.items() if n not in listed]
+        caps = flags & ~(
+            INACTIVE | libvirt.VIR_CONNECT_LIST_NODE_DEVICES_ACTIVE
+        )
+        if not caps or caps & libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV:
+            listed = {x.name() for x in found}
+            found += [d for n, d in self.made.items() if n not in listed]
         return [d for d in found if d.name() not in self.gone]
+
+    def listDevices(self, cap: str, flags: int = 0) -> list[str]:
+        """The names ``listAllDevices`` gives for capability ``cap`` (the
+        older call Nova's driver makes, by name: libvirt lists the same
+        devices either way)."""
+        self.record("listDevices", cap)
+        flag = _CAP_FLAGS.get(cap)
+        if flag is None:  # no mdev and no parent: the test driver's own
+            return list(self.real.listDevices(cap, flags))
+        return [d.name() for d in self.listAllDevices(flag)]
 
     def nodeDeviceLookupByName(self, name: str) -> Any:
         self.record("nodeDeviceLookupByName", name)
-        if name in self.gone or (
-            name not in self.made and not name.startswith("mdev_")
-        ):
+        if name in self.gone:
             raise no_device(name)
         if name in self.made:
             return self.made[name]
