@@ -215,10 +215,10 @@ def warm_up() -> float:
         return Ours(uri, sysfs, conf).first()[0]
 
 
-def nova_driver(uri: str, counted: bool) -> tuple[Any, Any]:
+def nova_driver(uri: str, counted: bool, conn: Any = None) -> tuple[Any, Any]:
     """Nova's LibvirtDriver, set up as its __init__ sets up the vGPU
-    part, on Nova's Host over a (counted) connection. ImportError without
-    Nova."""
+    part, on Nova's Host over a (counted) connection (``conn``, or one
+    opened at ``uri``). ImportError without Nova."""
     import libvirt
     import nova.conf
     from nova.virt.libvirt import driver as nova_libvirt
@@ -231,7 +231,7 @@ def nova_driver(uri: str, counted: bool) -> tuple[Any, Any]:
     nova.conf.devices.register_dynamic_opts(conf)
     driver = nova_libvirt.LibvirtDriver.__new__(nova_libvirt.LibvirtDriver)
     driver._host = nova_host.Host(uri)
-    conn = libvirt.open(uri)
+    conn = conn if conn is not None else libvirt.open(uri)
     if counted:
         conn = Counting(conn)
     driver._host._wrapped_conn = conn
@@ -248,12 +248,13 @@ def nova_driver(uri: str, counted: bool) -> tuple[Any, Any]:
 
 class Nova:
     """Nova 34.0.0's vGPU periodic on the same host (calls counted on a
-    second connection)."""
+    second connection). ``conn``: the connection both use, instead of
+    their own at ``uri`` (one whose mdevs another manager changes)."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, conn: Any = None) -> None:
         from nova.compute import provider_tree
 
-        counted_driver, counted = nova_driver(uri, True)
+        counted_driver, counted = nova_driver(uri, True, conn)
         tree = provider_tree.ProviderTree()
         tree.new_root("bench", ROOT)
         counted_driver._update_provider_tree_for_vgpu(tree, "bench")
@@ -263,7 +264,7 @@ class Nova:
         counted.calls = 0
         counted_driver._get_all_assigned_mediated_devices()
         self.spawn_scan_calls = counted.calls
-        self.driver, _ = nova_driver(uri, False)
+        self.driver, _ = nova_driver(uri, False, conn)
         self.tree = provider_tree.ProviderTree()
         self.tree.new_root("bench", ROOT)
         self.periodic()  # warm up

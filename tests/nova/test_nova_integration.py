@@ -762,3 +762,19 @@ def test_a_destination_nvml_says_cannot_migrate_refuses(nova, monkeypatch):
     with_caps(1)
     adapter.check_driver_compatible("inst-1", set())
     assert "CUSTOM_VGPU_LIVE_MIGRATION" in adapter.host_driver_traits()
+
+
+def test_nova_beside_the_mdev_rows_sees_the_other_manager_s_mdev(
+    tmp_path, monkeypatch
+):
+    """benchmarks.churn's mdev rows time Nova's periodic on the same
+    modelled connection after each change: Nova's own driver lists the
+    mdev another manager made, then not once it is gone."""
+    from benchmarks import churn
+
+    monkeypatch.setattr(churn, "RUNS", [2])
+    found = churn.mdev_churn((1, 4, 4), tmp_path)
+    listed = found["nova_listed"]
+    assert len(found["nova"]) == len(listed) == 4
+    made, gone = listed[0::2], listed[1::2]
+    assert all(m == g + 1 for m, g in zip(made, gone, strict=True))
