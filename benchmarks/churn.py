@@ -26,8 +26,8 @@ together would land between them, on whichever the sample favours.
 Nova beside: its periodic on the same host. In the guest rows it reads
 no guest, so a change costs it nothing more: its periodic is timed on
 the host as it is. In the mdev rows it runs on the same modelled
-connection, after each change (before the next): it lists and reads
-the mdev another manager made, as it would on a host.
+connection, after each of the same changes, in a loop of its own: it
+lists and reads the mdev another manager made, as it would on a host.
 
 ``--daemon``: the guest and mdev rows alone, on the same hosts served
 by this machine's ``libvirtd`` over its UNIX socket, as a compute service's
@@ -162,50 +162,59 @@ def mdev_churn(
     conf = conf_for(description.config, tmp)
     service = Service(uri, sysfs, conf, tmp, conn=conn)
     parent = service.driver.discover().parents[0]
-    nova = nova_beside(uri, conn)
     made: list[str] = []
     # the first pGPU's reserved units after each change (another
     # manager's free mdevs are reserved): the refreshes saw real changes
     reserved: list[int] = []
-    # Nova's periodic after each change (before the next), and the mdevs
-    # it listed then: it saw them too
-    nova_after: list[float] = []
-    nova_listed: list[int] = []
 
     def reserved_now() -> int:
         plans = service.driver.last_plans
         return sum(p.reserved for p in plans if p.device == parent.name)
 
-    def nova_now() -> None:
-        if nova is not None:
-            nova_after.append(nova.periodic()[0])
-            nova_listed.append(len(nova.driver._host.list_mediated_devices()))
-
-    def change(step: int) -> None:
-        if step:
-            reserved.append(reserved_now())
-            nova_now()
+    def make(step: int) -> None:
         if step % 2 == 0:
             xml = mdev_xml(parent.name, parent.types[0].id, str(uuid.uuid4()))
             made.append(conn.nodeDeviceCreateXML(xml, 0).name())
         else:
             conn.gone.add(made.pop())
 
+    def change(step: int) -> None:
+        if step:
+            reserved.append(reserved_now())
+        make(step)
+
     changed, idle = pairs(change, service.idle)
     reserved.append(reserved_now())
-    nova_now()
     wall = walls() if remote is not None else {}
-    found = {"changed": changed, "idle": idle, "nova": nova_after or None}
-    return {**found, **wall, "reserved": reserved, "nova_listed": nova_listed}
+    nova = nova_after(uri, conn, make)
+    return {
+        "changed": changed,
+        "idle": idle,
+        "nova": nova[0] if nova else None,
+        **wall,
+        "reserved": reserved,
+        "nova_listed": nova[1] if nova else [],
+    }
 
 
-def nova_beside(uri: str, conn: MdevConnection) -> Nova | None:
-    """Nova's driver on the same modelled connection: it lists and reads
-    the mdevs another manager makes, as on a host."""
+def nova_after(
+    uri: str, conn: MdevConnection, make: Callable[[int], None]
+) -> tuple[list[float], list[int]] | None:
+    """Nova's periodic after each of the same changes, on the same
+    modelled connection (it lists and reads the mdevs another manager
+    makes, as on a host), and the mdevs it listed then. Timed in a loop
+    of its own: run between the service's refreshes, it left them a
+    cold cache that an idle refresh, timed right after, did not pay."""
     try:
-        return Nova(uri, conn)
+        nova = Nova(uri, conn)
     except ImportError:
         return None
+    times, listed = [], []
+    for step in range(2 * RUNS[0]):
+        make(step)
+        times.append(nova.periodic()[0])
+        listed.append(len(nova.driver._host.list_mediated_devices()))
+    return times, listed
 
 
 def nova_idle(uri: str) -> list[float] | None:
