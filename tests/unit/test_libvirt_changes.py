@@ -7,12 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import libvirt
+import pytest
 
 from tests import helpers
 from tests.helpers import Node
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import LibvirtHost
-from vgpu_driver.sim.mdev_libvirt import INACTIVE, MdevConnection
+from vgpu_driver.sim.mdev_libvirt import INACTIVE, MdevConnection, mdev_xml
 
 
 def RecordingConnection(uri, persistent=True, sysfs=None):
@@ -257,3 +258,36 @@ def test_the_mdevs_made_and_gone_are_listed_by_name_as_nova_lists_them(
     assert sorted(conn.listDevices("mdev", 0)) == sorted(before)
     # any other capability is the test driver's own
     assert conn.listDevices("pci", 0) == conn.real.listDevices("pci", 0)
+
+
+def test_every_call_the_model_answers_costs_a_call_to_libvirt(tmp_path):
+    # over libvirtd each is a round trip: the benchmarks' figures pay it
+    host, conn = _host(tmp_path)
+    parent = host.discover().parent("pci_0000_87_00_0")
+    theirs = host.discover().mdevs[0]
+    real: list[str] = []
+
+    class Counted:
+        def __init__(self, target):
+            self.target = target
+
+        def __getattr__(self, name):
+            real.append(name)
+            return getattr(self.target, name)
+
+    conn.real = Counted(conn.real)
+    uuid = "0b5f4c1e-9a55-4a0f-8d2b-6f1e2a3b4c5d"
+    made = conn.nodeDeviceCreateXML(
+        mdev_xml(parent.name, "nvidia-35", uuid), 0
+    )
+    conn.nodeDeviceLookupByName(made.name()).XMLDesc(0)
+    conn.gone.add(made.name())
+    with pytest.raises(libvirt.libvirtError):
+        conn.nodeDeviceLookupByName(made.name())
+    assert real == ["getLibVersion"] * 4
+    real.clear()
+    # a device of the test driver's own is looked up and read there
+    found = conn.nodeDeviceLookupByName(theirs.name)
+    found.device = Counted(found.device)
+    assert theirs.uuid in found.XMLDesc(0)
+    assert real == ["nodeDeviceLookupByName", "XMLDesc"]
