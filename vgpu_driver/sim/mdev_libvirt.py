@@ -298,6 +298,11 @@ class MdevConnection:
             self.answer("listAllDevices", str(flags))
             return [self.made[n] for n in sorted(self.inactive - self.gone)]
         self.record("listAllDevices", str(flags))
+        return self._listed(flags)
+
+    def _listed(self, flags: int) -> list[Any]:
+        """The test driver's devices for ``flags`` (not INACTIVE), with
+        the mdevs made when mdevs are asked for, without those gone."""
         found = [self._device(d) for d in self.real.listAllDevices(flags)]
         caps = flags & ~(
             INACTIVE | libvirt.VIR_CONNECT_LIST_NODE_DEVICES_ACTIVE
@@ -315,20 +320,18 @@ class MdevConnection:
         flag = _CAP_FLAGS.get(cap)
         if flag is None:  # no mdev and no parent: the test driver's own
             return list(self.real.listDevices(cap, flags))
-        return [d.name() for d in self.listAllDevices(flag)]
+        return [d.name() for d in self._listed(flag)]
 
     def nodeDeviceLookupByName(self, name: str) -> Any:
-        mdev = self.made.get(name)
-        if name in self.gone or (
-            mdev is not None and not isinstance(mdev, ExistingMdev)
-        ):
+        if name in self.gone:
             self.answer("nodeDeviceLookupByName", name)
-            if name in self.gone:
-                raise no_device(name)
-            return mdev
+            raise no_device(name)
+        mdev = self.made.get(name)
+        if mdev is not None and not isinstance(mdev, ExistingMdev):
+            self.answer("nodeDeviceLookupByName", name)
+            return mdev  # the test driver never had it
         self.record("nodeDeviceLookupByName", name)
-        found = self.real.nodeDeviceLookupByName(name)
-        return mdev if mdev is not None else self._device(found)
+        return self._device(self.real.nodeDeviceLookupByName(name))
 
     def nodeDeviceCreateXML(self, xml: str, flags: int) -> ModelledMdev:
         self.answer("nodeDeviceCreateXML")
