@@ -370,6 +370,21 @@ def test_a_parent_whose_rooms_alone_changed_is_not_parsed_again(
     assert now.types[1] is before.types[1]  # the type unchanged is kept
 
 
+def test_a_parent_whose_driver_left_the_xml_has_none(tmp_path):
+    """libvirt's driver is read from each XML (an unbound device's XML
+    names none); sysfs is asked, once, only where the XML names none."""
+    from vgpu_driver.host.parents import ParentReader
+    from vgpu_driver.host.sysfs import SysfsTree
+
+    seen = ParentReader(SysfsTree(str(tmp_path)))
+    name = "pci_0000_84_00_0"
+    assert seen.read(name, M10_PARENT, None).driver == "nvidia"
+    unbound = M10_PARENT.replace("<driver><name>nvidia</name></driver>", "")
+    assert unbound != M10_PARENT
+    assert seen.read(name, unbound, None).driver is None
+    assert seen.read(name, M10_PARENT, None).driver == "nvidia"
+
+
 @settings(max_examples=600, deadline=None)
 @given(_mutants(MDEV_77))
 def test_the_fast_mdev_reader_reads_as_xml_does_or_declines(text):

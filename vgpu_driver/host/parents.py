@@ -27,7 +27,9 @@ LOG = logging.getLogger(__name__)
 
 
 class _Extras(NamedTuple):
-    """What sysfs adds to a parent, read once."""
+    """What sysfs adds to a parent, read once: its path, and its driver
+    (read only when libvirt's XML names none; libvirt's, when it does,
+    is read from each XML: a driver unbound leaves the XML)."""
 
     path: Path
     driver: str | None
@@ -122,10 +124,13 @@ class ParentReader:
         extras = self._extras.get(name)
         if extras is None:
             path = self.sysfs.resolve(libvirt_path, parent.address)
+            extras = self._extras[name] = _Extras(path, None)
+        if not parent.driver and extras.driver is None:
             # libvirt names the driver of a bound device: sysfs only
             # where it does not
-            driver = parent.driver or self.sysfs.driver(path)
-            extras = self._extras[name] = _Extras(path, driver)
+            extras = self._extras[name] = extras._replace(
+                driver=self.sysfs.driver(extras.path)
+            )
         path, driver = extras
         enriched = self._enrich(parent, path, driver, wanted)
         self._parsed[name] = _Parsed(text, wanted, enriched)
