@@ -452,6 +452,56 @@ def test_a_defined_mdev_stopped_and_started_by_another_is_followed(
     assert started.device_changes[1] == {mdev.parent}
 
 
+def _the(reading, mdev_uuid):
+    [mdev] = [m for m in reading.mdevs if m.uuid == mdev_uuid]
+    return mdev
+
+
+def _theirs_of_two_types(tmp_path):
+    """(host, conn, mdev made by another manager, its parent's first
+    type, another): on a parent offering two types."""
+    from tests.unit.test_libvirt_changes import _host
+
+    host, conn = _host(tmp_path)
+    before = host.discover(rescan_guests=True)
+    parent = next(
+        p for p in before.parents if len(p.types) > 1 and p.types[0].available
+    )
+    first, other = parent.types[0].id, parent.types[1].id
+    xml = mdev_xml(parent.name, first, str(uuid.uuid4()))
+    return host, conn, conn.nodeDeviceCreateXML(xml, 0), first, other
+
+
+def test_an_mdev_made_again_under_its_uuid_is_read_again(tmp_path):
+    """Another manager removes an mdev and makes it again under the same
+    uuid (so under the same libvirt name), of another type, between two
+    readings: its sysfs directory is a new one (kernfs numbers it anew),
+    so the reading has the new type, as a new adapter reads it."""
+    host, conn, theirs, first, other = _theirs_of_two_types(tmp_path)
+    assert _the(host.discover(), theirs.uuid).type_id == first
+    conn.gone.add(theirs.name())
+    conn.nodeDeviceCreateXML(mdev_xml(theirs.parent, other, theirs.uuid), 0)
+    again = host.discover()
+    assert _the(again, theirs.uuid).type_id == other
+    afresh = LibvirtHost(host.uri, host.sysfs.root, connection=conn)
+    assert again == afresh.discover(rescan_guests=True)
+
+
+def test_a_defined_mdev_changed_while_stopped_is_read_again(tmp_path):
+    """Its definition changed while it was stopped (``mdevctl modify``):
+    started, it is read again."""
+    host, conn, theirs, first, other = _theirs_of_two_types(tmp_path)
+    conn.nodeDeviceDefineXML(mdev_xml(theirs.parent, first, theirs.uuid), 0)
+    assert _the(host.discover(), theirs.uuid).type_id == first
+    theirs.destroy()
+    assert not _the(host.discover(), theirs.uuid).active
+    theirs.xml = theirs.xml.replace(first, other)  # as mdevctl modify
+    theirs.type_id = other
+    theirs.create()
+    started = _the(host.discover(), theirs.uuid)
+    assert (started.active, started.type_id) == (True, other)
+
+
 def test_an_mdev_made_or_gone_touches_its_parent_whose_room_is_the_same():
     """A defined-only mdev takes no room: its parent's reading is the
     same, yet its mdevs changed."""

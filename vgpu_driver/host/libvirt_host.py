@@ -19,14 +19,16 @@ Cost of :meth:`LibvirtHost.discover` (every call is counted in
   parents' device objects are kept and listed again only when the
   kernel's mdev parents (``/sys/class/mdev_bus``, read at every
   refresh) or the connection changed, or a parent vanished;
-* an mdev's XML never changes for a given name, so it is read once, on
-  first sight, and cached; whether it is persistent is asked only when
-  it is removed (a defined-only mdev is persistent by definition);
+* an mdev's XML is read on first sight and cached; whether it is
+  persistent is asked only when it is removed (a defined-only mdev is
+  persistent by definition);
 * a parent whose ``availableInstances`` changed (an mdev made, started,
   stopped or removed there) has its sysfs directory listed, which names
-  its running mdevs: one lookup per mdev that came or went, and no
-  listing of every mdev (that is left to the relist interval, and to a
-  sysfs or libvirt that cannot tell).
+  its running mdevs and their directories' inodes: one lookup per mdev
+  that came or went, or was made again under its uuid (a new inode) or
+  started (a definition may change while stopped), and no listing of
+  every mdev (that is left to the relist interval, and to a sysfs or
+  libvirt that cannot tell).
 
 So a steady-state refresh costs P calls for P parents, whatever the
 number of mdevs and guests (and libvirtd does not walk every node device

@@ -1,10 +1,11 @@
 """libvirt's node devices: the mdev parents and the mdevs, listed with
 as few calls as a steady host allows.
 
-:class:`NodeDevices` owns its caches: every mdev read so far (an mdev's
-XML never changes for a given name, so it is read once), when
-everything was last listed, and whether the mdevs changed since the
-adapter's last reading (``dirty``). The calls that list devices, and the
+:class:`NodeDevices` owns its caches: every mdev read so far (read
+again only when its sysfs directory says it was made again or started),
+when everything was last listed, the inodes of the mdevs' directories
+when their parent was last followed, and whether the mdevs changed since
+the adapter's last reading (``dirty``). The calls that list devices, and the
 parents' device objects held from the last listing, are its
 :class:`~vgpu_driver.host.listing.NodeListing`'s; parents' XML is turned
 into readings by a :class:`~vgpu_driver.host.parents.ParentReader`.
@@ -56,6 +57,9 @@ class NodeDevices:
         self.relist_interval = relist_interval
         self.mdevs = MdevCache()  # by libvirt name, and by parent
         self.dirty = True  # the mdevs changed since the last reading
+        # parent name -> uuid -> the inode of its mdevs' sysfs directories
+        # when the parent was last followed
+        self._inodes: dict[str, dict[str, int]] = {}
         self.listed_at = 0.0
         self.listing = NodeListing(link)
         self._parent_ids: dict[str, int] = {}  # name -> the object's id
@@ -239,19 +243,25 @@ class NodeDevices:
     def _follow(self, conn: Any, names: set[str]) -> bool:
         """The mdevs of parents ``names`` as their sysfs directories list
         the running ones: one directory listing a parent, a lookup per
-        mdev made or gone. False, with the rest left to a full listing,
-        where sysfs or libvirt cannot tell."""
+        mdev made or gone, made again (see :meth:`_made_again`) or
+        started. False, with the rest left to a full listing, where
+        sysfs or libvirt cannot tell."""
         pending: set[str] = set()
         for name in sorted(names):
             path = self.reader.path_of(name)
             try:
-                running = {
-                    e for e in os.listdir(path or "") if _UUID.fullmatch(e)
-                }
+                with os.scandir(path or "") as entries:
+                    running = {
+                        e.name: e.inode()
+                        for e in entries
+                        if len(e.name) == 36 and _UUID.fullmatch(e.name)
+                    }
             except OSError:
                 return False
             known = dict(self.mdevs.of_parent(name))
-            for uuid in sorted(running - known.keys()):
+            for uuid in self._made_again(name, known, running):
+                self.drop(known.pop(uuid))
+            for uuid in sorted(running.keys() - known.keys()):
                 found = self._look_up(conn, uuid, path)
                 if found is None:
                     pending.add(name)  # libvirt has not seen it yet
@@ -259,9 +269,6 @@ class NodeDevices:
                     self._read_mdev(found[1], found[0], active=True)
             for uuid, mdev in known.items():
                 if mdev.active == (uuid in running):
-                    continue
-                if uuid in running:  # a defined mdev started
-                    self.keep(dataclasses.replace(mdev, active=True))
                     continue
                 state = self._state_of(conn, mdev)
                 if state is None:
@@ -278,6 +285,28 @@ class NodeDevices:
                     self.drop(mdev)
         self._pending = pending
         return True
+
+    def _made_again(
+        self, parent: str, known: dict[str, Mdev], running: dict[str, int]
+    ) -> list[str]:
+        """The uuids of ``known`` mdevs of ``parent`` running now whose
+        XML may have changed since it was read, to be read again: one
+        defined and stopped that started (its definition may have been
+        changed meanwhile), one whose directory is another than when the
+        parent was last followed (removed and made again under its uuid,
+        perhaps of another type: kernfs never gives a new directory the
+        inode number a removed one had). ``running``: uuid -> inode."""
+        before = self._inodes.get(parent, {})
+        self._inodes[parent] = running
+        return [
+            uuid
+            for uuid, mdev in known.items()
+            if uuid in running
+            and (
+                not mdev.active
+                or before.get(uuid, running[uuid]) != running[uuid]
+            )
+        ]
 
     def _look_up(self, conn: Any, uuid: str, path: Any) -> Any:
         """(name, device) of a running mdev libvirt knows, named as

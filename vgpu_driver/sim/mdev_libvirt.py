@@ -30,7 +30,6 @@ use it to follow another manager's mdevs through the real adapter.
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -228,6 +227,7 @@ class MdevConnection:
         self._on_parent: dict[str, list[ModelledMdev]] = {}
         self.persistent = persistent
         self.sysfs = sysfs
+        self._removed = 0  # mdev directories removed
 
     def running(self, name: str) -> bool:
         return name not in self.gone and name not in self.inactive
@@ -243,8 +243,14 @@ class MdevConnection:
             path = self.sysfs / "class/mdev_bus" / address / mdev.uuid
             if self.running(name):
                 path.mkdir(exist_ok=True)
-            else:
-                shutil.rmtree(path, ignore_errors=True)
+            elif path.exists():
+                # kernfs numbers a new directory anew (cyclically, never
+                # a removed one's number at once); a disk reuses it: the
+                # removed directory is kept aside, its inode taken
+                self._removed += 1
+                aside = self.sysfs / ".removed" / str(self._removed)
+                aside.parent.mkdir(exist_ok=True)
+                path.rename(aside)
         if name in self.gone and not isinstance(mdev, ExistingMdev):
             # one it made, gone: libvirt forgets it (the test driver never
             # had it, so a lookup fails as it should)
@@ -350,6 +356,7 @@ class MdevConnection:
                 persistent=False,
             )
         )
+        self.gone.discard(name)  # made again under its uuid
         self.kernel(name)
         return mdev
 
