@@ -502,6 +502,58 @@ def test_a_defined_mdev_changed_while_stopped_is_read_again(tmp_path):
     assert (started.active, started.type_id) == (True, other)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_any_one_change_of_another_manager_reads_as_a_new_adapter_does(
+    tmp_path, seed
+):
+    """Another manager makes (and maybe defines), removes, stops,
+    starts, undefines mdevs, or makes one again under its uuid, one
+    change between two readings: each reading is what a new adapter
+    reading the whole host finds. (A change that leaves no trace in
+    sysfs or in a parent's rooms, a defined-only mdev undefined, waits
+    for the next full listing: not made here.)"""
+    from tests.unit.test_libvirt_changes import _host
+
+    rng = random.Random(seed)
+    host, conn = _host(tmp_path / "host")
+    parents = host.discover(rescan_guests=True).parents
+    theirs = {}
+    for _step in range(30):
+        running = [d for d in theirs.values() if conn.running(d.name())]
+        stopped = [d for d in theirs.values() if d.name() in conn.inactive]
+        change = rng.choice(["make", "gone", "stop", "start", "again"])
+        if change == "make" or not running:
+            parent = rng.choice(parents)
+            xml = mdev_xml(
+                parent.name,
+                rng.choice(parent.types).id,
+                str(uuid.UUID(int=rng.getrandbits(128))),
+            )
+            made = conn.nodeDeviceCreateXML(xml, 0)
+            if rng.random() < 0.5:
+                conn.nodeDeviceDefineXML(xml, 0)
+            theirs[made.uuid] = made
+        elif change == "start" and stopped:
+            rng.choice(stopped).create()
+        else:
+            mdev = rng.choice(running)
+            if change == "stop":
+                mdev.destroy()  # stopped if defined, else gone
+            elif change == "again":
+                conn.gone.add(mdev.name())
+                parent = next(p for p in parents if p.name == mdev.parent)
+                xml = mdev_xml(
+                    parent.name, rng.choice(parent.types).id, mdev.uuid
+                )
+                theirs[mdev.uuid] = conn.nodeDeviceCreateXML(xml, 0)
+            elif rng.random() < 0.5:
+                mdev.undefine()  # its definition alone
+            else:
+                conn.gone.add(mdev.name())
+        afresh = LibvirtHost(host.uri, host.sysfs.root, connection=conn)
+        assert host.discover() == afresh.discover(rescan_guests=True)
+
+
 def test_an_mdev_made_or_gone_touches_its_parent_whose_room_is_the_same():
     """A defined-only mdev takes no room: its parent's reading is the
     same, yet its mdevs changed."""

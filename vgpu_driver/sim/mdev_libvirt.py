@@ -238,9 +238,10 @@ class MdevConnection:
         mdev = self.made.get(name)
         if mdev is None:
             return
-        address = naming.canonical_pci_address(mdev.parent)
-        if self.sysfs is not None and address is not None:
-            path = self.sysfs / "class/mdev_bus" / address / mdev.uuid
+        # registered by PCI address, or by name (a virtual parent: mtty)
+        key = naming.canonical_pci_address(mdev.parent) or mdev.parent
+        if self.sysfs is not None:
+            path = self.sysfs / "class/mdev_bus" / key / mdev.uuid
             if self.running(name):
                 path.mkdir(exist_ok=True)
             elif path.exists():
