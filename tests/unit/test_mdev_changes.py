@@ -554,6 +554,45 @@ def test_any_one_change_of_another_manager_reads_as_a_new_adapter_does(
         assert host.discover() == afresh.discover(rescan_guests=True)
 
 
+def test_an_mdev_swapped_in_unseen_is_found_by_the_guest_using_it(
+    tmp_path,
+):
+    """Another manager removes an mdev and makes another of its type on
+    the same parent between two readings: the parent's rooms are the
+    same, so nothing says so. A guest defined with the new one (told by
+    a domain event) takes up an mdev sysfs has and the adapter never
+    read: every mdev is listed again."""
+    from tests.unit.test_binding import hand_made_domain_xml
+    from tests.unit.test_libvirt_changes import _host
+
+    host, conn = _host(tmp_path)
+    before = host.discover(rescan_guests=True)
+    parent = next(p for p in before.parents if p.types[0].available)
+    old = _made_by_them(conn, parent)
+    host.discover()
+    conn.gone.add(old.name())
+    new = _made_by_them(conn, parent)
+    unseen = host.discover()
+    # what no reading can tell (the rooms are the same): kept as it was
+    assert old.uuid in {m.uuid for m in unseen.mdevs}
+    guest = str(uuid.uuid4())
+    conn.defineXML(hand_made_domain_xml(guest, "theirs", [new.uuid]))
+    host.domain_event(guest, True)
+    listings = len(conn.calls("listAllDevices"))
+    seen = host.discover()
+    assert len(conn.calls("listAllDevices")) > listings
+    assert {new.uuid} <= {m.uuid for m in seen.mdevs} - {old.uuid}
+    afresh = LibvirtHost(host.uri, host.sysfs.root, connection=conn)
+    assert seen == afresh.discover(rescan_guests=True)
+    # a guest using a known mdev lists nothing
+    other = str(uuid.uuid4())
+    conn.defineXML(hand_made_domain_xml(other, "theirs-too", [new.uuid]))
+    host.domain_event(other, True)
+    listings = len(conn.calls("listAllDevices"))
+    host.discover()
+    assert len(conn.calls("listAllDevices")) == listings
+
+
 def test_an_mdev_made_or_gone_touches_its_parent_whose_room_is_the_same():
     """A defined-only mdev takes no room: its parent's reading is the
     same, yet its mdevs changed."""

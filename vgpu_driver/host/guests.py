@@ -87,6 +87,17 @@ class Guests:
         self._since = None
         self.dirty = True
 
+    def mdevs_of_changed(self) -> set[str]:
+        """The uuids of the mdevs that the guests changed since the
+        adapter's last reading use (every guest's after a scan)."""
+        if self.known is None:
+            return set()
+        if self._since is None:
+            changed = list(self.known.values())
+        else:
+            changed = [g for u in self._since if (g := self.known.get(u))]
+        return {uuid for guest in changed for uuid in guest.mdevs}
+
     def take_diff(
         self,
     ) -> tuple[tuple[str, Guest | None, Guest | None], ...] | None:

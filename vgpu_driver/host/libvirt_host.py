@@ -181,11 +181,6 @@ class LibvirtHost:
                 if self.described_types is not None
                 else None
             )
-            parents, mdevs = self.devices.read(
-                conn,
-                relist=self.readings.last is None or rescan_guests,
-                wanted=wanted,
-            )
             # guests never read and not wanted: left to the first caller
             # that needs them
             tracker = self.guests
@@ -196,6 +191,16 @@ class LibvirtHost:
                 tracker.scan(conn)
             else:
                 tracker.take_changes()
+            relist = self.readings.last is None or rescan_guests
+            parents, mdevs = self.devices.read(
+                conn,
+                relist=relist
+                or (
+                    tracker.dirty
+                    and self.devices.made_unseen(tracker.mdevs_of_changed())
+                ),
+                wanted=wanted,
+            )
             pfs = self.sysfs.sriov_functions()
             plain = self.plain_sriov.gpus()
             said = (

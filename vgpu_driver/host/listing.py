@@ -3,8 +3,9 @@
 :class:`NodeListing` owns what one listing hands the next: the parents'
 device objects as last listed (``held``: with the connection they come
 from and the kernel's mdev parent registrations they account for), and
-whether the connection can list inactive mdevs. It reads no XML: its
-caller, :class:`~vgpu_driver.host.nodedevs.NodeDevices`, does.
+whether the connection can list inactive mdevs; and it looks up the
+mdevs a parent's sysfs directory says came or went. It reads no XML:
+its caller, :class:`~vgpu_driver.host.nodedevs.NodeDevices`, does.
 """
 
 from __future__ import annotations
@@ -126,6 +127,31 @@ class NodeListing:
                 continue
             devices.append((name, device))
         return devices
+
+    def running_mdev(self, conn: Any, uuid: str, path: Any) -> Any:
+        """(name, device) of a running mdev libvirt knows, named as
+        libvirt >= 7.3 names it (after its parent too) or as before."""
+        short = "mdev_" + uuid.replace("-", "_")
+        suffix = "_" + path.name.replace(":", "_").replace(".", "_")
+        for name in (short + suffix, short):
+            found = self.lookup_names(conn, [name], ())
+            if found:
+                return found[0]
+        return None
+
+    def state_of(self, conn: Any, name: str) -> str | None:
+        """What libvirt says of an mdev sysfs no longer runs: "gone",
+        "defined" (stopped, still defined), "running" (libvirt has not
+        seen it stop yet); None: it cannot tell."""
+        found = self.lookup_names(conn, [name], ())
+        if not found:
+            return "gone"
+        is_active = getattr(found[0][1], "isActive", None)
+        if is_active is None:
+            return None
+        return (
+            "running" if self.link.call("isActive", is_active) else "defined"
+        )
 
     def inactive_mdev_names(self, conn: Any) -> set[str]:
         if not self._inactive_supported:

@@ -38,6 +38,11 @@ class MdevCache:
         """uuid -> mdev, of the mdevs read on ``parent`` (read-only)."""
         return self._by_parent.get(parent, {})
 
+    def has_uuid(self, uuid: str) -> bool:
+        """Is an mdev of that uuid read, on any parent? (A look per
+        parent.)"""
+        return any(uuid in mine for mine in self._by_parent.values())
+
     def put(self, name: str, mdev: Mdev) -> None:
         old = self.by_name.get(name)
         if old is mdev:

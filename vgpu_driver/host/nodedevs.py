@@ -118,6 +118,18 @@ class NodeDevices:
         parents.extend(self._implied)
         return parents, self._mdev_list
 
+    def made_unseen(self, uuids: set[str]) -> bool:
+        """Does sysfs have an mdev among ``uuids`` (those guests took up)
+        that was not read? Another manager made it where no parent's
+        rooms changed (one removed and one of its type made on that
+        parent between two readings): every mdev is to be listed
+        again."""
+        return any(
+            not self.mdevs.has_uuid(uuid)
+            and self.sysfs.mdev_parent_name(uuid) is not None
+            for uuid in uuids
+        )
+
     # -- changes made through the adapter ------------------------------
 
     def keep(self, mdev: Mdev) -> None:
@@ -262,7 +274,7 @@ class NodeDevices:
             for uuid in self._made_again(name, known, running):
                 self.drop(known.pop(uuid))
             for uuid in sorted(running.keys() - known.keys()):
-                found = self._look_up(conn, uuid, path)
+                found = self.listing.running_mdev(conn, uuid, path)
                 if found is None:
                     pending.add(name)  # libvirt has not seen it yet
                 else:
@@ -270,7 +282,7 @@ class NodeDevices:
             for uuid, mdev in known.items():
                 if mdev.active == (uuid in running):
                     continue
-                state = self._state_of(conn, mdev)
+                state = self.listing.state_of(conn, mdev.name)
                 if state is None:
                     return False
                 if state == "running":
@@ -307,28 +319,3 @@ class NodeDevices:
                 or before.get(uuid, running[uuid]) != running[uuid]
             )
         ]
-
-    def _look_up(self, conn: Any, uuid: str, path: Any) -> Any:
-        """(name, device) of a running mdev libvirt knows, named as
-        libvirt >= 7.3 names it (after its parent too) or as before."""
-        short = "mdev_" + uuid.replace("-", "_")
-        suffix = "_" + path.name.replace(":", "_").replace(".", "_")
-        for name in (short + suffix, short):
-            found = self.listing.lookup_names(conn, [name], ())
-            if found:
-                return found[0]
-        return None
-
-    def _state_of(self, conn: Any, mdev: Mdev) -> str | None:
-        """What libvirt says of an mdev sysfs no longer runs: "gone",
-        "defined" (stopped, still defined), "running" (libvirt has not
-        seen it stop yet); None: it cannot tell."""
-        found = self.listing.lookup_names(conn, [mdev.name], ())
-        if not found:
-            return "gone"
-        is_active = getattr(found[0][1], "isActive", None)
-        if is_active is None:
-            return None
-        return (
-            "running" if self.link.call("isActive", is_active) else "defined"
-        )

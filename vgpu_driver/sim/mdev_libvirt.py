@@ -234,29 +234,46 @@ class MdevConnection:
 
     def kernel(self, name: str) -> None:
         """As the kernel does: a running mdev is a directory named by its
-        uuid under its parent's, in sysfs; a stopped or gone one is not."""
+        uuid under its parent's, in sysfs (its ``mdev_type`` a link to
+        its type's), and a link to it in ``bus/mdev/devices``; a stopped
+        or gone one has neither."""
         mdev = self.made.get(name)
         if mdev is None:
             return
-        # registered by PCI address, or by name (a virtual parent: mtty)
-        key = naming.canonical_pci_address(mdev.parent) or mdev.parent
         if self.sysfs is not None:
-            path = self.sysfs / "class/mdev_bus" / key / mdev.uuid
-            if self.running(name):
-                path.mkdir(exist_ok=True)
-            elif path.exists():
-                # kernfs numbers a new directory anew (cyclically, never
-                # a removed one's number at once); a disk reuses it: the
-                # removed directory is kept aside, its inode taken
-                self._removed += 1
-                aside = self.sysfs / ".removed" / str(self._removed)
-                aside.parent.mkdir(exist_ok=True)
-                path.rename(aside)
+            self._sysfs(mdev, self.running(name))
         if name in self.gone and not isinstance(mdev, ExistingMdev):
             # one it made, gone: libvirt forgets it (the test driver never
             # had it, so a lookup fails as it should)
             del self.made[name]
             self._on_parent[mdev.parent].remove(mdev)
+
+    def _sysfs(self, mdev: ModelledMdev, running: bool) -> None:
+        assert self.sysfs is not None
+        # registered by PCI address, or by name (a virtual parent: mtty)
+        key = naming.canonical_pci_address(mdev.parent) or mdev.parent
+        parent = (self.sysfs / "class/mdev_bus" / key).resolve()
+        path = parent / mdev.uuid
+        link = self.sysfs / "bus/mdev/devices" / mdev.uuid
+        if running:
+            path.mkdir(exist_ok=True)
+            (path / "remove").touch()
+            if not (path / "mdev_type").is_symlink():
+                (path / "mdev_type").symlink_to(
+                    parent / "mdev_supported_types" / mdev.type_id
+                )
+            if not link.is_symlink():
+                link.parent.mkdir(parents=True, exist_ok=True)
+                link.symlink_to(path)
+        elif path.exists():
+            link.unlink(missing_ok=True)
+            # kernfs numbers a new directory anew (cyclically, never a
+            # removed one's number at once); a disk reuses it: the removed
+            # directory is kept aside, its inode taken
+            self._removed += 1
+            aside = self.sysfs / ".removed" / str(self._removed)
+            aside.parent.mkdir(exist_ok=True)
+            path.rename(aside)
 
     def record(self, call: str, subject: str = "") -> None:
         if self.log is not None:
