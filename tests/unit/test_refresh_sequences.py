@@ -1,0 +1,156 @@
+"""A service's refreshes through random sequences of what happens on a
+compute host: binds and releases, guests defined and undefined by the
+caller and by hand, mdevs another manager makes and removes. After each
+refresh that planned only the parents the host said changed, a refresh
+that plans the whole host finds the same providers; and no bind hands
+out an mdev another manager made, a guest uses or another bind has."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from benchmarks.common import conf_for, dense
+from benchmarks.service import FREE, Service
+from tests.unit.test_binding import hand_made_domain_xml
+from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
+
+
+def _tree(tree):
+    return {
+        tree.data(u).name: (tree.data(u).inventory, tree.data(u).traits)
+        for u in tree.get_provider_uuids("bench")
+    }
+
+
+class _Host:
+    """What happens on the host, at random."""
+
+    def __init__(self, rng: random.Random, tmp: Path) -> None:
+        description = dense(2, 6 + FREE, 4)
+        uri, sysfs = hostdesc.materialize(description, tmp)
+        self.conn = MdevConnection(uri, sysfs=Path(sysfs))
+        conf = conf_for(description.config, tmp)
+        self.service = Service(uri, sysfs, conf, tmp, conn=self.conn)
+        self.driver = self.service.driver
+        self.parents = self.driver.discover().parents
+        self.rng = rng
+        self.theirs: list = []  # mdevs another manager made
+        self.bound: dict[str, list[str]] = {}  # instance -> devices
+        self.defined: set[str] = set()  # instances with a guest
+        self.by_hand: dict[str, str] = {}  # guest defined by hand -> mdev
+        self.done: Counter[str] = Counter()  # what happened, how often
+
+    def uuid(self) -> str:
+        return str(uuid.UUID(int=self.rng.getrandbits(128)))
+
+    def make(self) -> None:
+        parent = self.rng.choice(self.parents)
+        xml = mdev_xml(parent.name, parent.types[0].id, self.uuid())
+        self.theirs.append(self.conn.nodeDeviceCreateXML(xml, 0))
+        self.done["make"] += 1
+
+    def gone(self) -> None:
+        if self.theirs:
+            mdev = self.theirs.pop(self.rng.randrange(len(self.theirs)))
+            self.conn.gone.add(mdev.name())
+            self.done["gone"] += 1
+
+    def bind(self) -> None:
+        plans = [p for p in self.driver.last_plans if p.total > p.reserved]
+        if plans:
+            plan = self.rng.choice(plans)
+            provider = self.service.tree.data(plan.name).uuid
+            instance = self.uuid()
+            devices = self.driver.allocate_mdevs(
+                instance, {provider: {"resources": {plan.resource_class: 1}}}
+            )
+            # never another manager's, nor one a guest or a bind has
+            taken = {m.uuid for m in self.theirs} | set(self.by_hand.values())
+            for ids in self.bound.values():
+                taken.update(ids)
+            assert not {d.id for d in devices} & taken
+            self.bound[instance] = [d.id for d in devices]
+            self.done["bind"] += 1
+
+    def define(self) -> None:
+        waiting = sorted(self.bound.keys() - self.defined)
+        if waiting:
+            instance = self.rng.choice(waiting)
+            xml = hand_made_domain_xml(
+                instance, instance[:8], self.bound[instance]
+            )
+            self.conn.defineXML(xml)
+            self.driver.domain_event(instance, True)
+            self.driver.guest_defined(instance)
+            self.defined.add(instance)
+            self.done["define"] += 1
+
+    def release(self) -> None:
+        if self.bound:
+            instance = self.rng.choice(sorted(self.bound))
+            if instance in self.defined:
+                self.conn.lookupByUUIDString(instance).undefine()
+                self.driver.domain_event(instance, False)
+                self.driver.guest_undefined(instance)
+                self.defined.discard(instance)
+            self.driver.release_mdevs(instance)
+            del self.bound[instance]
+            self.done["release"] += 1
+
+    def by_hand_define(self) -> None:
+        free = sorted(self.driver.free_mdevs())
+        if free:
+            guest = self.uuid()
+            mdev = self.rng.choice(free)
+            xml = hand_made_domain_xml(guest, guest[:8], [mdev])
+            self.conn.defineXML(xml)
+            self.driver.domain_event(guest, True)
+            self.by_hand[guest] = mdev
+            self.done["by_hand_define"] += 1
+
+    def by_hand_undefine(self) -> None:
+        if self.by_hand:
+            guest = self.rng.choice(sorted(self.by_hand))
+            self.conn.lookupByUUIDString(guest).undefine()
+            self.driver.domain_event(guest, False)
+            del self.by_hand[guest]
+            self.done["by_hand_undefine"] += 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_refresh_of_the_parents_changed_is_a_refresh_of_the_host(
+    tmp_path, seed
+):
+    rng = random.Random(seed)
+    host = _Host(rng, tmp_path)
+    driver, tree = host.driver, host.service.tree
+    happenings = [
+        host.make,
+        host.gone,
+        host.bind,
+        host.define,
+        host.release,
+        host.by_hand_define,
+        host.by_hand_undefine,
+    ]
+    compared = 0
+    for _step in range(60):
+        happening = rng.choice(happenings)
+        happening()
+        driver.update_provider_tree(tree, "bench")
+        if rng.random() < 0.3:  # several changes between two comparisons
+            continue
+        plans, providers = list(driver.last_plans), _tree(tree)
+        driver._refresher._fingerprint = None  # plan the whole host
+        driver.update_provider_tree(tree, "bench")
+        assert driver.last_plans == plans
+        assert _tree(tree) == providers
+        compared += 1
+    assert compared > 10
+    assert set(host.done) == {h.__name__ for h in happenings}
