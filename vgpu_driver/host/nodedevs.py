@@ -4,11 +4,12 @@ as few calls as a steady host allows.
 :class:`NodeDevices` owns its caches: every mdev read so far (read
 again only when its sysfs directory says it was made again or started),
 when everything was last listed, the inodes of the mdevs' directories
-when their parent was last followed, and whether the mdevs changed since
-the adapter's last reading (``dirty``). The calls that list devices, and the
-parents' device objects held from the last listing, are its
-:class:`~vgpu_driver.host.listing.NodeListing`'s; parents' XML is turned
-into readings by a :class:`~vgpu_driver.host.parents.ParentReader`.
+when their parent was last followed, and whether the mdevs changed
+since the adapter's last reading (``dirty``). The calls that list
+devices and look them up, and the parents' device objects held from the
+last listing, are its :class:`~vgpu_driver.host.listing.NodeListing`'s;
+parents' XML is turned into readings by a
+:class:`~vgpu_driver.host.parents.ParentReader`.
 
 The relist policy: the parents are listed again only when the kernel's
 mdev parents (``/sys/class/mdev_bus``) or the connection changed, or a
