@@ -169,6 +169,41 @@ def test_a_driver_loaded_later_is_found_within_a_minute(tmp_path):
     assert gpu.driver == "gim" and len(gpu.vfs) == 16
 
 
+def test_a_gpu_found_no_pf_is_probed_again(tmp_path):
+    """A GPU bound to the driver before its SR-IOV was set up (no
+    ``sriov_numvfs`` yet) is probed again five minutes later; one moved
+    to another of the drivers is probed at once."""
+    from tests import helpers
+    from vgpu_driver.host.plain_sriov import PlainSriovScan
+
+    _uri, sysfs = helpers.hostdesc.materialize(
+        helpers.load("amd-mxgpu"), tmp_path
+    )
+    pf = sysfs / "bus/pci/devices/0000:61:00.0"
+    numvfs = (pf / "sriov_numvfs").read_text()
+    (pf / "sriov_numvfs").unlink()
+    now = [1000.0]
+    scan = PlainSriovScan(str(sysfs), clock=lambda: now[0])
+    assert scan.gpus() == []
+    (pf / "sriov_numvfs").write_text(numvfs)  # SR-IOV set up
+    now[0] += 200
+    assert scan.gpus() == []  # not probed at every refresh
+    now[0] += 101
+    [gpu] = scan.gpus()
+    assert gpu.driver == "gim" and len(gpu.vfs) == 16
+    # found no PF under gim, then bound to amdgpu with its VFs enabled
+    drivers = sysfs / "bus/pci/drivers"
+    (drivers / "amdgpu").mkdir(exist_ok=True)  # loaded, nothing bound
+    (pf / "sriov_numvfs").unlink()
+    scan = PlainSriovScan(str(sysfs), clock=lambda: now[0])
+    assert scan.gpus() == []
+    (pf / "sriov_numvfs").write_text(numvfs)
+    (drivers / "gim/0000:61:00.0").unlink()
+    (drivers / "amdgpu/0000:61:00.0").symlink_to(pf.resolve())
+    [gpu] = scan.gpus()
+    assert gpu.driver == "amdgpu"
+
+
 def test_an_intel_igpu_s_vfs_bound_to_i915_are_one_provider(tmp_path):
     """Alder Lake-N (captured lspci): the PF and its 7 VFs share the id
     8086:46d3 and i915 binds the VFs in the host; read through libvirt

@@ -7,7 +7,9 @@ bus. A driver that is not loaded is looked for again once a minute (a
 host without any costs four failed listings a minute). A PF is a
 display controller or processing accelerator there with ``sriov_numvfs``
 above 0; its VFs are its ``virtfn<N>`` links, read again only when that
-number changes. Each scan reads one ``sriov_numvfs`` per such PF.
+number changes. Each scan reads one ``sriov_numvfs`` per such PF. A
+device of a driver found to be no GPU PF is probed again when bound to
+another driver, and every five minutes (SR-IOV set up since).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from vgpu_driver.model.device import PlainSriovGpu
 from vgpu_driver.model.gpus import PLAIN_SRIOV_DRIVERS, is_gpu_class
 
 ABSENT_RETRY = 60.0  # seconds before a driver not loaded is looked for
+PROBE_AGAIN = 300.0  # seconds before a device found no PF is probed again
 
 
 class PlainSriovScan:
@@ -30,7 +33,9 @@ class PlainSriovScan:
     ) -> None:
         self.root = root
         self._clock = clock
-        self._not_pf: set[str] = set()  # probed once: not a GPU PF
+        # (driver, address) probed: no GPU PF; since when
+        self._not_pf: set[tuple[str, str]] = set()
+        self._probed_at = clock()
         self._known: dict[str, tuple[int, PlainSriovGpu]] = {}
         self._absent: dict[str, float] = {}  # driver -> when last missed
 
@@ -39,6 +44,9 @@ class PlainSriovScan:
         devices = f"{self.root}/bus/pci/devices"
         found = []
         now = self._clock()
+        if now - self._probed_at >= PROBE_AGAIN:
+            self._not_pf.clear()
+            self._probed_at = now
         for driver in PLAIN_SRIOV_DRIVERS:
             missed = self._absent.get(driver)
             if missed is not None and now - missed < ABSENT_RETRY:
@@ -50,15 +58,15 @@ class PlainSriovScan:
                 continue
             self._absent.pop(driver, None)
             for entry in sorted(bound):
-                if entry in self._not_pf or not naming.normalize_pci_address(
-                    entry
+                if (driver, entry) in self._not_pf or (
+                    not naming.normalize_pci_address(entry)
                 ):
                     continue  # bind, unbind, module ...: not a device
                 count = read_int(f"{devices}/{entry}/sriov_numvfs")
                 if count is None or not is_gpu_class(
                     read_value(f"{devices}/{entry}/class")
                 ):
-                    self._not_pf.add(entry)
+                    self._not_pf.add((driver, entry))
                     continue
                 if count == 0:
                     continue  # VFs not enabled (yet): nothing to offer
