@@ -253,6 +253,8 @@ class MdevConnection:
         # registered by PCI address, or by name (a virtual parent: mtty)
         key = naming.canonical_pci_address(mdev.parent) or mdev.parent
         parent = (self.sysfs / "class/mdev_bus" / key).resolve()
+        if not parent.is_dir():
+            return  # a parent the kernel does not register
         path = parent / mdev.uuid
         link = self.sysfs / "bus/mdev/devices" / mdev.uuid
         if running:
