@@ -256,7 +256,7 @@ class NodeDevices:
     def _follow(self, conn: Any, names: set[str]) -> bool:
         """The mdevs of parents ``names`` as their sysfs directories list
         the running ones: one directory listing a parent, a lookup per
-        mdev made or gone, made again (see :meth:`_made_again`) or
+        mdev made or gone, made again (see :func:`_made_again`) or
         started. False, with the rest left to a full listing, where
         sysfs or libvirt cannot tell."""
         pending: set[str] = set()
@@ -272,7 +272,9 @@ class NodeDevices:
             except OSError:
                 return False
             known = dict(self.mdevs.of_parent(name))
-            for uuid in self._made_again(name, known, running):
+            before = self._inodes.get(name, {})
+            self._inodes[name] = running
+            for uuid in _made_again(known, running, before):
                 self.drop(known.pop(uuid))
             for uuid in sorted(running.keys() - known.keys()):
                 found = self.listing.running_mdev(conn, uuid, path)
@@ -299,24 +301,22 @@ class NodeDevices:
         self._pending = pending
         return True
 
-    def _made_again(
-        self, parent: str, known: dict[str, Mdev], running: dict[str, int]
-    ) -> list[str]:
-        """The uuids of ``known`` mdevs of ``parent`` running now whose
-        XML may have changed since it was read, to be read again: one
-        defined and stopped that started (its definition may have been
-        changed meanwhile), one whose directory is another than when the
-        parent was last followed (removed and made again under its uuid,
-        perhaps of another type: kernfs never gives a new directory the
-        inode number a removed one had). ``running``: uuid -> inode."""
-        before = self._inodes.get(parent, {})
-        self._inodes[parent] = running
-        return [
-            uuid
-            for uuid, mdev in known.items()
-            if uuid in running
-            and (
-                not mdev.active
-                or before.get(uuid, running[uuid]) != running[uuid]
-            )
-        ]
+
+def _made_again(
+    known: dict[str, Mdev], running: dict[str, int], before: dict[str, int]
+) -> list[str]:
+    """The uuids of ``known`` mdevs running now whose XML may have
+    changed since it was read, to be read again: one defined and stopped
+    that started (its definition may have been changed meanwhile), one
+    whose directory is another than when its parent was last followed
+    (removed and made again under its uuid, perhaps of another type:
+    kernfs never gives a new directory the inode number a removed one
+    had). ``running`` and ``before``: uuid -> inode, now and then."""
+    return [
+        uuid
+        for uuid, mdev in known.items()
+        if uuid in running
+        and (
+            not mdev.active or before.get(uuid, running[uuid]) != running[uuid]
+        )
+    ]
