@@ -158,7 +158,7 @@ def mdev_churn(
     if remote is not None:
         readable_by_daemon(tmp)
         uri = remote(uri)
-    conn = MdevConnection(uri, sysfs=Path(sysfs))
+    conn = MdevConnection(uri, description, sysfs=Path(sysfs))
     conf = conf_for(description.config, tmp)
     service = Service(uri, sysfs, conf, tmp, conn=conn)
     parent = service.driver.discover().parents[0]

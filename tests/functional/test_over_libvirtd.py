@@ -114,7 +114,7 @@ def test_another_managers_mdev_is_followed_through_the_daemon(daemon):
     local.close()
     served.close()
     sysfs = served.sysfs.root
-    conn = MdevConnection(served.uri, sysfs=sysfs, log=[])
+    conn = MdevConnection(served.uri, helpers.load("m10"), sysfs=sysfs, log=[])
     host = LibvirtHost(sysfs_root=sysfs, connection=conn)
     try:
         before = host.discover(rescan_guests=True)

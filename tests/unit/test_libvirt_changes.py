@@ -4,6 +4,7 @@ driver with the mdev operations it lacks modelled
 
 from __future__ import annotations
 
+import uuid as uuidlib
 from pathlib import Path
 
 import libvirt
@@ -12,13 +13,17 @@ import pytest
 from tests import helpers
 from tests.helpers import Node
 from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.exception import DeviceNoRoom
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.sim.mdev_libvirt import INACTIVE, MdevConnection, mdev_xml
+from vgpu_driver.sim.specs import MdevSpec
 
 
-def RecordingConnection(uri, persistent=True, sysfs=None):
+def RecordingConnection(uri, description, persistent=True, sysfs=None):
     """The modelled connection, every call logged."""
-    return MdevConnection(uri, persistent, sysfs, log=[])
+    return MdevConnection(
+        uri, description, persistent=persistent, sysfs=sysfs, log=[]
+    )
 
 
 def _host(tmp_path, name="m10", persistent=True):
@@ -27,7 +32,9 @@ def _host(tmp_path, name="m10", persistent=True):
     conns = []
 
     def opener(u):
-        conns.append(RecordingConnection(u, persistent, Path(sysfs)))
+        conns.append(
+            RecordingConnection(u, description, persistent, Path(sysfs))
+        )
         return conns[0]
 
     host = LibvirtHost(uri, sysfs, opener=opener)
@@ -163,11 +170,11 @@ def test_the_parents_are_listed_on_a_new_connection(tmp_path):
     connection: the devices of the old one are not used."""
     description = helpers.load("m10")
     uri, sysfs = helpers.hostdesc.materialize(description, tmp_path)
-    conns = [RecordingConnection(uri)]
+    conns = [RecordingConnection(uri, description)]
     host = LibvirtHost(sysfs_root=sysfs, connect=lambda: conns[-1])
     host.discover()
     assert _steady_listings(host, conns[-1]) == 0
-    conns.append(RecordingConnection(uri))
+    conns.append(RecordingConnection(uri, description))
     read_before = len(conns[0].log)
     assert _steady_listings(host, conns[-1]) == 1
     assert len(conns[0].log) == read_before  # the old one is left alone
@@ -192,7 +199,7 @@ def test_mdevs_are_listed_again_when_a_parent_changes_or_after_the_interval(
     free = "386818c0-9f18-5b12-8c04-386dbef1b1ab"
     [mdev] = [m for m in host.discover().mdevs if m.uuid == free]
     # gone, and (unlike a kernel) the parent's count does not move
-    monkeypatch.setattr(conn, "freed", lambda parent: {})
+    monkeypatch.setattr(conn.kernel, "rooms", lambda parent: {})
     conn.gone.add(mdev.name)
     steady = host.discover()
     assert free in {m.uuid for m in steady.mdevs}  # parents unchanged
@@ -291,3 +298,90 @@ def test_every_call_the_model_answers_costs_a_call_to_libvirt(tmp_path):
     found.device = Counted(found.device)
     assert theirs.uuid in found.XMLDesc(0)
     assert real == ["nodeDeviceLookupByName", "XMLDesc"]
+
+
+def _rooms_read(host):
+    """parent -> type -> available, as the library reads them (libvirt's
+    XML), and as the parent's sysfs files say."""
+    reading = host.discover()
+    xml = {
+        p.name: {t.id: t.available for t in p.types} for p in reading.parents
+    }
+    files = {}
+    for parent in reading.parents:
+        base = host.sysfs.root / "class/mdev_bus" / parent.address
+        files[parent.name] = {
+            t.id: int(
+                (base / "mdev_supported_types" / t.id / "available_instances")
+                .read_text()
+                .strip()
+            )
+            for t in parent.types
+        }
+    return xml, files
+
+
+def test_the_modelled_kernel_counts_rooms_as_a_host_rendered_with_its_mdevs(
+    tmp_path,
+):
+    """mdevs made and removed through the model leave every parent the
+    rooms, in libvirt's XML and in sysfs, that a host described with
+    those mdevs from the start has: on an NVIDIA pGPU, one type at a
+    time (the model once took room from the type made alone)."""
+    description = helpers.load("m10")
+    host, conn = _host(tmp_path / "model")
+    made = []
+    for parent, type_id in [
+        ("pci_0000_85_00_0", "nvidia-36"),
+        ("pci_0000_85_00_0", "nvidia-36"),
+        ("pci_0000_87_00_0", "nvidia-35"),
+    ]:
+        mdev_uuid = str(uuidlib.uuid4())
+        made.append(
+            conn.nodeDeviceCreateXML(mdev_xml(parent, type_id, mdev_uuid), 0)
+        )
+    [gone] = [m for m in description.mdevs if m.parent == "pci_0000_84_00_0"]
+    conn.gone.add(gone.libvirt_name)
+    described = description.copy()
+    described.mdevs = [m for m in described.mdevs if m.uuid != gone.uuid] + [
+        MdevSpec(
+            uuid=m.uuid, parent=m.parent, type=m.type_id, iommu_group=300 + i
+        )
+        for i, m in enumerate(made)
+    ]
+    uri, sysfs = helpers.hostdesc.materialize(
+        described, tmp_path / "described"
+    )
+    xml, files = _rooms_read(host)
+    expected, _ = _rooms_read(LibvirtHost(uri, sysfs))
+    assert xml == files == expected
+    assert xml["pci_0000_85_00_0"] == {"nvidia-35": 0, "nvidia-36": 14}
+    assert xml["pci_0000_84_00_0"] == {"nvidia-35": 4, "nvidia-36": 16}
+
+
+def test_a_create_the_parent_has_no_room_for_is_refused_as_the_kernel_does(
+    tmp_path,
+):
+    """Another type on a pGPU running one (NVIDIA's rule), or past the
+    type's room: libvirt passes on mdevctl's EDQUOT, which the library
+    tells as no room; nothing is left behind."""
+    host, conn = _host(tmp_path)
+    parent = host.discover().parent("pci_0000_84_00_0")  # runs nvidia-35
+    before = host.discover()
+    mdev_uuid = "0b5f4c1e-9a55-4a0f-8d2b-6f1e2a3b4c5d"
+    with pytest.raises(DeviceNoRoom) as refused:
+        host.create_mdev(parent, "nvidia-36", mdev_uuid)
+    assert "pci_0000_84_00_0" in str(refused.value)
+    assert len(conn.calls("nodeDeviceCreateXML")) == 1
+    # libvirt's refusal is the host's answer: not written to sysfs past it
+    types = (
+        host.sysfs.root / "class/mdev_bus/0000:84:00.0/mdev_supported_types"
+    )
+    assert (types / "nvidia-36/create").read_text() == ""
+    assert not (host.sysfs.root / "bus/mdev/devices" / mdev_uuid).exists()
+    assert host.discover() == before
+    room = parent.type("nvidia-35").available
+    for _ in range(room):
+        host.create_mdev(parent, "nvidia-35", str(uuidlib.uuid4()))
+    with pytest.raises(DeviceNoRoom):
+        host.create_mdev(parent, "nvidia-35", mdev_uuid)

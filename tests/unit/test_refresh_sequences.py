@@ -34,7 +34,7 @@ class _Host:
     def __init__(self, rng: random.Random, tmp: Path) -> None:
         description = dense(2, 6 + FREE, 4)
         uri, sysfs = hostdesc.materialize(description, tmp)
-        self.conn = MdevConnection(uri, sysfs=Path(sysfs))
+        self.conn = MdevConnection(uri, description, sysfs=Path(sysfs))
         conf = conf_for(description.config, tmp)
         self.service = Service(uri, sysfs, conf, tmp, conn=self.conn)
         self.driver = self.service.driver

@@ -61,7 +61,9 @@ class MdevOperations:
             try:
                 return self._create_with_libvirt(conn, parent, type_id, uuid)
             except api.error as exc:
-                if api.code(exc) not in api.create_unsupported:
+                if _refused(api.message(exc)) or (
+                    api.code(exc) not in api.create_unsupported
+                ):
                     raise _create_error(exc)(
                         action=f"create mdev {uuid} of type {type_id}",
                         device=parent.name,
@@ -185,6 +187,18 @@ class MdevOperations:
                 ) from exc
             self.sysfs.remove_mdev(mdev.uuid)
         self.devices.drop(mdev)
+
+
+# libvirt's words when mdevctl (so the kernel) refused the mdev: the host's
+# answer, not a driver that cannot create mdevs (the test driver; no
+# mdevctl), where writing to sysfs is the way
+_MDEVCTL_FAILED = "unable to start mediated device"
+
+
+def _refused(message: str) -> bool:
+    return _MDEVCTL_FAILED in message.lower() or says_no_room(
+        Exception(message)
+    )
 
 
 def _create_error(exc: BaseException) -> type[DeviceOperationFailed]:

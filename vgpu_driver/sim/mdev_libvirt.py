@@ -9,7 +9,10 @@ them on a real host:
 * a created mdev is listed (by ``listAllDevices`` and by name with
   ``listDevices``), looked up, and a directory named by its uuid
   appears under its parent's in sysfs; its parent's
-  ``availableInstances`` of its type drop by one;
+  ``availableInstances`` (in its XML and in sysfs) are what the host
+  description's rules leave (:mod:`.mdev_kernel`);
+* a create (or start) the parent has no room for is refused, as
+  libvirt passes on the kernel's EDQUOT through mdevctl;
 * a defined-only (stopped) one is listed with the INACTIVE flag alone,
   and its directory is gone;
 * a removed one is looked up in vain.
@@ -36,7 +39,8 @@ from typing import Any
 
 import libvirt
 
-from vgpu_driver.model import naming
+from vgpu_driver.sim.mdev_kernel import MdevKernel
+from vgpu_driver.sim.specs import HostDescription
 
 INACTIVE = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_INACTIVE
 # the capabilities whose devices the model changes, as listAllDevices
@@ -64,6 +68,14 @@ def no_device(name: str) -> libvirt.libvirtError:
         0,
         0,
     )
+    return error
+
+
+def _failed_start(why: str) -> libvirt.libvirtError:
+    """The error libvirt raises when mdevctl cannot start an mdev."""
+    error = libvirt.libvirtError(f"Unable to start mediated device: {why}")
+    error.err = (libvirt.VIR_ERR_INTERNAL_ERROR, 0, str(error), 2)
+    error.err += ("", "", "", 0, 0)
     return error
 
 
@@ -96,10 +108,6 @@ class ModelledMdev:
             else name.removeprefix("mdev_")[:36].replace("_", "-")
         )
 
-    # the room it holds on its parent (+ given back, - taken)
-    def freed(self) -> int:
-        return -1 if self.conn.running(self._name) else 0
-
     def name(self) -> str:
         return self._name
 
@@ -124,6 +132,8 @@ class ModelledMdev:
 
     def create(self, flags: int = 0) -> None:
         self.conn.answer("create", self._name)
+        if not self.conn.running(self._name):
+            self.conn.refuse_without_room(self.parent, self.type_id)
         self.conn.inactive.discard(self._name)
 
     def destroy(self) -> None:
@@ -141,17 +151,13 @@ class ModelledMdev:
 
 
 class ExistingMdev(ModelledMdev):
-    """A test-driver mdev, with the flags the test driver cannot answer;
-    its room is given back while it is not running."""
+    """A test-driver mdev, with the flags the test driver cannot answer."""
 
     def __init__(
         self, conn: MdevConnection, device: Any, persistent: bool
     ) -> None:
         super().__init__(conn, device.name(), device.XMLDesc(0), persistent)
         self.device = device
-
-    def freed(self) -> int:
-        return 0 if self.conn.running(self._name) else 1
 
     def XMLDesc(self, flags: int = 0) -> str:
         self.conn.record("XMLDesc", self._name)
@@ -161,7 +167,7 @@ class ExistingMdev(ModelledMdev):
 class ModelledParent:
     """A test-driver parent whose ``availableInstances`` follow the mdevs
     made, stopped or gone, as the kernel's do (the test driver's are
-    fixed)."""
+    fixed at what the host description had)."""
 
     def __init__(self, conn: MdevConnection, device: Any) -> None:
         self.conn, self.device = conn, device
@@ -174,17 +180,7 @@ class ModelledParent:
         self.conn.record("XMLDesc", name)
         if name in self.conn.gone:
             raise no_device(name)
-        xml = str(self.device.XMLDesc(flags))
-        freed = self.conn.freed(name)
-        if not any(freed.values()):
-            return xml
-        return _TYPE_ROOM.sub(
-            lambda m: (
-                f"<type id='{m.group(1)}'>{m.group(2)}<availableInstances>"
-                f"{int(m.group(3)) + freed.get(m.group(1), 0)}<"
-            ),
-            xml,
-        )
+        return self.conn.with_rooms(name, str(self.device.XMLDesc(flags)))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.device, name)
@@ -215,67 +211,60 @@ class MdevConnection:
     def __init__(
         self,
         uri: str,
+        description: HostDescription,
+        *,
         persistent: bool = True,
         sysfs: Path | None = None,
         log: list[tuple[str, str]] | None = None,
     ) -> None:
         self.real = libvirt.open(uri)
         self.log = log
-        self.gone = KernelSet(self.kernel)  # vanished from the host
-        self.inactive = KernelSet(self.kernel)  # defined, not started
+        self.gone = KernelSet(self._changed)  # vanished from the host
+        self.inactive = KernelSet(self._changed)  # defined, not started
         self.made: dict[str, ModelledMdev] = {}
-        self._on_parent: dict[str, list[ModelledMdev]] = {}
+        self.kernel = MdevKernel(description, sysfs)
+        self._described = {m.libvirt_name: m for m in description.mdevs}
+        # parent name -> (the test driver's XML, the rooms, the XML given)
+        self._parent_xml: dict[str, tuple[str, dict[str, int], str]] = {}
         self.persistent = persistent
         self.sysfs = sysfs
-        self._removed = 0  # mdev directories removed
 
     def running(self, name: str) -> bool:
         return name not in self.gone and name not in self.inactive
 
-    def kernel(self, name: str) -> None:
-        """As the kernel does: a running mdev is a directory named by its
-        uuid under its parent's, in sysfs (its ``mdev_type`` a link to
-        its type's), and a link to it in ``bus/mdev/devices``; a stopped
-        or gone one has neither."""
+    def _changed(self, name: str) -> None:
+        """An mdev made, stopped, started or gone: the kernel follows it
+        (its parent's room, its sysfs directory)."""
         mdev = self.made.get(name)
-        if mdev is None:
+        spec = self._described.get(name)
+        if mdev is not None:
+            where = (mdev.uuid, mdev.parent, mdev.type_id)
+        elif spec is not None:  # one of the host's, never listed yet
+            where = (spec.uuid, spec.parent, spec.type)
+        else:
             return
-        if self.sysfs is not None:
-            self._sysfs(mdev, self.running(name))
-        if name in self.gone and not isinstance(mdev, ExistingMdev):
+        self.kernel.follow(*where, on=self.running(name))
+        if name in self.gone and type(mdev) is ModelledMdev:
             # one it made, gone: libvirt forgets it (the test driver never
             # had it, so a lookup fails as it should)
             del self.made[name]
-            self._on_parent[mdev.parent].remove(mdev)
 
-    def _sysfs(self, mdev: ModelledMdev, running: bool) -> None:
-        assert self.sysfs is not None
-        # registered by PCI address, or by name (a virtual parent: mtty)
-        key = naming.canonical_pci_address(mdev.parent) or mdev.parent
-        parent = (self.sysfs / "class/mdev_bus" / key).resolve()
-        if not parent.is_dir():
-            return  # a parent the kernel does not register
-        path = parent / mdev.uuid
-        link = self.sysfs / "bus/mdev/devices" / mdev.uuid
-        if running:
-            path.mkdir(exist_ok=True)
-            (path / "remove").touch()
-            if not (path / "mdev_type").is_symlink():
-                (path / "mdev_type").symlink_to(
-                    parent / "mdev_supported_types" / mdev.type_id
-                )
-            if not link.is_symlink():
-                link.parent.mkdir(parents=True, exist_ok=True)
-                link.symlink_to(path)
-        elif path.exists():
-            link.unlink(missing_ok=True)
-            # kernfs numbers a new directory anew (cyclically, never a
-            # removed one's number at once); a disk reuses it: the removed
-            # directory is kept aside, its inode taken
-            self._removed += 1
-            aside = self.sysfs / ".removed" / str(self._removed)
-            aside.parent.mkdir(exist_ok=True)
-            path.rename(aside)
+    def with_rooms(self, parent: str, xml: str) -> str:
+        """A parent's test-driver XML with the rooms the kernel has
+        now."""
+        rooms = self.kernel.rooms(parent)
+        last = self._parent_xml.get(parent)
+        if last is not None and last[1] is rooms and last[0] == xml:
+            return last[2]
+        given = _TYPE_ROOM.sub(
+            lambda m: (
+                f"<type id='{m.group(1)}'>{m.group(2)}<availableInstances>"
+                f"{rooms.get(m.group(1), m.group(3))}<"
+            ),
+            xml,
+        )
+        self._parent_xml[parent] = (xml, rooms, given)
+        return given
 
     def record(self, call: str, subject: str = "") -> None:
         if self.log is not None:
@@ -294,20 +283,8 @@ class MdevConnection:
     def getLibVersion(self) -> int:
         return 9_000_000
 
-    def freed(self, parent: str) -> dict[str, int]:
-        """Type id -> room given back (+) or taken (-) on ``parent``."""
-        found: dict[str, int] = {}
-        for mdev in self._on_parent.get(parent, ()):
-            found[mdev.type_id] = found.get(mdev.type_id, 0) + mdev.freed()
-        return found
-
     def _keep(self, mdev: ModelledMdev) -> ModelledMdev:
-        old = self.made.get(mdev.name())
-        mine = self._on_parent.setdefault(mdev.parent, [])
-        if old is not None:  # made again: the new one stands
-            self._on_parent[old.parent].remove(old)
-        self.made[mdev.name()] = mdev
-        mine.append(mdev)
+        self.made[mdev.name()] = mdev  # (made again: the new one stands)
         return mdev
 
     def _device(self, device: Any) -> Any:
@@ -365,6 +342,9 @@ class MdevConnection:
         parent = _field(xml, "<parent>", "</parent>")
         type_id = _field(xml, "type id='", "'")
         name = f"mdev_{uuid.replace('-', '_')}_{parent.removeprefix('pci_')}"
+        if self.running(name) and name in self.made:
+            raise _failed_start(f"{uuid} is already active")
+        self.refuse_without_room(parent, type_id)
         mdev = self._keep(
             ModelledMdev(
                 self,
@@ -377,8 +357,18 @@ class MdevConnection:
             )
         )
         self.gone.discard(name)  # made again under its uuid
-        self.kernel(name)
+        self._changed(name)
         return mdev
+
+    def refuse_without_room(self, parent: str, type_id: str) -> None:
+        """As the kernel refuses an mdev its parent has no room for (the
+        type's ``available_instances`` is 0: EDQUOT, which mdevctl and
+        libvirt pass on), or a type the parent does not list."""
+        rooms = self.kernel.rooms(parent)
+        if type_id not in rooms:
+            raise _failed_start(f"{parent} has no mdev type {type_id}")
+        if rooms[type_id] < 1:
+            raise _failed_start("Disk quota exceeded (os error 122)")
 
     def nodeDeviceDefineXML(self, xml: str, flags: int) -> ModelledMdev:
         self.answer("nodeDeviceDefineXML")
