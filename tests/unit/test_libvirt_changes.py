@@ -385,3 +385,17 @@ def test_a_create_the_parent_has_no_room_for_is_refused_as_the_kernel_does(
         host.create_mdev(parent, "nvidia-35", str(uuidlib.uuid4()))
     with pytest.raises(DeviceNoRoom):
         host.create_mdev(parent, "nvidia-35", mdev_uuid)
+
+
+def test_a_defined_mdev_its_parent_has_no_room_to_start_is_no_room(tmp_path):
+    """Started where another type now runs: the kernel's EDQUOT is told
+    as no room (the parent is full, not failing), as for a create."""
+    host, conn = _host(tmp_path)
+    parent = host.discover().parent("pci_0000_87_00_0")
+    mine = host.create_mdev(parent, "nvidia-35", str(uuidlib.uuid4()))
+    conn.nodeDeviceLookupByName(mine.name).destroy()  # defined, stopped
+    host.create_mdev(parent, "nvidia-36", str(uuidlib.uuid4()))
+    [stopped] = [m for m in host.discover().mdevs if m.uuid == mine.uuid]
+    assert not stopped.active
+    with pytest.raises(DeviceNoRoom):
+        host.start_mdev(stopped)

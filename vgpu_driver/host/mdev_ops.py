@@ -156,7 +156,7 @@ class MdevOperations:
         try:
             self.link.call("create", self._lookup(mdev).create, 0)
         except api.error as exc:
-            raise DeviceOperationFailed(
+            raise _create_error(exc)(
                 action="start mdev",
                 device=mdev.uuid,
                 reason=api.message(exc),
