@@ -308,10 +308,37 @@ def test_type_change_with_guests_in_place(node, make_conf, tmp_path):
     )
     assert set(guest.mdevs) <= set(m.mdevs())  # the guest keeps working
     m.driver.release_mdevs(guest.uuid)
-    m.update()  # the freed nvidia-36 is removed: the parent can switch
+    provider = m.rp("pci_0000_86_00_0")
+    # the freed nvidia-36 is removed and the parent switches in one pass,
+    # on the same provider
     plans = m.update()
     assert plans["pci_0000_86_00_0"].type_id == "nvidia-35"
     assert plans["pci_0000_86_00_0"].reserved == 0
+    assert m.rp("pci_0000_86_00_0") == provider
+
+
+def test_a_parent_whose_free_mdevs_held_all_its_room_switches_in_one_pass(
+    node,
+):
+    """Free mdevs of the old type are all a parent has (one type at a
+    time on an NVIDIA pGPU: the new type has no room while they run):
+    removed before the pass plans, its provider offers the new type at
+    once and is never dropped (Placement would see it deleted and made
+    again under another uuid)."""
+    n = node()
+    bound = n.driver.allocate_mdevs(
+        "soon-gone", n.alloc(("pci_0000_85_00_0", 1))
+    )
+    n.driver.release_mdevs("soon-gone")
+    n.update()
+    provider = n.rp("pci_0000_85_00_0")
+    n.conf.set_override("enabled_mdev_types", ["nvidia-36"], "devices")
+    n.conf.set_override("device_addresses", ["0000:85:00.0"], "mdev_nvidia-36")
+    n.driver.reload_config()
+    plan = n.update()["pci_0000_85_00_0"]
+    assert (plan.type_id, plan.total, plan.reserved) == ("nvidia-36", 16, 0)
+    assert n.rp("pci_0000_85_00_0") == provider
+    assert {d.id for d in bound}.isdisjoint(n.mdevs())
 
 
 def test_resize_binds_on_destination_and_revert_reuses_source(node):

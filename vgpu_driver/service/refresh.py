@@ -137,6 +137,15 @@ class Refresher:
                 # the guests read may have ended spawn claims
                 claims = tuple(self.binder.claimed_devices())
                 foreign = _foreign(inventory, owned, claims)
+            if inventory.guests_known and self.binder.remove_stale_free_mdevs(
+                usage.configured_types(config, inventory)
+            ):
+                # a parent switching type: planned with the room the
+                # removed mdevs gave back (its provider is not dropped
+                # for a pass when they held every room)
+                inventory = self.discover()
+                owned = self.binder.owned()
+                foreign = _foreign(inventory, owned, claims)
             self.other_writers.check(mine, nodename, traits.config)
             self.roots.add(root.uuid)
             old = reshape.old_layout(under, root, nodename, inventory, classes)
@@ -208,10 +217,6 @@ class Refresher:
                 plan.name: p.uuid
                 for p, plan in zip(placed, plans, strict=True)
             }
-            if inventory.guests_known:
-                self.binder.remove_stale_free_mdevs(
-                    usage.configured_types(config, inventory)
-                )
             self.writer.remove_gone(tree, mine, plans)
             self.traits.save_or_retry(saved)
             self.other_writers.wrote(plans, traits.config)
