@@ -203,8 +203,8 @@ class HostCollector:
             f"{PREFIX}_provider_unschedulable_cause",
             "1 for why a provider takes no new guest: driver_down, "
             "gpu_fault (NVML), device_gone, operations_failing, "
-            "max_instances, other_manager or other (the log has the full "
-            "reason).",
+            "max_instances, other_manager, outside_nova or other (the log "
+            "has the full reason).",
             labels=[*PROVIDER_LABELS, "cause"],
         )
         for plan in plans:

@@ -36,10 +36,19 @@ def dense_node(make_conf, directory, parents, mdevs, guests):
     )
 
 
-def hand_made_domain_xml(uuid, name, mdevs):
-    """A domain for libvirt's test driver, defined by hand."""
+def hand_made_domain_xml(uuid, name, mdevs, nova=False):
+    """A domain for libvirt's test driver, defined by hand (``nova``:
+    with the metadata Nova writes in an instance's domain)."""
+    metadata = (
+        '<metadata><nova:instance xmlns:nova="http://openstack.org/xmlns/'
+        f'libvirt/nova/1.1"><nova:name>{name}</nova:name></nova:instance>'
+        "</metadata>"
+        if nova
+        else ""
+    )
     return (
         f"<domain type='test'><name>{name}</name><uuid>{uuid}</uuid>"
+        f"{metadata}"
         "<memory>65536</memory><os><type>hvm</type></os><devices>"
         + "".join(
             "<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"

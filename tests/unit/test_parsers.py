@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import uuid
 
 import pytest
 from hypothesis import given, settings
@@ -561,6 +562,24 @@ HOSTDEV = (
         (NOVA_METADATA, HOSTDEV.replace("aaaaaaaa", "&#97;aaaaaaa")),
         (NOVA_METADATA, "<!-- " + HOSTDEV + " -->"),
         ("<metadata/>", HOSTDEV),
+        # Nova's namespace under another prefix, or nested in another's
+        (
+            NOVA_METADATA.replace("nova:", "n:").replace(
+                "xmlns:nova", "xmlns:n"
+            ),
+            HOSTDEV,
+        ),
+        (
+            '<metadata><app xmlns="urn:x">'
+            + NOVA_METADATA[10:-11]
+            + "</app></metadata>",
+            HOSTDEV,
+        ),
+        # another namespace of Nova's, no instance
+        (
+            '<metadata><nova:ports xmlns:nova="http://openstack.org/xmlns/libvirt/nova/1.1"/></metadata>',
+            HOSTDEV,
+        ),
     ],
 )
 def test_the_fast_guest_parser_agrees_whatever_the_metadata(metadata, devices):
@@ -612,3 +631,25 @@ def test_a_vf_list_read_while_vfs_are_being_enabled_is_not_kept(tmp_path):
     link.symlink_to(target)
     [pf] = tree.sriov_functions()
     assert len(pf.vfs) == complete
+
+
+def test_a_guest_outside_nova_is_told_by_its_metadata(tmp_path):
+    """Nova writes its ``nova:instance`` in every instance's domain; a
+    guest without it was defined by someone else (Placement holds no
+    allocation for its devices)."""
+    from tests.unit.test_binding import hand_made_domain_xml
+
+    _, _, domains = _test_driver_xml(tmp_path)
+    assert all(domain_xml.parse_guest(t).nova for t in domains)
+    mdev = "aaaaaaaa-0000-0000-0000-000000000003"
+    by_hand = hand_made_domain_xml(str(uuid.uuid4()), "theirs", [mdev])
+    for parse in (domain_xml.parse_guest, domain_xml.parse_guest_tree):
+        guest = parse(by_hand)
+        assert (guest.nova, guest.mdevs) == (False, (mdev,))
+    moved = (
+        "<domain type='kvm'><name>n</name>"
+        "<uuid>11111111-2222-3333-4444-555555555555</uuid>"
+        + NOVA_METADATA.replace("nova:", "n:").replace("xmlns:nova", "xmlns:n")
+        + "<devices/></domain>"
+    )
+    assert domain_xml.parse_guest(moved).nova

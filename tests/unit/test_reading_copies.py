@@ -19,9 +19,8 @@ from vgpu_driver.model.device import (
     Mdev,
     MdevType,
     Parent,
-    resort_guests,
-    sort_guests,
 )
+from vgpu_driver.model.guest_order import resort_guests, sort_guests
 
 PARENT = Parent(
     name="pci_0000_84_00_0",

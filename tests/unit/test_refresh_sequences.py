@@ -1,9 +1,10 @@
 """A service's refreshes through random sequences of what happens on a
 compute host: binds and releases, guests defined and undefined by the
-caller and by hand, mdevs another manager makes and removes. After each
-refresh that planned only the parents the host said changed, a refresh
-that plans the whole host finds the same providers; and no bind hands
-out an mdev another manager made, a guest uses or another bind has."""
+caller (Nova's) and by hand (outside Nova), mdevs another manager makes
+and removes. After each refresh that planned only the parents the host
+said changed, a refresh that plans the whole host finds the same
+providers; and no bind hands out an mdev another manager made, a guest
+uses or another bind has."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ class _Host:
         if waiting:
             instance = self.rng.choice(waiting)
             xml = hand_made_domain_xml(
-                instance, instance[:8], self.bound[instance]
+                instance, instance[:8], self.bound[instance], nova=True
             )
             self.conn.defineXML(xml)
             self.driver.domain_event(instance, True)

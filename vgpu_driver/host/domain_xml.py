@@ -14,10 +14,15 @@ from vgpu_driver.model.binding import BoundDevice
 from vgpu_driver.model.device import Guest
 
 _ATTRIBUTE = re.compile(r"([\w:-]+)='([^'<&]*)'")
+# the namespace of the metadata Nova writes in every instance's domain
+# (``nova:instance``; 1.0, 1.1 ... as its format moved)
+NOVA_NS = "http://openstack.org/xmlns/libvirt/nova/"
+_NOVA_INSTANCE = '<nova:instance xmlns:nova="' + NOVA_NS  # as Nova writes it
 
 
 def parse_guest(text: str) -> Guest:
-    """A domain's uuid, name and host devices, read without building a
+    """A domain's uuid, name and host devices, and whether Nova made it
+    (its ``<metadata>`` has a ``nova:instance``), read without building a
     tree when the text has the shape libvirt formats (a first discovery
     reads every domain); otherwise :func:`parse_guest_tree`, the
     reference.
@@ -58,6 +63,9 @@ def parse_guest(text: str) -> Guest:
         or text.find("<!", devices, end) >= 0
     ):
         return parse_guest_tree(text)
+    nova = head >= 0 and text.find(NOVA_NS, head, tail) >= 0
+    if nova and text.find(_NOVA_INSTANCE, head, tail) < 0:
+        return parse_guest_tree(text)  # not as Nova writes it
     mdevs: list[str] = []
     pci: list[str] = []
     start = text.find("<hostdev", devices, end)
@@ -75,6 +83,7 @@ def parse_guest(text: str) -> Guest:
         name=name.strip(),
         mdevs=tuple(mdevs),
         pci_devices=tuple(pci),
+        nova=nova,
     )
 
 
@@ -98,8 +107,18 @@ def parse_guest_tree(text: str) -> Guest:
     pci: list[str] = []
     for hostdev in root.findall("devices/hostdev"):
         _hostdev(hostdev, mdevs, pci)
+    nova = any(
+        element.tag.startswith("{" + NOVA_NS)
+        and element.tag.endswith("}instance")
+        for metadata in root.findall("metadata")
+        for element in metadata.iter()
+    )
     return Guest(
-        uuid=uuid, name=name, mdevs=tuple(mdevs), pci_devices=tuple(pci)
+        uuid=uuid,
+        name=name,
+        mdevs=tuple(mdevs),
+        pci_devices=tuple(pci),
+        nova=nova,
     )
 
 

@@ -32,11 +32,10 @@ from vgpu_driver.model.device import (
     Parent,
     PhysicalFunction,
     PlainSriovGpu,
-    resort_guests,
-    sort_guests,
     sort_inventory,
 )
 from vgpu_driver.model.device_changes import node_devices_changed
+from vgpu_driver.model.guest_order import resort_guests, sort_guests
 from vgpu_driver.model.nvml import NvmlReading
 
 GuestDiff = tuple[tuple[str, Guest | None, Guest | None], ...]

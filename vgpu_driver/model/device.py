@@ -6,7 +6,6 @@ above them (provider tree, binding) reads only these.
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import functools
 import operator
@@ -91,6 +90,9 @@ class Guest:
     name: str
     mdevs: tuple[str, ...] = ()  # mdev uuids
     pci_devices: tuple[str, ...] = ()  # PCI addresses (VFs)
+    # its XML carries Nova's instance metadata: Placement holds an
+    # allocation for what it uses (False: a guest outside Nova)
+    nova: bool = True
 
 
 GuestChanges = tuple[
@@ -218,6 +220,15 @@ class HostInventory:
         return {a: g.uuid for g in self.guests for a in g.pci_devices}
 
     @functools.cached_property
+    def _outside_users(self) -> frozenset[str]:
+        return frozenset(
+            device
+            for g in self.guests
+            if not g.nova
+            for device in (*g.mdevs, *g.pci_devices)
+        )
+
+    @functools.cached_property
     def _absent_users(self) -> frozenset[str]:
         # in C: a Python loop per mdev costs a dense host
         return frozenset(
@@ -277,6 +288,11 @@ class HostInventory:
         parent gone, a guest defined with an mdev never made)."""
         return self._absent_users
 
+    def outside_users(self) -> frozenset[str]:
+        """The mdevs and PCI devices guests outside Nova use (Placement
+        has no allocation for them)."""
+        return self._outside_users
+
     def pci_users(self) -> dict[str, str]:
         """PCI address -> uuid of the guest that has it (read-only)."""
         return self._pci_users
@@ -316,41 +332,13 @@ DEVICE_INDEXES = frozenset(
         "_plain_vf_owner",
     }
 )
-GUEST_INDEXES = frozenset({"_mdev_users", "_pci_users"})
+GUEST_INDEXES = frozenset({"_mdev_users", "_pci_users", "_outside_users"})
 # of both (made again when either changes)
 MIXED_INDEXES = frozenset({"_absent_users"})
 
 
 _BY_NAME = operator.attrgetter("name")
 _BY_UUID = operator.attrgetter("uuid")
-
-
-def sort_guests(guests: Iterable[Guest]) -> tuple[Guest, ...]:
-    return tuple(sorted(guests, key=_BY_UUID))
-
-
-def resort_guests(
-    guests: tuple[Guest, ...],
-    changes: Iterable[tuple[str, Guest | None, Guest | None]],
-) -> tuple[Guest, ...] | None:
-    """``guests`` (as :func:`sort_guests` orders them) with each (uuid,
-    guest before or None, guest now or None) applied, in the same order:
-    each found by bisection, not all sorted again. None when a change
-    does not match what ``guests`` holds (sort them all instead)."""
-    found = list(guests)
-    for uuid, before, now in changes:
-        at = bisect.bisect_left(found, uuid, key=_BY_UUID)
-        here = at < len(found) and found[at].uuid == uuid
-        if here != (before is not None) or (here and found[at] != before):
-            return None
-        if now is None:
-            if here:
-                del found[at]
-        elif here:
-            found[at] = now
-        else:
-            found.insert(at, now)
-    return tuple(found)
 
 
 def sort_inventory(
@@ -369,7 +357,7 @@ def sort_inventory(
         parents=tuple(sorted(parents, key=_BY_NAME)),
         mdevs=tuple(sorted(mdevs, key=_BY_UUID)),
         pfs=tuple(sorted(pfs, key=_BY_NAME)),
-        guests=sort_guests(guests),
+        guests=tuple(sorted(guests, key=_BY_UUID)),
         guests_known=guests_known,
         driver_versions=tuple(sorted(set(driver_versions))),
         modules=frozenset(modules) if modules is not None else None,
@@ -389,7 +377,5 @@ __all__ = [
     "SriovType",
     "VirtualFunction",
     "remember_types",
-    "resort_guests",
-    "sort_guests",
     "sort_inventory",
 ]

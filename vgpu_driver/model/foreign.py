@@ -1,8 +1,11 @@
-"""Devices another manager made, and which devices are busy (pure).
+"""Devices another manager made, those guests outside Nova use, and
+which devices are busy (pure).
 
 Another manager (an operator's ``mdevctl``, Cyborg) may make mdevs or
 type VFs on the host: they are never handed out, removed or retyped,
-and its free ones are reserved on their provider. :class:`Busy` answers
+and its free ones are reserved on their provider. A guest outside Nova
+(a domain without Nova's metadata) has no allocation in Placement: the
+devices it uses are reserved on their provider too. :class:`Busy` answers
 whether a device is in use or claimed one id at a time, so nothing the
 size of the host is built for a bind or a change of one parent.
 """
@@ -76,3 +79,69 @@ def foreign_mdevs(
             counts = found.setdefault(mdev.parent, {})
             counts[mdev.type_id] = counts.get(mdev.type_id, 0) + 1
     return found
+
+
+def outside_nova(
+    inventory: HostInventory, mdevs: Iterable[Mdev] | None = None
+) -> dict[str, dict[str, int]]:
+    """Device (parent or PF) name -> type id -> its devices guests
+    outside Nova use (of ``mdevs`` alone when given, no VF then)."""
+    outside = inventory.outside_users()
+    found: dict[str, dict[str, int]] = {}
+    if not outside:
+        return found
+    for mdev in inventory.mdevs if mdevs is None else mdevs:
+        if mdev.uuid in outside:
+            counts = found.setdefault(mdev.parent, {})
+            counts[mdev.type_id] = counts.get(mdev.type_id, 0) + 1
+    if mdevs is not None:
+        return found
+    for pf in inventory.pfs:
+        for vf in pf.vfs:
+            if vf.current_type and vf.address in outside:
+                counts = found.setdefault(pf.name, {})
+                type_id = naming.sriov_type_id(vf.current_type)
+                counts[type_id] = counts.get(type_id, 0) + 1
+    return found
+
+
+def outside_changed(before: HostInventory, now: HostInventory) -> bool:
+    """Did what guests outside Nova use change from reading ``before``
+    to ``now``? Told by the guests changed between them where the
+    reading says which (a guest's event: no guest else is looked at)."""
+    changes = now.guest_changes
+    if changes is not None and changes[0] == before.generation:
+        return any(
+            guest is not None
+            and not guest.nova
+            and bool(guest.mdevs or guest.pci_devices)
+            for _uuid, then, after in changes[1]
+            for guest in (then, after)
+        )
+    return before.outside_users() != now.outside_users()
+
+
+def unaccounted(
+    type_id: str,
+    total: int,
+    planned: tuple[int, str | None],
+    theirs: int,
+    outside: int,
+) -> tuple[int, str | None]:
+    """A provider's (reserved, reason) once its devices Placement does
+    not count are reserved too: ``theirs`` free ones another manager
+    made, ``outside`` ones guests outside Nova use. ``planned``: its
+    (reserved, reason) before."""
+    reserved, reason = planned
+    if not (theirs or outside) or reserved >= total:
+        return reserved, reason
+    reserved = min(total, reserved + theirs + outside)
+    if reserved == total and not reason:
+        reason = (
+            f"its free {type_id} device(s) were made by another manager "
+            "(left alone)"
+            if theirs
+            else f"its {type_id} device(s) are used by guests outside Nova "
+            "(Placement holds no allocation for them)"
+        )
+    return reserved, reason

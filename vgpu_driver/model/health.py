@@ -83,6 +83,7 @@ CAUSES = (
     ("operations_failing", "its device is failing"),
     ("max_instances", "max_instances is reached"),
     ("other_manager", "made by another manager"),
+    ("outside_nova", "used by guests outside Nova"),
 )
 
 

@@ -38,6 +38,7 @@ import os_resource_classes as orc
 from vgpu_driver.model import capacity, health, naming, trait
 from vgpu_driver.model.config import DeviceConfig, TypeConfig
 from vgpu_driver.model.device import HostInventory
+from vgpu_driver.model.foreign import unaccounted
 from vgpu_driver.model.plan_devices import Device, by_device, devices_of
 from vgpu_driver.model.type_providers import providers_of
 
@@ -91,6 +92,7 @@ def plan_providers(
     owner_trait: str = "OWNER_NOVA",
     foreign: Mapping[str, Mapping[str, int]] | None = None,
     existing_traits: Mapping[str, Iterable[str]] | None = None,
+    outside: Mapping[str, Mapping[str, int]] | None = None,
 ) -> list[ProviderPlan]:
     """The providers to report, in name order.
 
@@ -104,6 +106,8 @@ def plan_providers(
     with mdevctl, a VF an operator typed): never handed out, so reserved.
     ``existing_traits``: provider name -> its traits now (which type a
     card's provider serves, when the enabled order changes).
+    ``outside``: device name -> type id -> its devices guests outside
+    Nova use (no allocation in Placement: reserved).
     """
     allocated = allocated or {}
     existing = existing or {}
@@ -114,6 +118,7 @@ def plan_providers(
     }
     held_here = by_device(inventory, held)
     foreign_here = by_device(inventory, foreign or {})
+    outside_here = by_device(inventory, outside or {})
     devices = devices_of(inventory, config)
 
     # (device, type, its provider's name, its parent's or None)
@@ -216,17 +221,16 @@ def plan_providers(
             reserved = total
         else:
             reason = None
-        outside = foreign_here.get(device.name, Counter())[type_id]
-        if outside and reserved < total:
-            reserved = min(total, reserved + outside)
-            if reserved == total and not reason:
-                reason = (
-                    f"its free {type_id} device(s) were made by another "
-                    "manager (left alone)"
-                )
+        reserved, reason = unaccounted(
+            type_id,
+            total,
+            (reserved, reason),
+            foreign_here.get(device.name, Counter())[type_id],
+            outside_here.get(device.name, Counter())[type_id],
+        )
         if type_cfg.card_share and types_on[device.name] > 1:
             free_here = max(0, total - used)
-            share = _share(device, type_id, type_cfg.card_share, used)
+            share = device.share(type_id, type_cfg.card_share, used)
             reserved = max(reserved, free_here - min(free_here, share))
         if total == 0:
             continue
@@ -332,16 +336,6 @@ def _hold_parents(
             reserved=0,
             traits=frozenset({owner_trait}),
         )
-
-
-def _share(device: Device, type_id: str, percent: int, used: int) -> int:
-    """More units of a type its ``card_share`` lets it take: its percent
-    of what the empty card holds of it, less what it holds (where that
-    figure is unknown, its percent of what still fits)."""
-    whole = device.card_max.get(type_id)
-    if whole is None:
-        return max(0, device.available.get(type_id, 0)) * percent // 100
-    return max(0, whole * percent // 100 - used)
 
 
 def _used(

@@ -44,6 +44,16 @@ class Device:
     # type id -> how many the card holds when empty, where known
     card_max: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
+    def share(self, type_id: str, percent: int, used: int) -> int:
+        """More units of a type its ``card_share`` lets it take: its
+        percent of what the empty card holds of it, less what it holds
+        (where that figure is unknown, its percent of what still
+        fits)."""
+        whole = self.card_max.get(type_id)
+        if whole is None:
+            return max(0, self.available.get(type_id, 0)) * percent // 100
+        return max(0, whole * percent // 100 - used)
+
 
 def _from_parent(parent: Parent, existing: Counter[str]) -> Device:
     def caps(type_id: str) -> trait.Capabilities:

@@ -8,7 +8,8 @@ alone changed (a guest defined or gone, a spawn claim ended) changes
 nothing either when guests cannot change the plan: no type with
 ``max_instances``, no device of a type its parent does not serve, no
 provider kept only for devices in use, no device another manager made
-(:func:`~vgpu_driver.model.usage.guests_matter`). Then a guest's event
+(:func:`~vgpu_driver.model.usage.guests_matter`), and no guest outside
+Nova among those changed (what it uses is reserved). Then a guest's event
 costs what an idle pass costs, however many mdevs and guests there are.
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 from vgpu_driver.model import usage
 from vgpu_driver.model.config import DeviceConfig
 from vgpu_driver.model.device import HostInventory
-from vgpu_driver.model.foreign import foreign_devices
+from vgpu_driver.model.foreign import foreign_devices, outside_changed
 
 Claimed = tuple[tuple[str, str, str], ...]  # (device id, parent, type id)
 
@@ -69,6 +70,8 @@ def same_but_guests(
         return None
     if owned is None or owned != last.owned:
         return None
+    if outside_changed(last.inventory, inventory):
+        return None  # what a guest outside Nova uses is reserved
     free = last.guests_free
     if free is None:
         config: DeviceConfig = last.config

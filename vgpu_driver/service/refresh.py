@@ -26,7 +26,7 @@ from vgpu_driver.model import reshape, usage
 from vgpu_driver.model.binding import Target
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.device_changes import parents_alone
-from vgpu_driver.model.foreign import foreign_free
+from vgpu_driver.model.foreign import foreign_free, outside_nova
 from vgpu_driver.model.inventory import ProviderPlan, plan_providers
 from vgpu_driver.model.usage import Allocations
 from vgpu_driver.records.seen import SeenMdevs
@@ -192,6 +192,7 @@ class Refresher:
                 unschedulable=failing,
                 owner_trait=traits.owner,
                 foreign=foreign,
+                outside=outside_nova(inventory),
             )
             saved = self.traits.saved()
             placed = self.writer.write_all(

@@ -31,7 +31,7 @@ from typing import Any
 from vgpu_driver.model.config import DeviceConfig
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.device_changes import touched_parents
-from vgpu_driver.model.foreign import Busy, foreign_mdevs
+from vgpu_driver.model.foreign import Busy, foreign_mdevs, outside_nova
 from vgpu_driver.model.inventory import ProviderPlan, plan_providers
 from vgpu_driver.service.fingerprint import Claimed, RefreshFingerprint
 from vgpu_driver.service.tree_writer import ConfiguredTraits, TreeWriter
@@ -118,6 +118,7 @@ def replan(
         unschedulable=failing,
         owner_trait=owner_trait,
         foreign=foreign,
+        outside=outside_nova(now, alone.mdevs),
     )
     if [_shape(p) for p in after] != [_shape(p) for p in before]:
         return None

@@ -1,0 +1,97 @@
+"""A guest outside Nova (a domain without Nova's ``nova:instance``
+metadata, defined by hand or by another tool) uses devices Placement
+holds no allocation for: they are reserved on their provider, however
+the refresh learns of it (a guest's event, with a device change in the
+same pass, a full pass)."""
+
+from __future__ import annotations
+
+import uuid
+
+from tests.unit.test_binding import hand_made_domain_xml
+from tests.unit.test_refresh_sequences import _Host, _tree
+from vgpu_driver.model.foreign import unaccounted
+
+
+def _free_on(host, parent):
+    seen = host.driver.seen_mdevs()
+    return sorted(u for u in host.driver.free_mdevs() if seen[u][0] == parent)
+
+
+def _define(host, mdevs, nova):
+    guest = str(uuid.uuid4())
+    xml = hand_made_domain_xml(guest, guest[:8], mdevs, nova=nova)
+    host.conn.defineXML(xml)
+    host.driver.domain_event(guest, True)
+    return guest
+
+
+def _plan(host, parent):
+    [plan] = [p for p in host.driver.last_plans if p.device == parent]
+    return plan
+
+
+def _full_pass_agrees(host):
+    plans, providers = list(host.driver.last_plans), _tree(host.service.tree)
+    host.driver._refresher._fingerprint = None  # plan the whole host
+    host.driver.update_provider_tree(host.service.tree, "bench")
+    assert host.driver.last_plans == plans
+    assert _tree(host.service.tree) == providers
+
+
+def test_what_a_guest_outside_nova_uses_is_reserved(tmp_path):
+    import random
+
+    host = _Host(random.Random(0), tmp_path)
+    tree = host.service.tree
+    parent = host.parents[0].name
+    before = _plan(host, parent)
+    free = _free_on(host, parent)
+    # a Nova instance's devices are in its Placement allocation
+    _define(host, free[:1], nova=True)
+    host.driver.update_provider_tree(tree, "bench")
+    assert _plan(host, parent).reserved == before.reserved
+    # a guest outside Nova: reserved, told by its event alone
+    theirs = _define(host, free[1:3], nova=False)
+    host.driver.update_provider_tree(tree, "bench")
+    assert _plan(host, parent).reserved == before.reserved + 2
+    assert _plan(host, parent).total == before.total
+    _full_pass_agrees(host)
+    host.conn.lookupByUUIDString(theirs).undefine()
+    host.driver.domain_event(theirs, False)
+    host.driver.update_provider_tree(tree, "bench")
+    assert _plan(host, parent) == before
+
+
+def test_a_provider_held_whole_outside_nova_says_so():
+    """(reserved, reason) of a provider of 4 once what Placement does not
+    count is reserved: another manager's free mdevs are named first."""
+    assert unaccounted("nvidia-35", 4, (0, None), 0, 1) == (1, None)
+    reserved, reason = unaccounted("nvidia-35", 4, (1, None), 0, 3)
+    assert reserved == 4 and "used by guests outside Nova" in reason
+    reserved, reason = unaccounted("nvidia-35", 4, (0, None), 2, 2)
+    assert reserved == 4 and "made by another manager" in reason
+    # a reason the plan gave stays (a failing device: all reserved)
+    assert unaccounted("nvidia-35", 4, (4, "failing"), 1, 1) == (4, "failing")
+
+
+def test_a_guest_outside_nova_and_a_device_change_in_one_pass(tmp_path):
+    """A guest outside Nova takes a free mdev of one parent while another
+    manager makes an mdev on the other, between two refreshes: the pass
+    that plans the parent changed alone would miss the first."""
+    import random
+
+    from vgpu_driver.sim.mdev_libvirt import mdev_xml
+
+    host = _Host(random.Random(1), tmp_path)
+    tree = host.service.tree
+    first, second = (p.name for p in host.parents[:2])
+    before = _plan(host, first)
+    _define(host, _free_on(host, first)[:1], nova=False)
+    other = next(p for p in host.parents if p.name == second)
+    host.conn.nodeDeviceCreateXML(
+        mdev_xml(second, other.types[0].id, str(uuid.uuid4())), 0
+    )
+    host.driver.update_provider_tree(tree, "bench")
+    assert _plan(host, first).reserved == before.reserved + 1
+    _full_pass_agrees(host)
