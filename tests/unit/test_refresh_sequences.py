@@ -13,6 +13,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import libvirt
 import pytest
 
 from benchmarks.common import conf_for, dense
@@ -53,7 +54,11 @@ class _Host:
     def make(self) -> None:
         parent = self.rng.choice(self.parents)
         xml = mdev_xml(parent.name, parent.types[0].id, self.uuid())
-        self.theirs.append(self.conn.nodeDeviceCreateXML(xml, 0))
+        try:
+            self.theirs.append(self.conn.nodeDeviceCreateXML(xml, 0))
+        except libvirt.libvirtError:  # the parent is full
+            self.done["make refused"] += 1
+            return
         self.done["make"] += 1
 
     def gone(self) -> None:
@@ -154,4 +159,4 @@ def test_a_refresh_of_the_parents_changed_is_a_refresh_of_the_host(
         assert _tree(tree) == providers
         compared += 1
     assert compared > 10
-    assert set(host.done) == {h.__name__ for h in happenings}
+    assert set(host.done) >= {h.__name__ for h in happenings}
