@@ -97,3 +97,29 @@ def test_a_claimed_mdev_of_a_type_its_parent_no_longer_serves_is_kept():
     claim = {"instance": "g2", "purpose": "spawn"}
     found = run(claims={"m-old": claim}, allocations=None)
     assert ("orphaned_free_mdev", "m-old") not in found
+
+
+def test_a_guest_outside_nova_is_named_not_sent_to_heal_allocations():
+    """No Nova metadata: no allocation to heal (heal_allocations knows
+    Nova's instances only); the audit says its devices are reserved."""
+    import dataclasses
+
+    [guest] = INVENTORY.guests
+    outside = dataclasses.replace(
+        INVENTORY, guests=(dataclasses.replace(guest, nova=False),)
+    )
+    found = audit(
+        outside,
+        claims={},
+        vf_types={"0000:41:00.4": 7},
+        configured={"p1": "t1", "p2": "t1"},
+        device_of={"rp1": "p1", "rpf": "pf"},
+        parent_of=PARENT_OF,
+        allocations={},
+    )
+    assert {(f.kind, f.subject) for f in found} == {
+        ("orphaned_free_mdev", "m-old"),
+        ("guest_outside_nova", "g1"),
+    }
+    [finding] = [f for f in found if f.kind == "guest_outside_nova"]
+    assert "2 device(s)" in finding.detail and not finding.fixable

@@ -8,6 +8,10 @@ Findings, each naming its subject and what to do:
     guest of that uuid is defined and nothing is claimed for it.
 ``guest_device_without_allocation``
     A guest uses more devices of a provider than its consumer holds there.
+``guest_outside_nova``
+    A guest whose domain has no Nova metadata (defined by hand or by
+    another tool) uses devices: Placement has no allocation for them;
+    they are reserved on their provider.
 ``claim_of_gone_instance``
     A claim whose instance has no guest and no allocation here (a spawn
     that died half way). Fixable: the claim is dropped.
@@ -87,6 +91,8 @@ def audit(
                     )
                 )
         for uuid, guest in sorted(guests.items()):
+            if not guest.nova:
+                continue  # no allocation to heal (see _outside_nova)
             on_device: Counter[str] = Counter(
                 parent_of[d]
                 for d in (*guest.mdevs, *guest.pci_devices)
@@ -156,8 +162,24 @@ def audit(
                         fixable=True,
                     )
                 )
+    findings += _outside_nova(inventory)
     findings += _gone_and_down(inventory)
     return findings
+
+
+def _outside_nova(inventory: HostInventory) -> list[Finding]:
+    return [
+        Finding(
+            "guest_outside_nova",
+            guest.uuid,
+            f"guest {guest.name} has no Nova metadata (defined outside "
+            f"Nova) and uses {len(guest.mdevs) + len(guest.pci_devices)} "
+            "device(s): Placement has no allocation for them, so they are "
+            "reserved on their providers; undefine it to give them back",
+        )
+        for guest in inventory.guests
+        if not guest.nova and (guest.mdevs or guest.pci_devices)
+    ]
 
 
 def _gone_and_down(inventory: HostInventory) -> list[Finding]:
