@@ -35,6 +35,20 @@ def test_libvirt_and_simulation_report_the_same(tmp_path, name):
     )
 
 
+def test_a_guest_outside_nova_is_told_by_both(tmp_path):
+    """A guest described as defined outside Nova: rendered without Nova's
+    metadata for libvirt, and read so by both."""
+    m10 = helpers.load("m10")
+    first, *rest = m10.guests
+    outside = dataclasses.replace(
+        m10, guests=[dataclasses.replace(first, nova=False), *rest]
+    )
+    through_libvirt = helpers.libvirt_host(outside, tmp_path).discover()
+    assert through_libvirt == SimulatedHost(outside).discover()
+    nova = {g.uuid: g.nova for g in through_libvirt.guests}
+    assert nova[first.uuid] is False and all(nova[g.uuid] for g in rest)
+
+
 def test_an_sriov_card_not_bound_to_nvidia_is_reported_by_neither(tmp_path):
     l40 = helpers.load("l40-sriov")
     unbound = dataclasses.replace(

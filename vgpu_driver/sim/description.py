@@ -31,7 +31,8 @@ Format (every key not marked optional is required)::
       "mdevs": [{"uuid": "...", "parent": "0000:84:00.0",
                  "type": "nvidia-35", "legacy_name": false}],
       "guests": [{"uuid": "...", "name": "vm1",
-                  "mdevs": ["<uuid>"], "pci": ["0000:41:00.4"]}],
+                  "mdevs": ["<uuid>"], "pci": ["0000:41:00.4"],
+                  "nova": true}],   # false: defined outside Nova
       "sriov": [{"address": "0000:41:00.0", "vendor_id": "0x10de",
                  "product_id": "0x26b5",
                  "driver": "nvidia",   # the default (vGPUs need it)
@@ -276,6 +277,7 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
             name=g["name"],
             mdevs=[u.lower() for u in g.get("mdevs", [])],
             pci=[a.lower() for a in g.get("pci", [])],
+            nova=bool(g.get("nova", True)),
         )
         for g in raw.get("guests", [])
     ]

@@ -62,7 +62,7 @@ def render_guest(guest: GuestSpec) -> str:
         "  <domain type='test'>\n"
         f"    <name>{escape(guest.name)}</name>\n"
         f"    <uuid>{guest.uuid}</uuid>\n"
-        f"{_metadata(guest, seed)}"
+        f"{_metadata(guest, seed) if guest.nova else ''}"
         "    <memory unit='KiB'>16777216</memory>\n"
         "    <currentMemory unit='KiB'>16777216</currentMemory>\n"
         "    <vcpu placement='static'>8</vcpu>\n"

@@ -88,10 +88,7 @@ def inventory_of(description: HostDescription) -> HostInventory:
         )
         for m in description.mdevs
     ]
-    guests = [
-        Guest(g.uuid, g.name, tuple(g.mdevs), tuple(g.pci))
-        for g in description.guests
-    ]
+    guests = [_guest(g) for g in description.guests]
     # a card's VFs carry vGPUs only under NVIDIA's driver
     pfs = [_pf_of(pf) for pf in description.pfs if pf.driver == NVIDIA_DRIVER]
     drivers = {p.driver for p in parents} | {pf.driver for pf in pfs}
@@ -233,14 +230,8 @@ class SimulatedHost:
     def refresh_guest(self, uuid: str) -> Guest | None:
         """The guest as defined now (guests here are always current)."""
         with self._lock:
-            spec = next(
-                (g for g in self._state.guests if g.uuid == uuid), None
-            )
-            if spec is None:
-                return None
-            return Guest(
-                spec.uuid, spec.name, tuple(spec.mdevs), tuple(spec.pci)
-            )
+            found = [_guest(g) for g in self._state.guests if g.uuid == uuid]
+            return found[0] if found else None
 
     # -- the kernel ----------------------------------------------------
 
@@ -398,3 +389,9 @@ class SimulatedHost:
                 mdev.active = autostart
             for pf in self._state.pfs:
                 pf.vf_types.clear()
+
+
+def _guest(spec: GuestSpec) -> Guest:
+    return Guest(
+        spec.uuid, spec.name, tuple(spec.mdevs), tuple(spec.pci), spec.nova
+    )

@@ -80,6 +80,7 @@ class GuestSpec:
     name: str
     mdevs: list[str] = dataclasses.field(default_factory=list)
     pci: list[str] = dataclasses.field(default_factory=list)
+    nova: bool = True  # False: defined outside Nova (no Nova metadata)
 
 
 @dataclasses.dataclass
