@@ -95,3 +95,50 @@ def test_a_guest_outside_nova_and_a_device_change_in_one_pass(tmp_path):
     host.driver.update_provider_tree(tree, "bench")
     assert _plan(host, first).reserved == before.reserved + 1
     _full_pass_agrees(host)
+
+
+def test_a_vf_a_guest_outside_nova_is_given_is_reserved(node):
+    """A plain SR-IOV GPU (Intel, VFs given as they are): a VF in a guest
+    outside Nova is reserved on the GPU's provider; a Nova instance's
+    VF is in its allocation."""
+    import dataclasses
+
+    from vgpu_driver.model.device import Guest
+
+    n = node("intel-igpu-sriov")
+    [plan] = n.update().values()
+    vfs = n.description.other_gpus[0].vf_addresses
+    n.host.note_guest(Guest("nova-vm", "instance-1", (), (vfs[0],)))
+    n.driver.domain_event("nova-vm", True)
+    assert n.update()[plan.device].reserved == plan.reserved
+    theirs = Guest("theirs", "by-hand", (), (vfs[1],), nova=False)
+    n.host.note_guest(theirs)
+    n.driver.domain_event("theirs", True)
+    after = n.update()[plan.device]
+    assert after == dataclasses.replace(plan, reserved=plan.reserved + 1)
+
+
+def test_an_nvidia_vf_a_guest_outside_nova_uses_is_reserved(
+    make_conf, tmp_path
+):
+    """An NVIDIA SR-IOV card (L40): a typed VF in a guest outside Nova
+    (described so, read so) is reserved on the card's provider."""
+    import dataclasses
+
+    from tests.helpers import Node, load
+    from vgpu_driver.sim.simulated import SimulatedHost
+
+    l40 = load("l40-sriov")
+    assert l40.guests and l40.guests[0].pci
+    first, *rest = l40.guests
+    outside = dataclasses.replace(
+        l40, guests=[dataclasses.replace(first, nova=False), *rest]
+    )
+    nova = Node(make_conf, tmp_path / "a", "l40-sriov")
+    theirs = Node(
+        make_conf, tmp_path / "b", "l40-sriov", host=SimulatedHost(outside)
+    )
+    [(device, plan)] = nova.update().items()
+    assert theirs.update()[device] == dataclasses.replace(
+        plan, reserved=plan.reserved + 1
+    )

@@ -61,7 +61,7 @@ class MdevOperations:
             try:
                 return self._create_with_libvirt(conn, parent, type_id, uuid)
             except api.error as exc:
-                if _refused(api.message(exc)) or (
+                if _refused(exc) or (
                     api.code(exc) not in api.create_unsupported
                 ):
                     raise _create_error(exc)(
@@ -195,10 +195,8 @@ class MdevOperations:
 _MDEVCTL_FAILED = "unable to start mediated device"
 
 
-def _refused(message: str) -> bool:
-    return _MDEVCTL_FAILED in message.lower() or says_no_room(
-        Exception(message)
-    )
+def _refused(exc: BaseException) -> bool:
+    return _MDEVCTL_FAILED in str(exc).lower() or says_no_room(exc)
 
 
 def _create_error(exc: BaseException) -> type[DeviceOperationFailed]:

@@ -102,6 +102,10 @@ def outside_nova(
                 counts = found.setdefault(pf.name, {})
                 type_id = naming.sriov_type_id(vf.current_type)
                 counts[type_id] = counts.get(type_id, 0) + 1
+    for gpu in inventory.plain_gpus:  # AMD, Intel: VFs given as they are
+        given = sum(1 for vf in gpu.vfs if vf in outside)
+        if given:
+            found.setdefault(gpu.name, {})[gpu.type_id] = given
     return found
 
 

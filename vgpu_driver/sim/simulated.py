@@ -209,6 +209,7 @@ class SimulatedHost:
                     guest.name,
                     list(guest.mdevs),
                     list(guest.pci_devices),
+                    guest.nova,
                 )
             )
 
