@@ -194,12 +194,14 @@ class VgpuDriver(InstanceMoves):
         DeviceCapacityExhausted (the instance must be rescheduled), having
         undone anything it made."""
         wanted, any_parent = lifecycle.wanted(self._refresher, allocations)
+        self._refresher.name_instances([instance_uuid])
         return self.binder.bind(instance_uuid, wanted, any_parent=any_parent)
 
     def guest_defined(self, instance_uuid: str) -> list[str]:
         """The caller defined (or redefined) the instance's guest: re-read
         that one domain, so its devices count as in use and its spawn
         claims end. Returns the device ids whose claims ended."""
+        self._refresher.name_instances([instance_uuid])
         guest = self.host.refresh_guest(instance_uuid)
         if guest is None:
             return []
@@ -284,6 +286,8 @@ class VgpuDriver(InstanceMoves):
         ``instances``: the instances the service has on this host (the
         bind claims of any other, made before a crash and never ended, are
         dropped; claims for incoming live migrations stay)."""
+        if instances is not None:
+            self._refresher.name_instances(instances)
         moved = self.binder.repair_records()
         inventory = self.discover(rescan_guests=True)
         done = self.binder.recover(inventory, self._seen.snapshot(), instances)

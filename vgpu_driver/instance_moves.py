@@ -55,6 +55,7 @@ class InstanceMoves:
         mdevs (``{source uuid: type id}``) and return ``{source uuid:
         destination uuid}`` for the guest's XML. The claim is on disk: it
         survives a restart of the service until success or rollback."""
+        self._refresher.name_instances([instance_uuid])
         return lifecycle.claim_for_live_migration(
             self._refresher, instance_uuid, source_mdevs, allocations
         )

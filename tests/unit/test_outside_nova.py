@@ -142,3 +142,45 @@ def test_an_nvidia_vf_a_guest_outside_nova_uses_is_reserved(
     assert theirs.update()[device] == dataclasses.replace(
         plan, reserved=plan.reserved + 1
     )
+
+
+def test_a_guest_without_metadata_the_caller_names_is_nova_s(
+    tmp_path, monkeypatch
+):
+    """Nova's own test doubles write no metadata in a domain: a guest
+    the caller bound devices for, defined a guest for or listed at start
+    is Nova's whatever its XML says (its event plans nothing); one it
+    names after it was counted outside Nova is given back at the next
+    refresh."""
+    import random
+    from collections import Counter
+
+    from tests.unit.test_structural_costs import counting
+    from vgpu_driver.service import refresh
+
+    host = _Host(random.Random(2), tmp_path)
+    tree = host.service.tree
+    parent = host.parents[0].name
+    before = _plan(host, parent)
+    provider = tree.data(before.name).uuid
+    instance = str(uuid.uuid4())
+    [device] = host.driver.allocate_mdevs(
+        instance, {provider: {"resources": {before.resource_class: 1}}}
+    )
+    host.driver.update_provider_tree(tree, "bench")
+    plans: Counter[str] = Counter()
+    counting(monkeypatch, refresh, "plan_providers", plans)
+    xml = hand_made_domain_xml(instance, instance[:8], [device.id])
+    host.conn.defineXML(xml)  # as Nova's fake libvirt keeps it
+    host.driver.domain_event(instance, True)
+    host.driver.update_provider_tree(tree, "bench")
+    assert _plan(host, parent).reserved == before.reserved
+    assert plans == Counter()
+    # defined by hand first, named afterwards (a restart's instance list)
+    later = _define(host, _free_on(host, parent)[:1], nova=False)
+    host.driver.update_provider_tree(tree, "bench")
+    assert _plan(host, parent).reserved == before.reserved + 1
+    host.driver._refresher.name_instances([later])
+    host.driver.update_provider_tree(tree, "bench")
+    assert _plan(host, parent).reserved == before.reserved
+    _full_pass_agrees(host)

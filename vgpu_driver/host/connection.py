@@ -13,6 +13,7 @@ lists every device and reads every guest again.
 
 from __future__ import annotations
 
+import gc
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -57,9 +58,17 @@ class Connection:
 
     def call(self, name: str, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)``, counted under ``name``; a lost connection
-        becomes HostUnreachable (other libvirt errors pass)."""
+        becomes HostUnreachable (other libvirt errors pass).
+
+        The garbage collector is held off during the call: libvirt keeps
+        its last error per thread, and a libvirt object the collector
+        frees between a failed call and its exception clears it, so the
+        error would lose its code (a lookup of a device that is gone
+        would read as any other failure)."""
         self.calls[name] += 1
         api = self.known_api
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             return fn(*args)
         except Exception as exc:
@@ -70,6 +79,9 @@ class Connection:
             ):
                 raise
             lost = exc
+        finally:
+            if collecting:
+                gc.enable()
         # out of the except block: the warning is not logged with
         # libvirt's exception attached
         raise self.lost(api.message(lost)) from lost

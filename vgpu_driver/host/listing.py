@@ -10,7 +10,6 @@ its caller, :class:`~vgpu_driver.host.nodedevs.NodeDevices`, does.
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Container
 from typing import Any, NamedTuple
 
@@ -175,22 +174,15 @@ class NodeListing:
         """The inactive mdevs; asked twice when the refusal came without
         its reason (libvirt's last error is per thread, and a libvirt
         object freed by the garbage collector between the call and the
-        exception clears it: seen as a refusal with no code). The
-        collector is held off during the call, so that is rare."""
+        exception clears it: seen as a refusal with no code; rare since
+        :meth:`~vgpu_driver.host.connection.Connection.call` holds the
+        collector off)."""
         api = self.link.api
 
         def listed() -> Any:
-            collecting = gc.isenabled()
-            gc.disable()
-            try:
-                return self.link.call(
-                    "listAllDevices",
-                    conn.listAllDevices,
-                    api.list_inactive_mdevs,
-                )
-            finally:
-                if collecting:
-                    gc.enable()
+            return self.link.call(
+                "listAllDevices", conn.listAllDevices, api.list_inactive_mdevs
+            )
 
         try:
             return listed()

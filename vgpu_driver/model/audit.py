@@ -10,8 +10,9 @@ Findings, each naming its subject and what to do:
     A guest uses more devices of a provider than its consumer holds there.
 ``guest_outside_nova``
     A guest whose domain has no Nova metadata (defined by hand or by
-    another tool) uses devices: Placement has no allocation for them;
-    they are reserved on their provider.
+    another tool), neither claimed for nor a consumer in Placement, uses
+    devices: Placement has no allocation for them; they are reserved on
+    their provider.
 ``claim_of_gone_instance``
     A claim whose instance has no guest and no allocation here (a spawn
     that died half way). Fixable: the claim is dropped.
@@ -91,7 +92,7 @@ def audit(
                     )
                 )
         for uuid, guest in sorted(guests.items()):
-            if not guest.nova:
+            if not guest.nova and uuid not in allocations:
                 continue  # no allocation to heal (see _outside_nova)
             on_device: Counter[str] = Counter(
                 parent_of[d]
@@ -162,12 +163,13 @@ def audit(
                         fixable=True,
                     )
                 )
-    findings += _outside_nova(inventory)
+    named = {c["instance"] for c in claims.values()} | set(allocations or {})
+    findings += _outside_nova(inventory, named)
     findings += _gone_and_down(inventory)
     return findings
 
 
-def _outside_nova(inventory: HostInventory) -> list[Finding]:
+def _outside_nova(inventory: HostInventory, named: set[str]) -> list[Finding]:
     return [
         Finding(
             "guest_outside_nova",
@@ -177,8 +179,8 @@ def _outside_nova(inventory: HostInventory) -> list[Finding]:
             "device(s): Placement has no allocation for them, so they are "
             "reserved on their providers; undefine it to give them back",
         )
-        for guest in inventory.guests
-        if not guest.nova and (guest.mdevs or guest.pci_devices)
+        for guest in inventory.unmarked_guests()
+        if guest.uuid not in named
     ]
 
 

@@ -90,8 +90,9 @@ class Guest:
     name: str
     mdevs: tuple[str, ...] = ()  # mdev uuids
     pci_devices: tuple[str, ...] = ()  # PCI addresses (VFs)
-    # its XML carries Nova's instance metadata: Placement holds an
-    # allocation for what it uses (False: a guest outside Nova)
+    # its XML carries Nova's instance metadata: Nova's, Placement holds an
+    # allocation for what it uses (False: outside Nova, unless the
+    # caller names the instance its own)
     nova: bool = True
 
 
@@ -220,12 +221,9 @@ class HostInventory:
         return {a: g.uuid for g in self.guests for a in g.pci_devices}
 
     @functools.cached_property
-    def _outside_users(self) -> frozenset[str]:
-        return frozenset(
-            device
-            for g in self.guests
-            if not g.nova
-            for device in (*g.mdevs, *g.pci_devices)
+    def _unmarked(self) -> tuple[Guest, ...]:
+        return tuple(
+            g for g in self.guests if not g.nova and (g.mdevs or g.pci_devices)
         )
 
     @functools.cached_property
@@ -288,10 +286,10 @@ class HostInventory:
         parent gone, a guest defined with an mdev never made)."""
         return self._absent_users
 
-    def outside_users(self) -> frozenset[str]:
-        """The mdevs and PCI devices guests outside Nova use (Placement
-        has no allocation for them)."""
-        return self._outside_users
+    def unmarked_guests(self) -> tuple[Guest, ...]:
+        """The guests using devices whose domains carry no Nova metadata
+        (outside Nova, unless the caller names them its own)."""
+        return self._unmarked
 
     def pci_users(self) -> dict[str, str]:
         """PCI address -> uuid of the guest that has it (read-only)."""
@@ -332,7 +330,7 @@ DEVICE_INDEXES = frozenset(
         "_plain_vf_owner",
     }
 )
-GUEST_INDEXES = frozenset({"_mdev_users", "_pci_users", "_outside_users"})
+GUEST_INDEXES = frozenset({"_mdev_users", "_pci_users", "_unmarked"})
 # of both (made again when either changes)
 MIXED_INDEXES = frozenset({"_absent_users"})
 

@@ -81,12 +81,27 @@ def foreign_mdevs(
     return found
 
 
+def outside_users(
+    inventory: HostInventory, named: Container[str]
+) -> frozenset[str]:
+    """The mdevs and PCI devices guests outside Nova use: guests without
+    Nova's metadata the caller does not name (``named``) its own."""
+    return frozenset(
+        device
+        for guest in inventory.unmarked_guests()
+        if guest.uuid not in named
+        for device in (*guest.mdevs, *guest.pci_devices)
+    )
+
+
 def outside_nova(
-    inventory: HostInventory, mdevs: Iterable[Mdev] | None = None
+    inventory: HostInventory,
+    named: Container[str],
+    mdevs: Iterable[Mdev] | None = None,
 ) -> dict[str, dict[str, int]]:
     """Device (parent or PF) name -> type id -> its devices guests
     outside Nova use (of ``mdevs`` alone when given, no VF then)."""
-    outside = inventory.outside_users()
+    outside = outside_users(inventory, named)
     found: dict[str, dict[str, int]] = {}
     if not outside:
         return found
@@ -109,7 +124,9 @@ def outside_nova(
     return found
 
 
-def outside_changed(before: HostInventory, now: HostInventory) -> bool:
+def outside_changed(
+    before: HostInventory, now: HostInventory, named: Container[str]
+) -> bool:
     """Did what guests outside Nova use change from reading ``before``
     to ``now``? Told by the guests changed between them where the
     reading says which (a guest's event: no guest else is looked at)."""
@@ -118,11 +135,12 @@ def outside_changed(before: HostInventory, now: HostInventory) -> bool:
         return any(
             guest is not None
             and not guest.nova
+            and guest.uuid not in named
             and bool(guest.mdevs or guest.pci_devices)
             for _uuid, then, after in changes[1]
             for guest in (then, after)
         )
-    return before.outside_users() != now.outside_users()
+    return outside_users(before, named) != outside_users(now, named)
 
 
 def unaccounted(

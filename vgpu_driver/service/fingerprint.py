@@ -16,7 +16,7 @@ costs what an idle pass costs, however many mdevs and guests there are.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
 from vgpu_driver.model import usage
@@ -53,6 +53,7 @@ def same_but_guests(
     claims: Claimed,
     owned: frozenset[str] | None,
     seen: Callable[[], Mapping[str, tuple[str, str]]],
+    named: Container[str] = (),
 ) -> RefreshFingerprint | None:
     """``last`` taking in ``inventory`` and ``claims`` when they differ
     from its own in what guests use alone, and that cannot change the
@@ -70,7 +71,7 @@ def same_but_guests(
         return None
     if owned is None or owned != last.owned:
         return None
-    if outside_changed(last.inventory, inventory):
+    if outside_changed(last.inventory, inventory, named):
         return None  # what a guest outside Nova uses is reserved
     free = last.guests_free
     if free is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from oslo_log import log as logging
@@ -39,6 +40,7 @@ from vgpu_driver.service.fingerprint import (
     same_but_guests,
     tree_holds,
 )
+from vgpu_driver.service.named import NamedInstances
 from vgpu_driver.service.other_writers import OtherWriters
 from vgpu_driver.service.reading import HostReading
 from vgpu_driver.service.settings import Settings
@@ -80,11 +82,17 @@ class Refresher:
         self.targets: dict[str, Target] = {}
         self._fingerprint: RefreshFingerprint | None = None
         self._uuids: dict[str, str] = {}  # provider name -> uuid, as written
+        self.named = NamedInstances()
         self.reading = HostReading(
             settings, host, binder, seen, self.lock, lambda: self.targets
         )
         # read the host and take the reading in
         self.discover = self.reading.discover
+
+    def name_instances(self, uuids: Iterable[str]) -> None:
+        """The caller's instances (see :mod:`.named`)."""
+        last = self._fingerprint
+        self.named.name(uuids, last.inventory if last is not None else None)
 
     def update_provider_tree(
         self, tree: Any, nodename: str, allocations: Allocations | None
@@ -106,6 +114,9 @@ class Refresher:
             # the claims are read once a pass (on disk, under the records'
             # lock): what the plan counts is what the pass remembers
             claims = tuple(self.binder.claimed_devices())
+            if self.named.stale:  # a guest counted outside Nova is Nova's
+                self.named.stale = False
+                self._fingerprint = None
             if allocations is None and self._unchanged(
                 tree, nodename, inventory, claims
             ):
@@ -192,7 +203,7 @@ class Refresher:
                 unschedulable=failing,
                 owner_trait=traits.owner,
                 foreign=foreign,
-                outside=outside_nova(inventory),
+                outside=outside_nova(inventory, self.named),
             )
             saved = self.traits.saved()
             placed = self.writer.write_all(
@@ -279,6 +290,7 @@ class Refresher:
             claims=claims,
             failing=last.failing,
             owner_trait=traits.owner,
+            named=self.named,
         )
         if done is None:
             return None
@@ -331,7 +343,7 @@ class Refresher:
         ):
             owned = self.binder.owned()
         now = same_but_guests(
-            last, inventory, claims, owned, self.seen.snapshot
+            last, inventory, claims, owned, self.seen.snapshot, self.named
         )
         if now is None or not tree_holds(tree, nodename, last):
             return False

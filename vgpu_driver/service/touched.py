@@ -25,7 +25,7 @@ the parents touched are handed to it as a reading of their own.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Container, Mapping
 from typing import Any
 
 from vgpu_driver.model.config import DeviceConfig
@@ -94,6 +94,7 @@ def replan(
     claims: Claimed,
     failing: frozenset[str],
     owner_trait: str,
+    named: Container[str],
 ) -> Replan | None:
     """(every plan, the (provider uuid, plan) of those that changed),
     the parents of ``alone`` (:func:`~vgpu_driver.model.device_changes.
@@ -118,7 +119,7 @@ def replan(
         unschedulable=failing,
         owner_trait=owner_trait,
         foreign=foreign,
-        outside=outside_nova(now, alone.mdevs),
+        outside=outside_nova(now, named, alone.mdevs),
     )
     if [_shape(p) for p in after] != [_shape(p) for p in before]:
         return None
