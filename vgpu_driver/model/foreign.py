@@ -12,10 +12,10 @@ size of the host is built for a bind or a change of one parent.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Container, Iterable
+from collections.abc import Callable, Collection, Container, Iterable
 
 from vgpu_driver.model import naming
-from vgpu_driver.model.device import HostInventory, Mdev
+from vgpu_driver.model.device import HostInventory, Mdev, PhysicalFunction
 
 
 class Busy:
@@ -54,18 +54,11 @@ def foreign_free(
     manager made there: not ours, no guest uses them, nobody claims
     them."""
     busy = Busy((inventory.mdev_users(), inventory.pci_users(), claimed))
-    found = foreign_mdevs(inventory.mdevs, ours, busy)
-    for pf in inventory.pfs:
-        for vf in pf.vfs:
-            if (
-                vf.current_type
-                and vf.address not in ours
-                and vf.address not in busy
-            ):
-                counts = found.setdefault(pf.name, {})
-                type_id = naming.sriov_type_id(vf.current_type)
-                counts[type_id] = counts.get(type_id, 0) + 1
-    return found
+    return _tally(
+        inventory.mdevs,
+        inventory.pfs,
+        lambda device: device not in ours and device not in busy,
+    )
 
 
 def foreign_mdevs(
@@ -73,11 +66,29 @@ def foreign_mdevs(
 ) -> dict[str, dict[str, int]]:
     """Parent -> type id -> the mdevs of ``mdevs`` another manager made
     that are free: not ours, not ``busy`` (used or claimed)."""
+    return _tally(
+        mdevs, (), lambda device: device not in ours and device not in busy
+    )
+
+
+def _tally(
+    mdevs: Iterable[Mdev],
+    pfs: Iterable[PhysicalFunction],
+    chosen: Callable[[str], bool],
+) -> dict[str, dict[str, int]]:
+    """Parent or PF name -> type id -> the ``chosen`` mdevs of
+    ``mdevs`` and typed VFs of ``pfs`` (by uuid or address)."""
     found: dict[str, dict[str, int]] = {}
     for mdev in mdevs:
-        if mdev.uuid not in ours and mdev.uuid not in busy:
+        if chosen(mdev.uuid):
             counts = found.setdefault(mdev.parent, {})
             counts[mdev.type_id] = counts.get(mdev.type_id, 0) + 1
+    for pf in pfs:
+        for vf in pf.vfs:
+            if vf.current_type and chosen(vf.address):
+                counts = found.setdefault(pf.name, {})
+                type_id = naming.sriov_type_id(vf.current_type)
+                counts[type_id] = counts.get(type_id, 0) + 1
     return found
 
 
@@ -102,21 +113,11 @@ def outside_nova(
     """Device (parent or PF) name -> type id -> its devices guests
     outside Nova use (of ``mdevs`` alone when given, no VF then)."""
     outside = outside_users(inventory, named)
-    found: dict[str, dict[str, int]] = {}
     if not outside:
-        return found
-    for mdev in inventory.mdevs if mdevs is None else mdevs:
-        if mdev.uuid in outside:
-            counts = found.setdefault(mdev.parent, {})
-            counts[mdev.type_id] = counts.get(mdev.type_id, 0) + 1
+        return {}
     if mdevs is not None:
-        return found
-    for pf in inventory.pfs:
-        for vf in pf.vfs:
-            if vf.current_type and vf.address in outside:
-                counts = found.setdefault(pf.name, {})
-                type_id = naming.sriov_type_id(vf.current_type)
-                counts[type_id] = counts.get(type_id, 0) + 1
+        return _tally(mdevs, (), outside.__contains__)
+    found = _tally(inventory.mdevs, inventory.pfs, outside.__contains__)
     for gpu in inventory.plain_gpus:  # AMD, Intel: VFs given as they are
         given = sum(1 for vf in gpu.vfs if vf in outside)
         if given:

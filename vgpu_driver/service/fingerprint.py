@@ -53,7 +53,7 @@ def same_but_guests(
     claims: Claimed,
     owned: frozenset[str] | None,
     seen: Callable[[], Mapping[str, tuple[str, str]]],
-    named: Container[str] = (),
+    named: Container[str],
 ) -> RefreshFingerprint | None:
     """``last`` taking in ``inventory`` and ``claims`` when they differ
     from its own in what guests use alone, and that cannot change the
