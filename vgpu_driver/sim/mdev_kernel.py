@@ -52,9 +52,6 @@ class MdevKernel:
             self._rooms[parent] = found
         return found
 
-    def has_room(self, parent: str, type_id: str) -> bool:
-        return self.rooms(parent).get(type_id, 0) > 0
-
     def follow(self, uuid: str, parent: str, type_id: str, on: bool) -> None:
         """An mdev started (``on``) or stopped or gone: its parent's room
         (and its siblings', sharing a GPU) and its sysfs directory."""

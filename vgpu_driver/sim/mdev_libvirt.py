@@ -54,29 +54,26 @@ _TYPE_ROOM = re.compile(
 )
 
 
+def _error(code: int, message: str) -> libvirt.libvirtError:
+    """A libvirtError as libvirt raises it: ``code``, at error level."""
+    error = libvirt.libvirtError(message)
+    error.err = (code, 0, message, 2, "", "", "", 0, 0)
+    return error
+
+
 def no_device(name: str) -> libvirt.libvirtError:
     """The error libvirt raises for a node device it does not have."""
-    error = libvirt.libvirtError(f"Node device not found: {name}")
-    error.err = (
-        libvirt.VIR_ERR_NO_NODE_DEVICE,
-        0,
-        str(error),
-        2,
-        "",
-        "",
-        "",
-        0,
-        0,
+    return _error(
+        libvirt.VIR_ERR_NO_NODE_DEVICE, f"Node device not found: {name}"
     )
-    return error
 
 
 def _failed_start(why: str) -> libvirt.libvirtError:
     """The error libvirt raises when mdevctl cannot start an mdev."""
-    error = libvirt.libvirtError(f"Unable to start mediated device: {why}")
-    error.err = (libvirt.VIR_ERR_INTERNAL_ERROR, 0, str(error), 2)
-    error.err += ("", "", "", 0, 0)
-    return error
+    return _error(
+        libvirt.VIR_ERR_INTERNAL_ERROR,
+        f"Unable to start mediated device: {why}",
+    )
 
 
 def mdev_xml(parent: str, type_id: str, uuid: str) -> str:
@@ -227,7 +224,6 @@ class MdevConnection:
         # parent name -> (the test driver's XML, the rooms, the XML given)
         self._parent_xml: dict[str, tuple[str, dict[str, int], str]] = {}
         self.persistent = persistent
-        self.sysfs = sysfs
 
     def running(self, name: str) -> bool:
         return name not in self.gone and name not in self.inactive
