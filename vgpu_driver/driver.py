@@ -274,8 +274,10 @@ class VgpuDriver(InstanceMoves):
     def release_mdevs(self, instance_uuid: str) -> list[str]:
         """On delete: drop the instance's claims; its mdevs stay for reuse
         (or go, with ``[devices] remove_unused_mdevs``); VF types are
-        cleared."""
-        return self.binder.release(instance_uuid)
+        cleared. The instance is no longer named the caller's."""
+        released = self.binder.release(instance_uuid)
+        self._refresher.forget_instance(instance_uuid)
+        return released
 
     def init_host(
         self, instances: list[str] | None = None

@@ -66,4 +66,6 @@ class InstanceMoves:
     def rollback_live_migration_at_destination(
         self, instance_uuid: str
     ) -> list[str]:
-        return self.binder.release(instance_uuid)
+        released = self.binder.release(instance_uuid)
+        self._refresher.forget_instance(instance_uuid)
+        return released

@@ -184,3 +184,42 @@ def test_a_guest_without_metadata_the_caller_names_is_nova_s(
     host.driver.update_provider_tree(tree, "bench")
     assert _plan(host, parent).reserved == before.reserved
     _full_pass_agrees(host)
+
+
+def test_an_instance_released_is_no_longer_named(tmp_path):
+    """Releasing an instance's devices forgets its name: the names held
+    are the instances on the host (not every one ever bound), and a
+    guest without metadata left behind by a release, read again, is
+    outside Nova (its device has no allocation any more)."""
+    import random
+
+    host = _Host(random.Random(3), tmp_path)
+    tree = host.service.tree
+    parent = host.parents[0].name
+    before = _plan(host, parent)
+    provider = tree.data(before.name).uuid
+    wanted = {provider: {"resources": {before.resource_class: 1}}}
+    named = host.driver._refresher.named
+    at_start = set(named.uuids)  # the guests init_host was given
+    for _ in range(5):  # spawned and deleted: nothing left named
+        gone = str(uuid.uuid4())
+        host.driver.allocate_mdevs(gone, wanted)
+        host.driver.release_mdevs(gone)
+    moved = str(uuid.uuid4())  # a live migration in, rolled back
+    host.driver.claim_for_live_migration(moved, {}, {})
+    host.driver.rollback_live_migration_at_destination(moved)
+    assert gone not in named and moved not in named
+    instance = str(uuid.uuid4())
+    [device] = host.driver.allocate_mdevs(instance, wanted)
+    xml = hand_made_domain_xml(instance, instance[:8], [device.id])
+    host.conn.defineXML(xml)  # as Nova's fake libvirt keeps it
+    host.driver.domain_event(instance, True)
+    host.driver.update_provider_tree(tree, "bench")
+    assert _plan(host, parent).reserved == before.reserved
+    assert named.uuids == at_start | {instance}
+    host.driver.release_mdevs(instance)  # its guest left behind
+    host.conn.defineXML(xml)  # and defined again by hand: libvirt tells
+    host.driver.domain_event(instance, True)
+    host.driver.update_provider_tree(tree, "bench")
+    assert _plan(host, parent).reserved == before.reserved + 1
+    _full_pass_agrees(host)

@@ -6,7 +6,10 @@ in Placement: they are reserved) unless the caller named it: Nova's own
 test doubles write no metadata, nor did domains defined by hand for
 instances Nova adopted. The caller names its instances at start
 (``init_host``), and each one it binds devices for, defines a guest
-for or moves here.
+for or moves here. A name is forgotten when the caller releases the
+instance's devices (it left the host, or never came): a guest of that
+uuid still read without metadata is outside Nova from then on, and the
+set holds no more than the instances on the host.
 """
 
 from __future__ import annotations
@@ -34,7 +37,21 @@ class NamedInstances:
         if not new:
             return
         self.uuids |= new
+        self._plan_again_if_read(new, reading)
+
+    def forget(self, uuid: str, reading: HostInventory | None) -> None:
+        """``uuid`` is no longer the caller's (its devices released)."""
+        if uuid in self.uuids:
+            self.uuids.discard(uuid)
+            self._plan_again_if_read({uuid}, reading)
+
+    def _plan_again_if_read(
+        self, uuids: set[str], reading: HostInventory | None
+    ) -> None:
+        """A guest among ``uuids`` without metadata, in the reading last
+        planned, was counted on the other side of the line: the plan is
+        stale."""
         if reading is not None and any(
-            guest.uuid in new for guest in reading.unmarked_guests()
+            guest.uuid in uuids for guest in reading.unmarked_guests()
         ):
             self.stale = True

@@ -94,6 +94,11 @@ class Refresher:
         last = self._fingerprint
         self.named.name(uuids, last.inventory if last is not None else None)
 
+    def forget_instance(self, uuid: str) -> None:
+        """The caller released the instance's devices (see :mod:`.named`)."""
+        last = self._fingerprint
+        self.named.forget(uuid, last.inventory if last is not None else None)
+
     def update_provider_tree(
         self, tree: Any, nodename: str, allocations: Allocations | None
     ) -> list[ProviderPlan]:
