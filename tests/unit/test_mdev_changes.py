@@ -440,11 +440,22 @@ def test_a_defined_mdev_stopped_and_started_by_another_is_followed(
 
     host, conn = _host(tmp_path)
     before = host.discover(rescan_guests=True)
-    [mdev, *_] = before.mdevs
+    mdev = next(
+        m for m in before.mdevs if before.parent(m.parent).types[0].available
+    )
     conn.inactive.add(mdev.name)  # stopped, still defined
     stopped = host.discover()
     [now] = [m for m in stopped.mdevs if m.uuid == mdev.uuid]
     assert not now.active and now.persistent
+    # an mdev made beside it: the stopped one is not asked about again
+    asked = len(conn.log or ())
+    parent = stopped.parent(mdev.parent)
+    theirs = _made_by_them(conn, parent)
+    beside = host.discover()
+    assert len(beside.mdevs) == len(stopped.mdevs) + 1
+    assert [s for _c, s in (conn.log or ())[asked:] if mdev.name in s] == []
+    conn.gone.add(theirs.name())
+    assert host.discover() == stopped
     conn.inactive.discard(mdev.name)  # started again
     started = host.discover()
     [now] = [m for m in started.mdevs if m.uuid == mdev.uuid]

@@ -17,6 +17,8 @@ class MdevCache:
     def __init__(self) -> None:
         self.by_name: dict[str, Mdev] = {}
         self._by_parent: dict[str, dict[str, Mdev]] = {}  # by uuid
+        # parent -> uuids of its mdevs defined and not running
+        self._stopped: dict[str, set[str]] = {}
         # name -> the mdev as the last reading had it (None: it had none)
         self._since: dict[str, Mdev | None] = {}
         # names whose parent is not (yet) a parent listed
@@ -38,6 +40,11 @@ class MdevCache:
         """uuid -> mdev, of the mdevs read on ``parent`` (read-only)."""
         return self._by_parent.get(parent, {})
 
+    def stopped_on(self, parent: str) -> frozenset[str]:
+        """The uuids of the mdevs read on ``parent`` defined and not
+        running (kept apart: following a parent looks at them alone)."""
+        return frozenset(self._stopped.get(parent, ()))
+
     def has_uuid(self, uuid: str) -> bool:
         """Is an mdev of that uuid read, on any parent? (A look per
         parent.)"""
@@ -52,6 +59,8 @@ class MdevCache:
             self._unindex(old)
         self.by_name[name] = mdev
         self._by_parent.setdefault(mdev.parent, {})[mdev.uuid] = mdev
+        if not mdev.active:
+            self._stopped.setdefault(mdev.parent, set()).add(mdev.uuid)
         self.unplaced.add(name)  # placed again by the caller
 
     def pop(self, name: str) -> Mdev | None:
@@ -84,3 +93,8 @@ class MdevCache:
             del mine[mdev.uuid]
             if not mine:
                 del self._by_parent[mdev.parent]
+            stopped = self._stopped.get(mdev.parent)
+            if stopped is not None:
+                stopped.discard(mdev.uuid)
+                if not stopped:
+                    del self._stopped[mdev.parent]

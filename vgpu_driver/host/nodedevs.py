@@ -262,19 +262,22 @@ class NodeDevices:
         pending: set[str] = set()
         for name in sorted(names):
             path = self.reader.path_of(name)
+            before = self._inodes.get(name, {})
             try:
                 with os.scandir(path or "") as entries:
+                    # (an entry listed last time is an mdev's: no match)
                     running = {
                         e.name: e.inode()
                         for e in entries
-                        if len(e.name) == 36 and _UUID.fullmatch(e.name)
+                        if e.name in before
+                        or (len(e.name) == 36 and _UUID.fullmatch(e.name))
                     }
             except OSError:
                 return False
             known = dict(self.mdevs.of_parent(name))
-            before = self._inodes.get(name, {})
             self._inodes[name] = running
-            for uuid in _made_again(known, running, before):
+            stopped = self.mdevs.stopped_on(name)
+            for uuid in _made_again(known, stopped, running, before):
                 self.drop(known.pop(uuid))
             for uuid in sorted(running.keys() - known.keys()):
                 found = self.listing.running_mdev(conn, uuid, path)
@@ -282,9 +285,10 @@ class NodeDevices:
                     pending.add(name)  # libvirt has not seen it yet
                 else:
                     self._read_mdev(found[1], found[0], active=True)
-            for uuid, mdev in known.items():
-                if mdev.active == (uuid in running):
-                    continue
+            # those left running are active (the stopped ones were read
+            # again above); of those not, the stopped ones stay so
+            for uuid in sorted(known.keys() - running.keys() - stopped):
+                mdev = known[uuid]
                 state = self.listing.state_of(conn, mdev.name)
                 if state is None:
                     return False
@@ -303,7 +307,10 @@ class NodeDevices:
 
 
 def _made_again(
-    known: dict[str, Mdev], running: dict[str, int], before: dict[str, int]
+    known: dict[str, Mdev],
+    stopped: frozenset[str],
+    running: dict[str, int],
+    before: dict[str, int],
 ) -> list[str]:
     """The uuids of ``known`` mdevs running now whose XML may have
     changed since it was read, to be read again: one defined and stopped
@@ -311,12 +318,11 @@ def _made_again(
     whose directory is another than when its parent was last followed
     (removed and made again under its uuid, perhaps of another type:
     kernfs never gives a new directory the inode number a removed one
-    had). ``running`` and ``before``: uuid -> inode, now and then."""
-    return [
-        uuid
-        for uuid, mdev in known.items()
-        if uuid in running
-        and (
-            not mdev.active or before.get(uuid, running[uuid]) != running[uuid]
-        )
-    ]
+    had). ``stopped``: the known mdevs defined and not running when
+    read. ``running`` and ``before``: uuid -> inode, now and then
+    (compared in C: a Python loop per mdev costs a dense parent)."""
+    moved = running.items() - before.items()  # new, or another inode
+    return sorted(
+        {uuid for uuid, _inode in moved if uuid in before and uuid in known}
+        | (stopped & running.keys())
+    )

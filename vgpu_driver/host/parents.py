@@ -41,6 +41,8 @@ class _Parsed(NamedTuple):
     text: str
     wanted: frozenset[str] | None  # the types described
     parent: Parent
+    # the text cut at its rooms (see :func:`_rooms`): cut once a text
+    rooms: tuple[list[str], list[int]] | None
 
 
 _ROOM_OPEN, _ROOM_CLOSE = "<availableInstances>", "</availableInstances>"
@@ -66,12 +68,14 @@ def _rooms(text: str) -> tuple[list[str], list[int]] | None:
     return frame, rooms
 
 
-def _rooms_moved(cached: _Parsed, text: str) -> Parent | None:
-    """The parent ``cached`` read, with the rooms of ``text``, when only
-    its types' ``availableInstances`` changed (an mdev made or removed:
-    the rest of the XML, read and completed from sysfs, is the same);
-    None otherwise (read it whole)."""
-    now, before = _rooms(text), _rooms(cached.text)
+def _rooms_moved(
+    cached: _Parsed, now: tuple[list[str], list[int]] | None
+) -> Parent | None:
+    """The parent ``cached`` read, with the rooms of a text cut as
+    ``now``, when only its types' ``availableInstances`` changed (an mdev
+    made or removed: the rest of the XML, read and completed from sysfs,
+    is the same); None otherwise (read it whole)."""
+    before = cached.rooms
     if now is None or before is None or now[0] != before[0]:
         return None
     types = cached.parent.types
@@ -110,9 +114,10 @@ class ParentReader:
         if cached is not None and cached.wanted == wanted:
             if cached.text == text:
                 return cached.parent  # availableInstances unchanged: same one
-            moved = _rooms_moved(cached, text)
+            rooms = _rooms(text)
+            moved = _rooms_moved(cached, rooms)
             if moved is not None:
-                self._parsed[name] = _Parsed(text, wanted, moved)
+                self._parsed[name] = _Parsed(text, wanted, moved, rooms)
                 return moved
         try:
             parent, libvirt_path = nodedev_xml.read_parent(text)
@@ -133,7 +138,7 @@ class ParentReader:
             )
         path, driver = extras
         enriched = self._enrich(parent, path, driver, wanted)
-        self._parsed[name] = _Parsed(text, wanted, enriched)
+        self._parsed[name] = _Parsed(text, wanted, enriched, _rooms(text))
         return enriched
 
     def _enrich(

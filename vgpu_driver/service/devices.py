@@ -6,6 +6,7 @@ over the ledger, which owns the view.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,8 @@ from vgpu_driver.records.seen import SeenMdevs, Where
 
 if TYPE_CHECKING:
     from vgpu_driver.service.ledger import Ledger
+
+_UUID_OF = operator.attrgetter("uuid")
 
 
 def follow(
@@ -34,12 +37,14 @@ def follow(
     added: dict[str, Where] = {}
     gone: list[str] = []
     for name in touched:
-        before = {m.uuid: m for m in taken.mdevs_of(name)}
-        for mdev in now.mdevs_of(name):
-            old = before.pop(mdev.uuid, None)
-            if old is not mdev and old != mdev:  # (kept: the same object)
+        old, new = taken.mdevs_of(name), now.mdevs_of(name)
+        # those kept are the same objects: compared in C, not per mdev
+        kept = set(map(id, old))
+        before = dict(zip(map(_UUID_OF, old), old, strict=True))
+        for mdev in new:
+            if id(mdev) not in kept and before.get(mdev.uuid) != mdev:
                 added[mdev.uuid] = (mdev.parent, mdev.type_id)
-        gone.extend(before)
+        gone.extend(before.keys() - set(map(_UUID_OF, new)))
     with ledger.peeked():
         if not ledger.record.made_known:
             return False
