@@ -233,10 +233,13 @@ def row(label: str, found: dict[str, Any], half: int | None = None) -> str:
     if half is not None:
         changed = changed[half::2]
     ratio = statistics.median(changed) / statistics.median(idle)
+    # what the change adds to an idle refresh: flat if the change costs
+    # what it touches, not what the host holds
+    added = statistics.median(changed) - statistics.median(idle)
     beside = spread(nova) if nova else "-"
     line = (
         f"{label:>22} | {spread(changed):>18} {spread(idle):>18} "
-        f"{ratio:>6.2f}x | {beside:>20}"
+        f"{ratio:>6.2f}x {added:>+6.2f} | {beside:>20}"
     )
     if "changed_wall" in found and half is not None:
         wall = statistics.median(found["changed_wall"][half::2])
@@ -280,12 +283,12 @@ def main() -> None:
     print(machine())
     print(
         "CPU ms min/median/max of the refresh after one change, of the "
-        "idle refresh after it, their ratio (medians); Nova's periodic "
-        "on the same host beside"
+        "idle refresh after it, their ratio and the ms the change adds "
+        "(medians); Nova's periodic on the same host beside"
     )
     print(
-        f"{'case':>22} | {'after change':>18} {'idle':>18} {'ratio':>7} | "
-        f"{'nova periodic':>20}"
+        f"{'case':>22} | {'after change':>18} {'idle':>18} {'ratio':>7} "
+        f"{'added':>6} | {'nova periodic':>20}"
         + (f" | {'wall ratio':>7}" if args.daemon else "")
     )
     if args.daemon:

@@ -92,7 +92,8 @@ def test_churn_benchmark_prints_every_change_beside_idle():
     found = rows(
         out,
         r"\s*(guest gone|guest back|VF typed|VF cleared|mdev made|mdev gone)"
-        r" (\S+) \|.* ([\d.]+)x \|",
+        r" (\S+) \| +[\d.]+/([\d.]+)/[\d.]+ +[\d.]+/([\d.]+)/[\d.]+"
+        r" +([\d.]+)x +([+-][\d.]+) \|",
     )
     kinds = Counter(m[1] for m in found)
     # each kind of change apart, on two hosts of each case
@@ -107,7 +108,11 @@ def test_churn_benchmark_prints_every_change_beside_idle():
         ],
         2,
     )
-    assert all(float(m[3]) > 0 for m in found)
+    for m in found:
+        changed, idle, ratio, added = map(float, m.groups()[2:])
+        assert ratio > 0
+        # what the change adds: the medians' difference (as printed)
+        assert added == pytest.approx(changed - idle, abs=0.011)
 
 
 def test_churn_benchmark_times_guests_and_mdevs_over_libvirtd():
@@ -122,7 +127,7 @@ def test_churn_benchmark_times_guests_and_mdevs_over_libvirtd():
     found = rows(
         out,
         r"\s*(guest gone|guest back|mdev made|mdev gone) (\S+) \|.* ([\d.]+)x"
-        r" \|.*\| +([\d.]+)x$",
+        r" +[+-][\d.]+ \|.*\| +([\d.]+)x$",
     )
     assert Counter(m[1] for m in found) == dict.fromkeys(
         ["guest gone", "guest back", "mdev made", "mdev gone"], 2
