@@ -25,7 +25,7 @@ from vgpu_driver.model.device import (
     HostInventory,
 )
 from vgpu_driver.model.device_changes import parents_alone, with_devices
-from vgpu_driver.model.device_view import DeviceView
+from vgpu_driver.model.device_view import DeviceView, follow_parents
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.service import refresh, tree_writer
 from vgpu_driver.service.touched import held_on, parents_to_plan
@@ -100,7 +100,7 @@ def test_the_view_follows_the_parents_touched_as_a_whole_reading(seed):
         # the library's own: the mdev it made this step, if it did
         new = {m.uuid for m in now.mdevs} - {m.uuid for m in before.mdevs}
         ours |= {u for u in new if rng.random() < 0.5}
-        view.follow_parents(before, now, now.device_changes[1], ours)
+        follow_parents(view, before, now, now.device_changes[1], ours)
         assert view == DeviceView.of(now, ours)
 
 
@@ -145,11 +145,14 @@ HOSTS = {
 
 
 def _pair(make_conf, tmp_path, host="dense"):
-    """Two services on two like hosts: one follows the parents the host
-    says changed, the other is never told (it reads the whole host)."""
+    """Two services on two like hosts: one follows the parents (and
+    cards) the host says changed, the other is never told (it reads the
+    whole host). ``host``: a name in HOSTS, or what makes the host's
+    description."""
+    described = HOSTS[host] if isinstance(host, str) else host
     nodes = []
     for name in ("follows", "whole"):
-        nodes.append(_node(make_conf, tmp_path / name, HOSTS[host]()))
+        nodes.append(_node(make_conf, tmp_path / name, described()))
     whole = nodes[1]
     real, untold = whole.host.discover, {}
 
@@ -165,6 +168,99 @@ def _pair(make_conf, tmp_path, host="dense"):
 
     whole.host.discover = discover
     return nodes
+
+
+def _follows_as_whole(monkeypatch, nodes, seed, change, check=None):
+    """60 random steps on two nodes alike (one told which devices
+    changed, one not: see :func:`_pair`): ``change(node, rng, mine)`` of
+    the host by another manager, binds on a provider of the last plans
+    (their guests defined at times: the claim ends), releases. What is
+    bound where, the plans and the trees must be the same after each
+    step (and ``check(follows, step)`` hold). Returns the replans
+    counted."""
+    follows, whole = nodes
+    replanned, current = _replans_counted_binds_named(monkeypatch)
+    rngs = [random.Random(seed), random.Random(seed)]
+    theirs: list[list] = [[], []]
+    instances: list[str] = []
+    for step in range(60):
+        kind = rngs[0].random()
+        rngs[1].random()
+        instance = str(uuid.UUID(int=step))
+        bound = []
+        for node, rng, mine in zip(nodes, rngs, theirs, strict=True):
+            current[0] = "follows" if node is follows else "whole"
+            if kind < 0.5:
+                change(node, rng, mine)
+            elif kind < 0.8:
+                plans = node.driver.last_plans
+                device = _bind(node, instance, plans[step % len(plans)])
+                bound.append(device)
+                if device is None:
+                    continue
+                if step % 2:  # its guest defined: the claim ends
+                    kind_of = {"mdev": "mdevs", "vf": "pci_devices"}
+                    node.host.note_guest(
+                        Guest(
+                            instance,
+                            f"i-{step}",
+                            **{kind_of[device.kind]: (device.id,)},
+                        )
+                    )
+                    node.driver.guest_defined(instance)
+                elif node is follows:
+                    instances.append(instance)
+            elif instances:
+                node.driver.release_mdevs(instances[0])
+        if kind >= 0.8 and instances:
+            instances.pop(0)
+        # the same kind of device on the same provider (which free mdev
+        # is reused may differ: a view followed keeps the order of its
+        # free lists, one built again sorts them)
+        where = [(d.kind, d.parent, d.type_id) if d else None for d in bound]
+        assert where == [] or where[0] == where[1], step
+        follows.update()
+        whole.update()
+        assert follows.driver.last_plans == whole.driver.last_plans, step
+        assert _tree(follows) == _tree(whole), step
+        if check is not None:
+            check(follows, step)
+    return replanned
+
+
+def _bind(node, instance, plan):
+    """One unit bound on ``plan``'s provider (None: no room)."""
+    provider = node.tree.data(plan.name).uuid
+    wanted = {provider: {"resources": {plan.resource_class: 1}}}
+    try:
+        [device] = node.driver.allocate_mdevs(instance, wanted)
+    except DeviceCapacityExhausted:
+        return None
+    return device
+
+
+def _replans_counted_binds_named(monkeypatch):
+    """(replans counted by whether they planned the devices touched
+    alone, [the node binding now]): the mdevs a bind makes are named
+    alike on two nodes (by the count of the node set in the list)."""
+    replanned = Counter()
+    real = refresh.replan
+
+    def counted(*args, **kwargs):
+        done = real(*args, **kwargs)
+        replanned[done is not None] += 1
+        return done
+
+    monkeypatch.setattr(refresh, "replan", counted)
+    named = Counter()
+    current = [""]
+
+    def uuid4():
+        named[current[0]] += 1
+        return uuid.UUID(int=named[current[0]])
+
+    monkeypatch.setattr(binding.uuidlib, "uuid4", uuid4)
+    return replanned, current
 
 
 def _node(make_conf, state, description):
@@ -196,59 +292,12 @@ def test_a_service_told_which_parents_changed_ends_as_one_that_reads_all(
     are those of a service reading the whole host at every pass, and
     most passes planned the parents touched alone."""
     follows, whole = _pair(make_conf, tmp_path, host)
-    replanned = Counter()
-    real = refresh.replan
-
-    def counted(*args, **kwargs):
-        done = real(*args, **kwargs)
-        replanned[done is not None] += 1
-        return done
-
-    monkeypatch.setattr(refresh, "replan", counted)
-    # the mdevs a bind makes are named alike on both hosts
-    named = Counter()
-    current = [""]
-
-    def uuid4():
-        named[current[0]] += 1
-        return uuid.UUID(int=named[current[0]])
-
-    monkeypatch.setattr(binding.uuidlib, "uuid4", uuid4)
-    rngs = [random.Random(seed), random.Random(seed)]
-    made: list[list] = [[], []]
-    instances: list[str] = []
-    for step in range(60):
-        kind = rngs[0].random()
-        rngs[1].random()
-        instance = str(uuid.UUID(int=step))
-        for node, rng, mine in zip((follows, whole), rngs, made, strict=True):
-            current[0] = "follows" if node is follows else "whole"
-            if kind < 0.5:
-                _change(node.host, rng, mine)
-            elif kind < 0.8:
-                plans = node.driver.last_plans
-                parent = plans[step % len(plans)].device
-                try:
-                    [device] = node.driver.allocate_mdevs(
-                        instance, node.alloc((parent, 1))
-                    )
-                except DeviceCapacityExhausted:
-                    continue
-                if step % 2:  # its guest defined: the claim ends
-                    node.host.note_guest(
-                        Guest(instance, f"i-{step}", mdevs=(device.id,))
-                    )
-                    node.driver.guest_defined(instance)
-                elif node is follows:
-                    instances.append(instance)
-            elif instances:
-                node.driver.release_mdevs(instances[0])
-        if kind >= 0.8 and instances:
-            instances.pop(0)
-        follows.update()
-        whole.update()
-        assert follows.driver.last_plans == whole.driver.last_plans, step
-        assert _tree(follows) == _tree(whole), step
+    replanned = _follows_as_whole(
+        monkeypatch,
+        (follows, whole),
+        seed,
+        lambda node, rng, mine: _change(node.host, rng, mine),
+    )
     # most changes were followed parent by parent (a VF parent's never:
     # its GPU's provider stands for its siblings too)
     if host == "dense":

@@ -131,8 +131,9 @@ class HostInventory:
         default=None, compare=False
     )
     # set by a host that knows: (the generation of its reading before
-    # this one, the parents whose reading or mdevs changed since, the
-    # rest being the same); None: not known (see device_changes.py)
+    # this one, the parents whose reading or mdevs changed since and the
+    # SR-IOV cards whose VFs did, the rest being the same); None: not
+    # known (see device_changes.py)
     device_changes: tuple[int, frozenset[str]] | None = dataclasses.field(
         default=None, compare=False
     )

@@ -3,18 +3,21 @@ the last one without rebuilding it (pure).
 
 When an mdev is made or removed, its parent's ``availableInstances``
 changes with it: one parent and one mdev differ from the last reading,
-every other device and every guest is as it was. A host that knows
-which (the libvirt adapter, from its listing; the simulated host) makes
-the next reading with :func:`with_devices`: the mdevs put in place by
-bisection, the indexes of the parents untouched carried over, and the
-parents touched said (``HostInventory.device_changes``) so that what
-follows the host (the record of mdevs seen, the binder's view, the
-plan) need only look at them.
+every other device and every guest is as it was. When a VF of an NVIDIA
+SR-IOV card is typed or cleared, that card (its physical function)
+alone differs. A host that knows which (the libvirt adapter, from its
+listing; the simulated host) makes the next reading with
+:func:`with_devices`: the mdevs put in place by bisection, the indexes
+of the devices untouched carried over, and the parents and cards
+touched said (``HostInventory.device_changes``) so that what follows
+the host (the record of mdevs seen, the binder's view, the plan) need
+only look at them.
 """
 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import operator
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
@@ -41,23 +44,20 @@ def with_devices(
     added: Collection[Mdev],
     gone: Collection[Mdev],
     generation: int,
+    pfs: Sequence[PhysicalFunction] | None = None,
 ) -> HostInventory | None:
-    """``last`` with ``parents`` (the same names, in the same order, as
-    :func:`~vgpu_driver.model.device.sort_inventory` orders them), the
-    mdevs ``added`` and ``gone``, the next ``generation``; everything
-    else (SR-IOV functions, guests, drivers, NVML) as it is. None when
-    the parents are not the same names or an mdev does not match what
-    ``last`` holds (the caller builds the reading whole)."""
-    if len(parents) != len(last.parents) or any(
-        p.name != q.name for p, q in zip(parents, last.parents, strict=True)
-    ):
+    """``last`` with ``parents`` and ``pfs`` (the same names, in the same
+    order, as :func:`~vgpu_driver.model.device.sort_inventory` orders
+    them; ``pfs`` None: as they are), the mdevs ``added`` and ``gone``,
+    the next ``generation``; everything else (guests, drivers, NVML) as
+    it is. None when the parents or the cards are not the same names or
+    an mdev does not match what ``last`` holds (the caller builds the
+    reading whole)."""
+    changed = _changed(parents, last.parents)
+    cards = _changed(pfs, last.pfs) if pfs is not None else []
+    if changed is None or cards is None:
         return None
-    changed = [
-        p
-        for p, q in zip(parents, last.parents, strict=True)
-        if p is not q and p != q
-    ]
-    touched = {p.name for p in changed}
+    touched = {p.name for p in changed} | {p.name for p in cards}
     mdevs = list(last.mdevs)
     for mdev in gone:
         at = bisect.bisect_left(mdevs, mdev.uuid, key=_BY_UUID)
@@ -77,7 +77,13 @@ def with_devices(
         if name in _FIELDS or name in _CARRIED
     }
     state.update(_indexes_after(last, changed, touched, added, gone))
+    if cards and "_pfs_by_name" in state:
+        state["_pfs_by_name"] = {
+            **state["_pfs_by_name"],
+            **{p.name: p for p in cards},
+        }
     state.update(
+        pfs=tuple(pfs) if pfs is not None else last.pfs,
         parents=tuple(parents),
         mdevs=tuple(mdevs),
         generation=generation,
@@ -87,6 +93,16 @@ def with_devices(
     reading = object.__new__(HostInventory)
     reading.__dict__.update(state)
     return reading
+
+
+def _changed(now: Sequence[Any], last: Sequence[Any]) -> list[Any] | None:
+    """The devices of ``now`` that differ from ``last``'s, in order;
+    None when they are not the same names in the same order."""
+    if len(now) != len(last) or any(
+        p.name != q.name for p, q in zip(now, last, strict=True)
+    ):
+        return None
+    return [p for p, q in zip(now, last, strict=True) if p is not q and p != q]
 
 
 def _indexes_after(
@@ -129,7 +145,8 @@ def _indexes_after(
 
 
 # carried as they are: the indexes of the guests (the same), and of the
-# devices but those made from the parents' objects and the mdevs
+# devices but those made from the parents' objects and the mdevs (the
+# cards' is carried, then updated)
 _CARRIED = (DEVICE_INDEXES | GUEST_INDEXES) - {
     "_parents_by_name",
     "_gpu_of",
@@ -139,16 +156,18 @@ _CARRIED = (DEVICE_INDEXES | GUEST_INDEXES) - {
 
 
 def parents_alone(now: HostInventory, names: Collection[str]) -> HostInventory:
-    """The reading of the mdev parents ``names`` (none a VF parent)
-    alone, with their mdevs, the drivers, modules and NVML as they are:
-    no other parent, no SR-IOV function, no guest. Its indexes are
-    carried from ``now``'s, not made again."""
+    """The reading of the mdev parents (none a VF parent) and NVIDIA
+    SR-IOV cards ``names`` alone, with their mdevs and VFs, the drivers,
+    modules and NVML as they are: no other device, no guest. Its indexes
+    are carried from ``now``'s, not made again."""
     parents = tuple(p for p in now.parents if p.name in names)
+    pfs = tuple(p for p in now.pfs if p.name in names)
     by_parent = {n: now.mdevs_of(n) for n in names if now.mdevs_of(n)}
     alone = object.__new__(HostInventory)
     alone.__dict__.update(
         {f: getattr(_EMPTY, f) for f in _FIELDS},
         parents=parents,
+        pfs=pfs,
         mdevs=tuple(
             sorted(
                 (m for mine in by_parent.values() for m in mine), key=_BY_UUID
@@ -158,6 +177,7 @@ def parents_alone(now: HostInventory, names: Collection[str]) -> HostInventory:
         modules=now.modules,
         nvml=now.nvml,
         _parents_by_name={p.name: p for p in parents},
+        _pfs_by_name={p.name: p for p in pfs},
         _by_parent=by_parent,
         _gpu_of={},
         _gpu_members={},
@@ -187,10 +207,11 @@ def following(
     made from ``last`` with :func:`with_devices` when its node devices
     alone changed: what is the same keeps its objects, the parents
     touched are said. None when anything else changed."""
+    same_cards = dataclasses.replace(reading, pfs=last.pfs)
     if (
         reading.guests != last.guests
         or reading.guests_known != last.guests_known
-        or not reading.same_but_node_devices(last)
+        or not same_cards.same_but_node_devices(last)
     ):
         return None
     old = {m.uuid: m for m in last.mdevs}
@@ -201,7 +222,9 @@ def following(
         q if p == q else p
         for p, q in zip(reading.parents, last.parents, strict=False)
     ]
-    return with_devices(last, parents, added, gone, generation)
+    return with_devices(
+        last, parents, added, gone, generation, pfs=reading.pfs
+    )
 
 
 def node_devices_changed(
@@ -224,8 +247,7 @@ def node_devices_changed(
     being the same, its node devices alone changed; None otherwise."""
     parents, (added, gone), pfs, nvml, plain, versions, modules = read
     if (
-        tuple(sorted(pfs, key=_BY_NAME)) != last.pfs
-        or nvml != last.nvml
+        nvml != last.nvml
         or tuple(sorted(plain, key=_BY_NAME)) != last.plain_gpus
         or (frozenset(modules) if modules is not None else None)
         != last.modules
@@ -233,7 +255,12 @@ def node_devices_changed(
     ):
         return None
     return with_devices(
-        last, sorted(parents, key=_BY_NAME), added, gone, generation
+        last,
+        sorted(parents, key=_BY_NAME),
+        added,
+        gone,
+        generation,
+        pfs=sorted(pfs, key=_BY_NAME),
     )
 
 

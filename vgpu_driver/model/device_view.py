@@ -16,7 +16,12 @@ from collections.abc import Collection, Container, Iterable, Mapping
 from vgpu_driver.model import naming
 from vgpu_driver.model.binding import BoundDevice, ParentView, PfView
 from vgpu_driver.model.claims import Claim, Claims, device_of
-from vgpu_driver.model.device import HostInventory, Mdev, Parent
+from vgpu_driver.model.device import (
+    HostInventory,
+    Mdev,
+    Parent,
+    PhysicalFunction,
+)
 from vgpu_driver.model.foreign import Busy, foreign_devices
 
 _UUID_OF = operator.attrgetter("uuid")
@@ -79,17 +84,7 @@ class DeviceView:
                 for parent in inventory.parents
             },
             parent_objects={p.name: p for p in inventory.parents},
-            pfs={
-                pf.name: PfView(
-                    pf.name,
-                    {vf.address: vf.current_type for vf in pf.vfs},
-                    {
-                        vf.address: {t.id for t in vf.creatable}
-                        for vf in pf.vfs
-                    },
-                )
-                for pf in inventory.pfs
-            },
+            pfs={pf.name: _pf_view(pf) for pf in inventory.pfs},
             mdevs={m.uuid: m for m in inventory.mdevs},
             used=used,
             foreign=set()
@@ -101,41 +96,6 @@ class DeviceView:
             },
             plain={g.name: (g.type_id, g.vfs) for g in inventory.plain_gpus},
         )
-
-    def follow_parents(
-        self,
-        before: HostInventory,
-        now: HostInventory,
-        touched: Iterable[str],
-        ours: Collection[str] | None,
-    ) -> None:
-        """The parents ``touched`` as :meth:`of` would see them in ``now``
-        (read after ``before``, whose other devices and guests are the
-        same): their room, their free mdevs, the mdevs made or gone
-        there; the rest of the view stays as it is."""
-        # by set operations (in C): a Python loop per mdev costs a dense
-        # parent
-        for name in touched:
-            parent = now.parent(name)
-            assert parent is not None
-            present = now.mdevs_of(name)
-            uuids = list(map(_UUID_OF, present))
-            were = set(map(_UUID_OF, before.mdevs_of(name)))
-            for gone in were.difference(uuids):
-                self.mdevs.pop(gone, None)  # (removed by the binder too)
-            self.foreign -= were
-            self.mdevs.update(zip(uuids, present, strict=True))
-            if ours is not None:
-                self.foreign.update(set(uuids).difference(ours))
-            free: dict[str, list[str]] = {}
-            used = self.used
-            for mdev in present:
-                if mdev.uuid not in used:
-                    free.setdefault(mdev.type_id, []).append(mdev.uuid)
-            self.parents[name] = ParentView(
-                name, {t.id: t.available for t in parent.types}, free
-            )
-            self.parent_objects[name] = parent
 
     def busy(self, claims: Claims) -> Busy:
         """Device ids a guest uses, someone claimed, or another manager
@@ -319,6 +279,74 @@ class DeviceView:
             )
             entry["claimed"].append(device_id)
         return found
+
+
+def follow_parents(
+    view: DeviceView,
+    before: HostInventory,
+    now: HostInventory,
+    touched: Iterable[str],
+    ours: Collection[str] | None,
+) -> None:
+    """The parents ``touched`` as :meth:`DeviceView.of` would see them
+    in ``now`` (read after ``before``, whose other devices and guests
+    are the same): their room, their free mdevs, the mdevs made or gone
+    there; the rest of the view stays as it is."""
+    # by set operations (in C): a Python loop per mdev costs a dense
+    # parent
+    for name in touched:
+        parent = now.parent(name)
+        assert parent is not None
+        present = now.mdevs_of(name)
+        uuids = list(map(_UUID_OF, present))
+        were = set(map(_UUID_OF, before.mdevs_of(name)))
+        for gone in were.difference(uuids):
+            view.mdevs.pop(gone, None)  # (removed by the binder too)
+        view.foreign -= were
+        view.mdevs.update(zip(uuids, present, strict=True))
+        if ours is not None:
+            view.foreign.update(set(uuids).difference(ours))
+        free: dict[str, list[str]] = {}
+        used = view.used
+        for mdev in present:
+            if mdev.uuid not in used:
+                free.setdefault(mdev.type_id, []).append(mdev.uuid)
+        view.parents[name] = ParentView(
+            name, {t.id: t.available for t in parent.types}, free
+        )
+        view.parent_objects[name] = parent
+
+
+def follow_cards(
+    view: DeviceView,
+    now: HostInventory,
+    names: Iterable[str],
+    ours: Collection[str] | None,
+) -> None:
+    """The SR-IOV cards ``names`` as :meth:`DeviceView.of` would see
+    them in ``now`` (whose other devices and guests are as the view
+    has them): their VFs' types and what each can create, and which
+    typed VFs another manager made."""
+    for name in names:
+        pf = now.pf(name)
+        assert pf is not None
+        view.pfs[name] = _pf_view(pf)
+        addresses = {vf.address for vf in pf.vfs}
+        view.foreign -= addresses
+        if ours is not None:
+            view.foreign.update(
+                vf.address
+                for vf in pf.vfs
+                if vf.current_type and vf.address not in ours
+            )
+
+
+def _pf_view(pf: PhysicalFunction) -> PfView:
+    return PfView(
+        pf.name,
+        {vf.address: vf.current_type for vf in pf.vfs},
+        {vf.address: {t.id for t in vf.creatable} for vf in pf.vfs},
+    )
 
 
 def vf_types_in_use(

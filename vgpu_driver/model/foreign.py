@@ -61,13 +61,17 @@ def foreign_free(
     )
 
 
-def foreign_mdevs(
-    mdevs: Iterable[Mdev], ours: Collection[str], busy: Container[str]
+def foreign_on(
+    mdevs: Iterable[Mdev],
+    pfs: Iterable[PhysicalFunction],
+    ours: Collection[str],
+    busy: Container[str],
 ) -> dict[str, dict[str, int]]:
-    """Parent -> type id -> the mdevs of ``mdevs`` another manager made
-    that are free: not ours, not ``busy`` (used or claimed)."""
+    """Parent or card -> type id -> the mdevs of ``mdevs`` and typed VFs
+    of ``pfs`` another manager made that are free: not ours, not
+    ``busy`` (used or claimed)."""
     return _tally(
-        mdevs, (), lambda device: device not in ours and device not in busy
+        mdevs, pfs, lambda device: device not in ours and device not in busy
     )
 
 
@@ -108,15 +112,16 @@ def outside_users(
 def outside_nova(
     inventory: HostInventory,
     named: Container[str],
-    mdevs: Iterable[Mdev] | None = None,
+    alone: HostInventory | None = None,
 ) -> dict[str, dict[str, int]]:
     """Device (parent or PF) name -> type id -> its devices guests
-    outside Nova use (of ``mdevs`` alone when given, no VF then)."""
+    outside Nova use (of the mdevs and cards of ``alone`` alone when
+    given: see :func:`~vgpu_driver.model.device_changes.parents_alone`)."""
     outside = outside_users(inventory, named)
     if not outside:
         return {}
-    if mdevs is not None:
-        return _tally(mdevs, (), outside.__contains__)
+    if alone is not None:
+        return _tally(alone.mdevs, alone.pfs, outside.__contains__)
     found = _tally(inventory.mdevs, inventory.pfs, outside.__contains__)
     for gpu in inventory.plain_gpus:  # AMD, Intel: VFs given as they are
         given = sum(1 for vf in gpu.vfs if vf in outside)

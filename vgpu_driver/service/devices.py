@@ -1,7 +1,8 @@
-"""Node devices changed on the host (an mdev made or removed, by the
-binder or by another manager): the record of mdevs seen and the binder's
-view follow the parents the host names, not the whole host. Functions
-over the ledger, which owns the view.
+"""Node devices changed on the host (an mdev made or removed, a VF of an
+NVIDIA SR-IOV card typed or cleared, by the binder or by another
+manager): the record of mdevs seen and the binder's view follow the
+parents and cards the host names, not the whole host. Functions over
+the ledger, which owns the view.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from vgpu_driver.model.device import HostInventory
+from vgpu_driver.model.device_view import follow_cards, follow_parents
 from vgpu_driver.records.merged import keep
 from vgpu_driver.records.seen import SeenMdevs, Where
 
@@ -27,16 +29,22 @@ def follow(
     now: HostInventory,
     touched: Collection[str],
 ) -> bool:
-    """The mdevs seen and the view follow the parents ``touched`` from
-    ``taken`` (which the view was built from or followed) to ``now``
-    (whose other devices and guests are the same). False, with nothing
-    done, for an mdev whose parent is not listed, before the library
-    took stock of the host, and when the mdevs seen cannot be saved."""
-    if any(now.parent(name) is None for name in touched):
+    """The mdevs seen and the view follow the parents and cards
+    ``touched`` from ``taken`` (which the view was built from or
+    followed) to ``now`` (whose other devices and guests are the same).
+    False, with nothing done, for an mdev whose parent is not listed, a
+    typed VF a guest uses whose type is not recorded (the full path
+    records it), before the library took stock of the host, and when the
+    mdevs seen cannot be saved."""
+    parents = [name for name in touched if now.parent(name) is not None]
+    cards = [name for name in touched if now.pf(name) is not None]
+    if len(parents) + len(cards) != len(touched):
         return False  # an mdev whose parent is not listed
+    if cards and _vf_types_to_record(ledger, now, cards):
+        return False
     added: dict[str, Where] = {}
     gone: list[str] = []
-    for name in touched:
+    for name in parents:
         old, new = taken.mdevs_of(name), now.mdevs_of(name)
         # those kept are the same objects: compared in C, not per mdev
         kept = set(map(id, old))
@@ -52,5 +60,22 @@ def follow(
     if not keep("the mdevs seen", lambda: seen.change(added, gone, users)):
         return False  # the full path retries the save
     with ledger.peeked():
-        ledger.view.follow_parents(taken, now, touched, ledger.record.made)
+        made = ledger.record.made
+        follow_parents(ledger.view, taken, now, parents, made)
+        follow_cards(ledger.view, now, cards, made)
     return True
+
+
+def _vf_types_to_record(
+    ledger: Ledger, now: HostInventory, cards: Collection[str]
+) -> bool:
+    """Has a guest a typed VF of ``cards`` whose type the records do not
+    list (kept across reboots: recorded when the view is built)?"""
+    pfs = [pf for pf in map(now.pf, cards) if pf is not None]
+    with ledger.peeked():
+        used, known = ledger.view.used, ledger.vf_types
+        return any(
+            vf.current_type and vf.address in used and vf.address not in known
+            for pf in pfs
+            for vf in pf.vfs
+        )

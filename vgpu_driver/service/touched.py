@@ -1,6 +1,7 @@
 """A pass after the host said which parents changed (an mdev made or
-removed, its parent's room with it): only their providers are planned
-again, and only those whose plan changed are written.
+removed, its parent's room with it) or which NVIDIA SR-IOV cards (a VF
+typed or cleared): only their providers are planned again, and only
+those whose plan changed are written.
 
 A parent's plan depends on its own reading, its mdevs, what guests and
 claims hold there, which of its mdevs another manager made, and the
@@ -11,9 +12,11 @@ parents. So the pass plans the parents touched alone when:
 * the last pass planned the reading the host's change is from, with the
   same configuration, node, failing parents, and the tree still holds
   what it wrote;
-* no type has ``max_instances``, and no parent touched is a VF parent;
+* no type has ``max_instances``, and no parent touched is a VF parent
+  (an NVIDIA SR-IOV card whose VFs changed is planned alone, as a
+  parent is);
 * the claims and the devices the library made differ (if at all) on the
-  parents touched alone;
+  parents and cards touched alone;
 
 and keeps that plan when its providers are the same ones, carrying the
 same traits (only totals, reservations and their reasons changed).
@@ -28,10 +31,11 @@ from collections import Counter
 from collections.abc import Callable, Collection, Container, Mapping
 from typing import Any
 
+from vgpu_driver.model import naming
 from vgpu_driver.model.config import DeviceConfig
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.device_changes import touched_parents
-from vgpu_driver.model.foreign import Busy, foreign_mdevs, outside_nova
+from vgpu_driver.model.foreign import Busy, foreign_on, outside_nova
 from vgpu_driver.model.inventory import ProviderPlan, plan_providers
 from vgpu_driver.service.fingerprint import Claimed, RefreshFingerprint
 from vgpu_driver.service.tree_writer import ConfiguredTraits, TreeWriter
@@ -65,19 +69,44 @@ def parents_to_plan(
         return None
     for name in touched:
         parent = now.parent(name)
-        if parent is None or parent.physical_function:
+        if parent is None and now.pf(name) is None:
+            return None
+        if parent is not None and parent.physical_function:
             return None
     if claims != last.claims and any(
         parent not in touched
         for _device, parent, _type in set(claims) ^ set(last.claims)
     ):
         return None
-    if owned is not last.owned and any(
-        where is not None and where[0] not in touched
-        for where in map(seen, owned ^ last.owned)
+    if owned is not last.owned and not _made_on(
+        owned ^ last.owned, touched, now, seen
     ):
         return None
     return touched
+
+
+def _made_on(
+    changed: Collection[str],
+    touched: Collection[str],
+    now: HostInventory,
+    seen: Callable[[str], tuple[str, str] | None],
+) -> bool:
+    """Are the devices ``changed`` among those the library made (mdev
+    uuids, VF addresses) on the parents and cards ``touched`` alone (an
+    mdev never seen counts nowhere)?"""
+    card_of: dict[str, str] | None = None
+    for device in changed:
+        where = seen(device)
+        if where is not None:
+            if where[0] not in touched:
+                return False
+            continue
+        if card_of is None:  # a VF's card, looked up when one changed
+            card_of = {vf.address: pf.name for pf in now.pfs for vf in pf.vfs}
+        card = card_of.get(device)
+        if card is not None and card not in touched:
+            return False
+    return True
 
 
 def replan(
@@ -100,14 +129,17 @@ def replan(
     the parents of ``alone`` (:func:`~vgpu_driver.model.device_changes.
     parents_alone` of ``now``) planned again; None when their providers
     would not be the same ones with the same traits."""
-    touched = {p.name for p in alone.parents}
+    touched = {p.name for p in alone.parents} | {p.name for p in alone.pfs}
     before = [p for p in last_plans if p.device in touched]
     if any(p.name not in uuids for p in before):
         return None
     data = {p.name: tree.data(uuids[p.name]) for p in before}
     claimed = {device for device, _parent, _type in claims}
-    foreign = foreign_mdevs(
-        alone.mdevs, owned, Busy((now.mdev_users(), claimed))
+    foreign = foreign_on(
+        alone.mdevs,
+        alone.pfs,
+        owned,
+        Busy((now.mdev_users(), now.pci_users(), claimed)),
     )
     after = plan_providers(
         nodename,
@@ -119,7 +151,7 @@ def replan(
         unschedulable=failing,
         owner_trait=owner_trait,
         foreign=foreign,
-        outside=outside_nova(now, named, alone.mdevs),
+        outside=outside_nova(now, named, alone),
     )
     if [_shape(p) for p in after] != [_shape(p) for p in before]:
         return None
@@ -139,19 +171,27 @@ def held_on(
     touched: Collection[str],
 ) -> dict[str, Counter[str]]:
     """What :func:`~vgpu_driver.model.usage.held_devices` says of the
-    parents ``touched`` (plain mdev parents), counted from their own
-    mdevs, the mdevs in use the host does not have, and the claims."""
+    parents ``touched`` (plain mdev parents) and cards, counted from
+    their own mdevs and typed VFs, the mdevs in use the host does not
+    have, and the claims."""
     users = now.mdev_users()
+    pci_users = now.pci_users()
     held: dict[str, Counter[str]] = {}
     for name in touched:
         held[name] = Counter(
             m.type_id for m in now.mdevs_of(name) if m.uuid in users
         )
+        pf = now.pf(name)
+        if pf is not None:
+            held[name].update(
+                naming.sriov_type_id(vf.current_type)
+                for vf in pf.vfs
+                if vf.current_type and vf.address in pci_users
+            )
     for uuid in now.absent_in_use():
         where = seen(uuid)
         if where is not None and where[0] in held:
             held[where[0]][where[1]] += 1
-    pci_users = now.pci_users()
     for device, parent, type_id in claims:
         if parent in held and device not in users and device not in pci_users:
             held[parent][type_id] += 1
