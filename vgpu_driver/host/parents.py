@@ -111,10 +111,12 @@ class ParentReader:
         """A parent from its XML, its ``wanted`` types described (all
         when None); the same object as last time if ``text`` is."""
         cached = self._parsed.get(name)
-        if cached is not None and cached.wanted == wanted:
-            if cached.text == text:
-                return cached.parent  # availableInstances unchanged: same one
-            rooms = _rooms(text)
+        if cached is not None and cached.wanted != wanted:
+            cached = None
+        if cached is not None and cached.text == text:
+            return cached.parent  # availableInstances unchanged: same one
+        rooms = _rooms(text)  # (cut once, kept with the reading)
+        if cached is not None:
             moved = _rooms_moved(cached, rooms)
             if moved is not None:
                 self._parsed[name] = _Parsed(text, wanted, moved, rooms)
@@ -138,7 +140,7 @@ class ParentReader:
             )
         path, driver = extras
         enriched = self._enrich(parent, path, driver, wanted)
-        self._parsed[name] = _Parsed(text, wanted, enriched, _rooms(text))
+        self._parsed[name] = _Parsed(text, wanted, enriched, rooms)
         return enriched
 
     def _enrich(

@@ -22,7 +22,7 @@ from vgpu_driver.model.device import (
     Parent,
     PhysicalFunction,
 )
-from vgpu_driver.model.foreign import Busy, foreign_devices
+from vgpu_driver.model.foreign import Busy, foreign_devices, foreign_vfs
 
 _UUID_OF = operator.attrgetter("uuid")
 
@@ -331,14 +331,9 @@ def follow_cards(
         pf = now.pf(name)
         assert pf is not None
         view.pfs[name] = _pf_view(pf)
-        addresses = {vf.address for vf in pf.vfs}
-        view.foreign -= addresses
+        view.foreign -= {vf.address for vf in pf.vfs}
         if ours is not None:
-            view.foreign.update(
-                vf.address
-                for vf in pf.vfs
-                if vf.current_type and vf.address not in ours
-            )
+            view.foreign |= foreign_vfs(pf, ours)
 
 
 def _pf_view(pf: PhysicalFunction) -> PfView:

@@ -38,13 +38,18 @@ def foreign_devices(
     """The mdevs and typed VFs on the host that this library did not make
     (``ours``: those it did)."""
     found = {m.uuid for m in inventory.mdevs if m.uuid not in ours}
-    found.update(
+    for pf in inventory.pfs:
+        found.update(foreign_vfs(pf, ours))
+    return found
+
+
+def foreign_vfs(pf: PhysicalFunction, ours: Collection[str]) -> set[str]:
+    """The typed VFs of card ``pf`` this library did not type."""
+    return {
         vf.address
-        for pf in inventory.pfs
         for vf in pf.vfs
         if vf.current_type and vf.address not in ours
-    )
-    return found
+    }
 
 
 def foreign_free(
@@ -54,11 +59,7 @@ def foreign_free(
     manager made there: not ours, no guest uses them, nobody claims
     them."""
     busy = Busy((inventory.mdev_users(), inventory.pci_users(), claimed))
-    return _tally(
-        inventory.mdevs,
-        inventory.pfs,
-        lambda device: device not in ours and device not in busy,
-    )
+    return foreign_on(inventory.mdevs, inventory.pfs, ours, busy)
 
 
 def foreign_on(

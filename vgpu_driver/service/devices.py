@@ -12,7 +12,12 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from vgpu_driver.model.device import HostInventory
-from vgpu_driver.model.device_view import follow_cards, follow_parents
+from vgpu_driver.model.device_changes import parents_alone
+from vgpu_driver.model.device_view import (
+    follow_cards,
+    follow_parents,
+    vf_types_in_use,
+)
 from vgpu_driver.records.merged import keep
 from vgpu_driver.records.seen import SeenMdevs, Where
 
@@ -71,11 +76,6 @@ def _vf_types_to_record(
 ) -> bool:
     """Has a guest a typed VF of ``cards`` whose type the records do not
     list (kept across reboots: recorded when the view is built)?"""
-    pfs = [pf for pf in map(now.pf, cards) if pf is not None]
+    alone = parents_alone(now, cards)
     with ledger.peeked():
-        used, known = ledger.view.used, ledger.vf_types
-        return any(
-            vf.current_type and vf.address in used and vf.address not in known
-            for pf in pfs
-            for vf in pf.vfs
-        )
+        return bool(vf_types_in_use(alone, ledger.view.used, ledger.vf_types))
