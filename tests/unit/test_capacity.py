@@ -113,17 +113,18 @@ def test_a_placed_vgpu_counts_and_the_total_stays_the_card_figure():
 
 
 def l40s(
-    *placed: tuple[int, str], free: tuple[SriovType, ...]
+    *placed: tuple[int, str], free: tuple[SriovType, ...], count: int = 32
 ) -> PhysicalFunction:
     """An L40S (48 GB) in mixed-size mode: ``placed`` VFs hold those
-    types, the others list ``free``."""
+    types, the others list ``free`` (``count`` VFs in all: more than its
+    32 stand for a driver whose word overstates)."""
     vfs = [
         VirtualFunction(f"0000:41:00.{4 + i}", number)
         for i, (number, _) in enumerate(placed)
     ]
     vfs += [
         VirtualFunction(f"0000:41:{1 + i // 8:02x}.{i % 8}", 0, free)
-        for i in range(32 - len(vfs))
+        for i in range(count - len(vfs))
     ]
     seen = tuple(SriovType(n, name) for n, name in placed)
     return PhysicalFunction(
@@ -161,10 +162,34 @@ def test_a_placed_type_no_vf_lists_any_more_is_remembered():
     after = dataclasses.replace(after, seen_types=())
     rooms, notes = capacity.sriov_room(remember_types(after, memory))
     assert rooms["nvidia-1157"] == 6 and not notes
-    # without the memory, the 24Q's size is unknown: one at a time, said
+    # without the memory, the 24Q's size is unknown: one at a time, and
+    # the reason names the placed type, not the 4Q (its name says 4 GB)
     rooms, notes = capacity.sriov_room(after)
     assert rooms["nvidia-1157"] == 1
+    assert "nvidia-1159" in notes["nvidia-1157"]
     assert "framebuffer" in notes["nvidia-1157"]
+    assert "L40S-4Q" not in notes["nvidia-1157"]
+
+
+def test_a_type_whose_name_gives_no_size_is_named_in_the_reason():
+    odd = SriovType(1190, "NVIDIA L40S-custom")
+    rooms, notes = capacity.sriov_room(l40s(free=(odd, Q4)))
+    assert (rooms["nvidia-1190"], rooms["nvidia-1157"]) == (1, 12)
+    assert "L40S-custom" in notes["nvidia-1190"]
+    assert "nvidia-1157" not in notes  # sized: nothing to say
+    # placed, its size unknown: what is free is unknown for every type
+    rooms, notes = capacity.sriov_room(l40s((1190, odd.name), free=(Q4,)))
+    assert rooms["nvidia-1157"] == 1
+    assert "nvidia-1190 ('NVIDIA L40S-custom'" in notes["nvidia-1157"]
+
+
+def test_a_card_full_by_framebuffer_offers_none_whatever_vfs_list():
+    """Two 24Q fill the 48 GB: a 4Q the driver still lists (its word
+    overstated, as on the dumps that showed 2x-24x) gets no room."""
+    pf = l40s((1159, Q24.name), (1159, Q24.name), free=(Q4,))
+    rooms, notes = capacity.sriov_room(pf)
+    assert rooms["nvidia-1157"] == 0 and not notes  # proven: no reason
+    assert total_of(HostInventory(pfs=(pf,)), "nvidia-1157", pf.name)[0] == 0
 
 
 def unknown_board(free: tuple[SriovType, ...]) -> PhysicalFunction:
@@ -196,6 +221,41 @@ def test_time_sliced_vgpus_stop_at_32_per_gpu_whatever_the_framebuffer():
         dataclasses.replace(pf, vfs=pf.vfs * 2)  # 64 VFs listing it
     )
     assert rooms["nvidia-1155"] == 32
+    # the vGPUs placed count against the 32, whatever their type
+    placed = l40s(*[(1155, small.name)] * 10, free=(small,), count=64)
+    rooms, _ = capacity.sriov_room(placed)
+    assert rooms["nvidia-1155"] == 22
+
+
+def test_a_vouched_board_past_32_time_sliced_offers_none():
+    small = SriovType(1155, "NVIDIA L40S-1B")
+    pf = dataclasses.replace(
+        l40s(*[(1155, small.name)] * 32, free=(small,), count=64),
+        product_id="0x9999",
+    )
+    rooms, notes = capacity.sriov_room(pf, vouched={"nvidia-1155"})
+    assert rooms["nvidia-1155"] == 0 and not notes
+
+
+def test_what_the_empty_card_holds_leaves_out_what_it_cannot_size():
+    """``card_max`` (what a share is of): by the board and each type's
+    size, at most 32 time-sliced; never a MIG-backed type, nor one whose
+    name gives no size."""
+    mig = SriovType(1546, "NVIDIA RTX Pro 6000 Blackwell DC-1-2Q")
+    odd = SriovType(1190, "NVIDIA L40S-custom")
+    small = SriovType(1155, "NVIDIA L40S-1B")
+    pf = l40s(free=(Q4, Q24, small, mig, odd))
+    assert capacity.card_max(pf) == {
+        "nvidia-1157": 12,
+        "nvidia-1159": 2,
+        "nvidia-1155": 32,
+    }
+    assert capacity.card_max(unknown_board((Q4,))) == {}
+
+
+def test_vf_parents_past_their_max_instance_offer_none():
+    assert capacity.gpu_room("gpu", "nvidia-744", 5, 4) == (0, None)
+    assert capacity.gpu_room("gpu", "nvidia-744", 3, 4) == (1, None)
 
 
 def test_a_mig_backed_type_is_never_sized_by_framebuffer_division():

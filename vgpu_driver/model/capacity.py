@@ -120,15 +120,9 @@ def sriov_room(
         return _nvml_room(gpu, listing, placed)
     names = {t.type_id: t.name for t in pf.known_types()}
     board = board_of(pf.product_id)
-    free_gb: int | None = None
+    free_gb: int | str | None = None
     if board is not None:
-        free_gb = board.framebuffer_gb
-        for number, count in placed.items():
-            size = type_size(names.get(naming.sriov_type_id(number), ""))
-            if size is None:
-                free_gb = None
-                break
-            free_gb -= size.framebuffer_gb * count
+        free_gb = _free_framebuffer(board, placed, names)
     slots = MAX_TIME_SLICED - sum(placed.values())
     rooms: Counter[str] = Counter()
     notes: dict[str, str] = {}
@@ -145,6 +139,27 @@ def sriov_room(
         if found.why and found.room < offered:
             notes[type_id] = found.why
     return rooms, notes
+
+
+def _free_framebuffer(
+    board: Board, placed: Counter[int], names: dict[str, str]
+) -> int | str:
+    """The GB of ``board`` the ``placed`` vGPUs leave free, or, where a
+    placed one's name gives no size (what is free is then unknown),
+    which type that is."""
+    free_gb = board.framebuffer_gb
+    for number, count in placed.items():
+        type_id = naming.sriov_type_id(number)
+        name = names.get(type_id)
+        size = type_size(name or "")
+        if size is None:
+            return (
+                f"{type_id} ({name!r} gives no framebuffer)"
+                if name
+                else f"{type_id} (no VF lists it, nor did one before)"
+            )
+        free_gb -= size.framebuffer_gb * count
+    return free_gb
 
 
 def _nvml_room(
@@ -166,7 +181,7 @@ def _room(
     pf: PhysicalFunction,
     board: Board | None,
     name: str,
-    free_gb: int | None,
+    free_gb: int | str | None,
     slots: int,
     vouched: bool,
 ) -> Room:
@@ -189,13 +204,20 @@ def _room(
             "to NVIDIA's 'maximum vGPUs per GPU' for this board to offer "
             "that many",
         )
-    if size is None or free_gb is None:
+    if size is None:
         return Room(
             1,
-            f"the framebuffer of {name or 'a placed vGPU type'!r} is not "
-            "in its name, so what is free is unknown; offering one more "
-            "than in use at a time",
+            f"the framebuffer of {name or 'this vGPU type'!r} is not in "
+            "its name, so how many fit is unknown; offering one more than "
+            "in use at a time",
         )
+    if isinstance(free_gb, str):  # a placed type the name cannot size
+        return Room(
+            1,
+            f"a VF holds {free_gb}, so the framebuffer left free is "
+            "unknown; offering one more than in use at a time",
+        )
+    assert free_gb is not None  # a board in the table
     return Room(max(0, min(free_gb // size.framebuffer_gb, slots)))
 
 
