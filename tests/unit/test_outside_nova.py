@@ -6,11 +6,13 @@ same pass, a full pass)."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 from tests.unit.test_binding import hand_made_domain_xml
 from tests.unit.test_refresh_sequences import _Host, _tree
-from vgpu_driver.model.foreign import unaccounted
+from vgpu_driver.model.device import Guest, HostInventory
+from vgpu_driver.model.foreign import outside_changed, unaccounted
 
 
 def _free_on(host, parent):
@@ -223,3 +225,43 @@ def test_an_instance_released_is_no_longer_named(tmp_path):
     host.driver.update_provider_tree(tree, "bench")
     assert _plan(host, parent).reserved == before.reserved + 1
     _full_pass_agrees(host)
+
+
+class _Counted(set[str]):
+    """The caller's named instances, counting the lookups."""
+
+    looked = 0
+
+    def __contains__(self, item: object) -> bool:
+        self.looked += 1
+        return super().__contains__(item)
+
+
+def test_a_guest_s_event_looks_at_that_guest_alone():
+    """Did what guests outside Nova use change? After one guest's event,
+    the reading says which guest changed: that one is looked at, not the
+    200 beside it (what a refresh after an event costs stays flat)."""
+    guests = tuple(
+        Guest(str(uuid.UUID(int=i)), f"g{i}", mdevs=(f"m{i}",), nova=False)
+        for i in range(200)
+    )
+    before = HostInventory(guests=guests, generation=1)
+    gone = guests[7]
+    for then, after, told in [
+        (gone, None, True),  # one outside Nova gone: its mdev is free
+        (None, gone, True),
+        (dataclasses.replace(gone, nova=True), None, False),  # Nova's
+    ]:
+        named = _Counted()
+        now = HostInventory(
+            guests=tuple(g for g in guests if g is not gone),
+            generation=2,
+            guest_changes=(1, ((gone.uuid, then, after),)),
+        )
+        assert outside_changed(before, now, named) is told
+        assert named.looked <= 1
+    # a reading that does not say which guests changed: every one
+    named = _Counted()
+    unsaid = dataclasses.replace(now, guest_changes=None)
+    assert outside_changed(before, unsaid, named)
+    assert named.looked == 399
