@@ -324,17 +324,20 @@ def test_a_409_that_is_not_a_generation_conflict_is_reported_at_once(
     """Taking a resource class out of a provider while it is allocated
     (the type's class changed) is refused by Placement (409
     placement.inventory.inuse): that is no generation race, so it is
-    reported as the error it is, not re-read and retried."""
+    reported as the error it is, not re-read and retried. (Where guests
+    use the devices, the provider keeps its class until they go: the
+    allocation here is on 85, where no guest runs, as one whose guest
+    was never defined, or is on another host, would be.)"""
     from tests.helpers import allocate
     from vgpu_driver.exception import PlacementError
 
     node = Node(placement_url, tmp_path, host_name="m10")
     node.sync()
-    rp = placement_view(client, node.nodename)["pci_0000_86_00_0"][2]
+    rp = placement_view(client, node.nodename)["pci_0000_85_00_0"][2]
     allocate(client, str(uuid.uuid4()), rp, amount=4)
     node.configure(
         node.description.config
-        + "[vgpu_nvidia-36]\nmdev_class = CUSTOM_OTHER\n"
+        + "[vgpu_nvidia-35]\nmdev_class = CUSTOM_OTHER\n"
     )
     with pytest.raises(PlacementError) as caught:
         node.sync()

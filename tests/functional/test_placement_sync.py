@@ -13,6 +13,7 @@ from tests.helpers import (
 from tests.helpers import (
     add_trait,
     allocate,
+    load,
     placement_view,
     summary,
     sync_all_at_once,
@@ -155,6 +156,44 @@ def test_removed_pgpu_without_allocations_goes_with_allocations_stays(
     assert "pci_0000_84_00_0" not in summary(
         placement_view(client, node.nodename)
     )
+
+
+# m10's own file, nvidia-36 in a class of its own
+M10_SMALL = (
+    load("m10").config + "[vgpu_nvidia-36]\nmdev_class = CUSTOM_SMALL\n"
+)
+
+
+def test_a_class_changed_or_dropped_in_use_stays_until_the_guest_goes(
+    placement_url, tmp_path, client
+):
+    """nvidia-36 in CUSTOM_SMALL, a guest (instance-00000022) on 86 with
+    its allocation. The service restarted with the class changed, then
+    with the type dropped: Placement keeps 86 in CUSTOM_SMALL, all
+    reserved (it would refuse the class taken away, 409 inventory in
+    use). Once the guest and its allocation are gone, the provider
+    goes: no type nobody binds is left offered."""
+    node = Node(placement_url, tmp_path, host_name="m10", config=M10_SMALL)
+    node.sync()
+    rp = placement_view(client, node.nodename)["pci_0000_86_00_0"][2]
+    guest = next(
+        g for g in node.host.discover().guests if g.name == "instance-00000022"
+    )
+    allocate(client, guest.uuid, rp, rc="CUSTOM_SMALL")
+    node.configure(M10_SMALL.replace("CUSTOM_SMALL", "CUSTOM_BIG"))
+    node.sync()
+    view = placement_view(client, node.nodename)
+    assert view["pci_0000_86_00_0"][0] == {"CUSTOM_SMALL": (1, 1)}
+    dropped = M10_SMALL.replace(",nvidia-36", "")
+    node.configure(dropped)
+    node.sync()
+    view = placement_view(client, node.nodename)
+    assert view["pci_0000_86_00_0"][0] == {"CUSTOM_SMALL": (1, 1)}
+    node.host.forget_guest(guest.uuid)
+    client.request("DELETE", f"/allocations/{guest.uuid}", ok=(204,))
+    node.configure(dropped)
+    node.sync()
+    assert "pci_0000_86_00_0" not in placement_view(client, node.nodename)
 
 
 def test_concurrent_syncers_of_one_host_converge(

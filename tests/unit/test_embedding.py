@@ -97,22 +97,42 @@ def test_a_type_enabled_on_a_running_service_is_offered(tmp_path):
     vconf.register_opts(conf)
     conf(["--config-file", str(path)], default_config_files=[])
     conf.set_override("state_path", str(tmp_path / "state"), "devices")
-    driver = VgpuDriver(conf, helpers.simulated_host("m10"))
+    host = helpers.simulated_host("m10")
+    driver = VgpuDriver(conf, host)
     tree = new_tree()
     plans = {p.device: p for p in driver.update_provider_tree(tree, "node1")}
     # 86 serves no enabled type but a guest uses one of its nvidia-36
-    # mdevs: kept, fully reserved
+    # mdevs: kept, fully reserved (in VGPU, the class it had)
     before = plans["pci_0000_86_00_0"]
     assert before.reserved == before.total
+    assert before.resource_class == "VGPU"
     path.write_text(
         textwrap.dedent(M10).replace("[DEFAULT]\nhost = compute7", "")
     )
     conf.reload_config_files()
     driver.reload_config()
+    # nvidia-36 enabled in CUSTOM_SMALL: while that guest uses its mdev
+    # (an allocation of VGPU, Placement would not let the class go) the
+    # provider stays as it was, and says why
+    plans = {p.device: p for p in driver.update_provider_tree(tree, "node1")}
+    kept = plans["pci_0000_86_00_0"]
+    assert (kept.resource_class, kept.reserved) == ("VGPU", kept.total)
+    assert kept.reason == (
+        "its resource class changed to CUSTOM_SMALL while guests use "
+        f"{kept.total} nvidia-36 device(s)"
+    )
+    for guest in host.discover().guests:
+        on_86 = host.discover().mdevs_of("pci_0000_86_00_0")
+        if set(guest.mdevs) & {m.uuid for m in on_86}:
+            host.forget_guest(guest.uuid)
+            driver.domain_event(guest.uuid, False)
     plans = {p.device: p for p in driver.update_provider_tree(tree, "node1")}
     after = plans["pci_0000_86_00_0"]
     assert after.resource_class == "CUSTOM_SMALL"
     assert after.total > after.reserved == 0
+    assert list(tree.data("node1_pci_0000_86_00_0").inventory) == [
+        "CUSTOM_SMALL"
+    ]
     # an invalid edit is refused and the running configuration stays
     path.write_text(
         "[devices]\nenabled_mdev_types = nvidia-35\n[mdev_nvidia-35]\nmdev_class = bad class\n"

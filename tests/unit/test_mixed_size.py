@@ -188,6 +188,23 @@ def test_a_type_dropped_while_in_use_is_kept_on_its_own_provider(card):
         CARD: (12, 0, "nvidia-1521"),
         SECOND: (1, 1, "nvidia-1540"),
     }
+    assert planned(card)[SECOND].reason == (
+        "its device no longer serves an enabled type but 1 device(s) are "
+        "still in use"
+    )
+
+
+def test_a_type_dropped_while_in_use_keeps_its_class(card):
+    """DC-48Q in CUSTOM_DC_48Q, dropped while in use: its provider keeps
+    that class (the allocation Placement holds is of it), not VGPU."""
+    rp = card.tree.data(f"node1_{SECOND}").uuid
+    card.driver.allocate_mdevs("i1", {rp: {"resources": {"CUSTOM_DC_48Q": 1}}})
+    card.conf.set_override("enabled_mdev_types", ["nvidia-1521"], "devices")
+    card.driver.reload_config()
+    found = planned(card, "total", "reserved", "type_id", "resource_class")
+    assert found[SECOND] == (1, 1, "nvidia-1540", "CUSTOM_DC_48Q")
+    inventory = card.tree.data(f"node1_{SECOND}").inventory
+    assert inventory["CUSTOM_DC_48Q"]["reserved"] == 1
 
 
 def test_the_first_type_dropped_keeps_the_cards_provider_over_the_rest(
@@ -292,6 +309,21 @@ def test_card_share_reserves_all_but_each_types_share(make_conf, tmp_path):
         CARD: (12, 0),
         SECOND: (2, 1),  # 1 in use, 1 fits: its share is taken
     }
+
+
+def test_a_share_of_a_card_serving_one_type_reserves_nothing(
+    make_conf, tmp_path
+):
+    """card_share splits a card between its types: a card whose one
+    enabled type is DC-4Q offers all 24, share or not."""
+    text = (
+        "[devices]\nenabled_mdev_types = nvidia-1521\n[mdev_nvidia-1521]\n"
+        "device_addresses = 0001:c8:00.0\ncard_share = 50\n"
+    )
+    card = helpers.Node(
+        make_conf, tmp_path, "rtx6000-nvml", text, mixed_host()
+    )
+    assert planned(card, "total", "reserved") == {CARD: (24, 0)}
 
 
 def test_a_small_type_does_not_starve_a_large_ones_share(make_conf, tmp_path):
@@ -427,3 +459,20 @@ def test_the_shipped_mixed_size_host_reports_both_types_split(capsys):
     # 92 GB free: one DC-48Q fits, its half of the card's two
     dc48 = second[1]["CUSTOM_DC_48Q"]
     assert (dc48["total"], dc48["reserved"]) == (1, 0)
+
+
+def test_a_class_change_waits_for_what_is_in_use_or_allocated():
+    from vgpu_driver.model.kept import class_changed
+
+    # guests use two, or Placement holds two of the old class
+    assert class_changed("CUSTOM_BIG", ["VGPU"], 2, {}) == ("VGPU", 2)
+    assert class_changed("CUSTOM_BIG", ["VGPU"], 0, {"VGPU": 2}) == (
+        "VGPU",
+        2,
+    )
+    assert class_changed("CUSTOM_BIG", ["VGPU"], 0, {"CUSTOM_BIG": 2}) is None
+    assert class_changed("CUSTOM_BIG", ["VGPU"], 0, {}) is None  # free
+    assert class_changed("VGPU", ["VGPU"], 3, {}) is None  # unchanged
+    assert class_changed("VGPU", [], 3, {}) is None  # nothing of its own
+    # it offers the new class already: nothing to wait for
+    assert class_changed("CUSTOM_BIG", ["VGPU", "CUSTOM_BIG"], 2, {}) is None

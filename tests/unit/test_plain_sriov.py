@@ -116,6 +116,18 @@ def test_a_vf_a_guest_has_counts_against_max_instances(node):
     assert "max_instances is reached" in plan.reason
 
 
+def test_a_gpu_full_below_max_instances_blames_no_cap(node):
+    """Every VF in use, the cap of 20 not reached: the GPU is full, and
+    its provider does not say that max_instances is (an operator would
+    raise the cap for nothing)."""
+    n = node("amd-mxgpu", config=CONFIG + "max_instances = 20\n")
+    n.update()
+    for i in range(16):
+        n.driver.allocate_mdevs(f"i{i}", n.alloc((GPU, 1), rc="CUSTOM_MXGPU"))
+    plan = n.update()[GPU]
+    assert (plan.total, plan.reserved, plan.reason) == (16, 0, None)
+
+
 def test_the_scan_follows_vfs_enabled_and_disabled(tmp_path):
     """sysfs as rendered from the host file: the PF under bus/pci/drivers/
     gim; its VFs disabled (sriov_numvfs 0) offer nothing, enabled again

@@ -95,3 +95,37 @@ def test_one_writer_whose_configuration_changes_is_no_conflict(
     again.update_provider_tree(tree, "node1")
     [new_mark] = _marks(tree)
     assert new_mark != old_mark
+
+
+def test_a_tool_without_a_class_keeps_the_service_s_provider_of_it(
+    make_conf, tmp_path
+):
+    """The service offers nvidia-36 in CUSTOM_SMALL on 86, where a guest
+    uses one. A tool run with a file that does not enable the type keeps
+    that provider in its class, all reserved (it wrote VGPU over it,
+    which Placement refuses while the guest's allocation is there). The
+    service, restarted without the type, takes the provider away once
+    the guest is gone."""
+    host = SimulatedHost(load("m10"))
+    state = tmp_path / "state"
+    small = "[vgpu_nvidia-36]\nmdev_class = CUSTOM_SMALL\n"
+    service = _driver(make_conf, state, host, small)
+    tree = new_tree()
+    service.update_provider_tree(tree, "node1")
+    name = "node1_pci_0000_86_00_0"
+    assert list(tree.data(name).inventory) == ["CUSTOM_SMALL"]
+    conf = make_conf(
+        "[devices]\nenabled_mdev_types = nvidia-35\n[vgpu_nvidia-35]\n"
+        "device_addresses = 0000:84:00.0,0000:85:00.0\n"
+    )
+    conf.set_override("state_path", str(state), "devices")
+    tool = VgpuDriver(conf, host, yields=True)
+    tool.update_provider_tree(tree, "node1")
+    kept = tree.data(name).inventory
+    assert list(kept) == ["CUSTOM_SMALL"]
+    assert kept["CUSTOM_SMALL"]["reserved"] == kept["CUSTOM_SMALL"]["total"]
+    for guest in host.discover().guests:
+        host.forget_guest(guest.uuid)
+    restarted = VgpuDriver(conf, host)
+    restarted.update_provider_tree(tree, "node1")
+    assert not tree.exists(name)

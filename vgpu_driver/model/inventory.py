@@ -29,7 +29,6 @@ type's is the card's provider, each other type's
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
@@ -39,37 +38,14 @@ from vgpu_driver.model import capacity, health, naming, trait
 from vgpu_driver.model.config import DeviceConfig, TypeConfig
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.foreign import unaccounted
+from vgpu_driver.model.kept import (
+    class_changed,
+    kept_while_in_use,
+    reserved_plan,
+)
 from vgpu_driver.model.plan_devices import Device, by_device, devices_of
+from vgpu_driver.model.provider_plan import ProviderPlan
 from vgpu_driver.model.type_providers import providers_of
-
-
-@dataclasses.dataclass(frozen=True)
-class ProviderPlan:
-    name: str  # resource provider name
-    device: str  # libvirt name of the parent or physical function
-    type_id: str
-    resource_class: str
-    total: int
-    reserved: int
-    traits: frozenset[str]
-    reason: str | None = None  # why it is reserved
-    limit: str | None = None  # why its total is less than the host lists
-    # the provider's parent, by name (None: the compute node's)
-    parent: str | None = None
-
-    def inventory(self) -> dict[str, dict[str, int | float]]:
-        if not self.total:  # it only holds its card's other types
-            return {}
-        return {
-            self.resource_class: {
-                "total": self.total,
-                "reserved": self.reserved,
-                "min_unit": 1,
-                "max_unit": self.total,
-                "step_size": 1,
-                "allocation_ratio": 1.0,
-            }
-        }
 
 
 def type_traits(type_cfg: TypeConfig, caps: trait.Capabilities) -> set[str]:
@@ -145,24 +121,20 @@ def plan_providers(
             # Guests still use devices of a type this parent no longer
             # serves: keep what they use, take nothing new until empty.
             old_type = max(other, key=lambda t: other[t])
-            plans[naming.provider_name(nodename, device.name)] = (
-                _reserved_plan(
-                    nodename,
-                    device.name,
-                    old_type,
-                    sum(other.values()),
-                    _class_of(
-                        config, old_type, existing, nodename, device.name
-                    ),
-                    owner_trait,
-                    (
-                        f"its type changed to {type_cfg.type_id}"
-                        if type_cfg
-                        else "it serves no enabled type any more"
-                    )
-                    + f" while guests use {sum(other.values())} {old_type} "
-                    "device(s)",
+            plans[naming.provider_name(nodename, device.name)] = reserved_plan(
+                nodename,
+                device.name,
+                old_type,
+                sum(other.values()),
+                _class_of(config, old_type, existing, nodename, device.name),
+                owner_trait,
+                (
+                    f"its type changed to {type_cfg.type_id}"
+                    if type_cfg
+                    else "it serves no enabled type any more"
                 )
+                + f" while guests use {sum(other.values())} {old_type} "
+                "device(s)",
             )
             continue
         chosen.extend(
@@ -191,6 +163,26 @@ def plan_providers(
         type_id = type_cfg.type_id
         total = device.existing[type_id] + device.available.get(type_id, 0)
         used = _used(device, type_cfg, held_here, allocated, name)
+        moved = class_changed(
+            type_cfg.resource_class,
+            existing.get(name, ()),
+            held_here.get(device.name, Counter())[type_id],
+            allocated.get(name, {}),
+        )
+        if moved is not None:  # kept in its class until released
+            plans[name] = reserved_plan(
+                nodename,
+                device.name,
+                type_id,
+                moved[1],
+                moved[0],
+                owner_trait,
+                f"its resource class changed to {type_cfg.resource_class} "
+                f"while guests use {moved[1]} {type_id} device(s)",
+                name,
+                parent,
+            )
+            continue
         reason = None
         limit = device.limits.get(type_id)
         if device.gpu:
@@ -261,55 +253,17 @@ def plan_providers(
             parent=parent,
         )
 
-    # Providers whose device is gone from the host (or no longer serves a
-    # type) but that still have devices in use.
-    planned_names = {p.name for p in plans.values()}
-    planned_types = {(p.device, p.type_id) for p in plans.values()}
-    present = {d.name for d in devices}
-    for rp_name, classes in existing.items():
-        if rp_name in planned_names:
-            continue
-        device_name, its_type = naming.provider_device(
-            rp_name.removeprefix(f"{nodename}_")
-        )
-        types = held_here.get(device_name) or Counter()
-        if its_type is not None:  # a second type's provider: that type's
-            types = Counter({its_type: types[its_type]})
-        else:  # not what the device's other providers count
-            types = Counter(
-                {
-                    t: n
-                    for t, n in types.items()
-                    if (device_name, t) not in planned_types
-                }
-            )
-        in_use_held = sum(types.values())
-        in_use_alloc = sum(allocated.get(rp_name, {}).values())
-        count = max(in_use_held, in_use_alloc)
-        if not count:
-            continue
-        classes = list(classes) or [str(orc.VGPU)]
-        old_type = its_type or (
-            max(types, key=lambda t: types[t]) if types else ""
-        )
-        why = (
-            "its device is no longer on the host"
-            if device_name not in present
-            else "its device no longer serves an enabled type"
-        )
-        plans[rp_name] = _reserved_plan(
-            nodename,
-            device_name,
-            old_type,
-            count,
-            classes[0],
-            owner_trait,
-            f"{why} but {count} device(s) are still in use",
-            rp_name,
-            naming.provider_name(nodename, device_name)
-            if its_type is not None
-            else None,
-        )
+    # providers whose device is gone from the host (or no longer serves a
+    # type) but that still have devices in use
+    kept_while_in_use(
+        plans,
+        existing,
+        nodename,
+        held_here,
+        allocated,
+        {d.name for d in devices},
+        owner_trait,
+    )
     _hold_parents(plans, chosen, owner_trait)
     return sorted(plans.values(), key=lambda p: p.name)
 
@@ -366,28 +320,4 @@ def _class_of(
     return classes[0] if classes else str(orc.VGPU)
 
 
-def _reserved_plan(
-    nodename: str,
-    device_name: str,
-    type_id: str,
-    count: int,
-    resource_class: str,
-    owner_trait: str,
-    reason: str,
-    name: str | None = None,
-    parent: str | None = None,
-) -> ProviderPlan:
-    traits = {owner_trait}
-    if type_id:
-        traits.add(naming.type_trait(type_id))
-    return ProviderPlan(
-        name=name or naming.provider_name(nodename, device_name),
-        device=device_name,
-        type_id=type_id,
-        resource_class=resource_class,
-        total=count,
-        reserved=count,
-        traits=frozenset(traits),
-        reason=reason,
-        parent=parent,
-    )
+__all__ = ["ProviderPlan", "plan_providers", "type_traits"]

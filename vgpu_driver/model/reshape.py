@@ -19,7 +19,7 @@ import os_resource_classes as orc
 
 from vgpu_driver.exception import ReshapeFailed
 from vgpu_driver.model import naming
-from vgpu_driver.model.config import DeviceConfig
+from vgpu_driver.model.config import CONFIG_TRAIT_PREFIX, DeviceConfig
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.usage import Allocations
 
@@ -169,7 +169,11 @@ def device_providers(
 ) -> dict[str, Any]:
     """The root's children that are device providers of this library (or
     of Nova's vGPU code, which named them the same way), and the
-    providers of a card's other types under its provider."""
+    providers of a card's other types under its provider: those of the
+    ``classes`` configured, and those whose class is configured no
+    longer (a type dropped, or given another class) that a configuration
+    of this library wrote (its trait on them): kept in their class while
+    in use, else removed, never left offering what nobody binds."""
     found = {}
     parents = {root_uuid}
     for data in under:  # parents first
@@ -177,7 +181,9 @@ def device_providers(
             continue
         if not data.name.startswith(f"{nodename}_"):
             continue
-        if set(data.inventory) <= classes:
+        if set(data.inventory) <= classes or any(
+            t.startswith(CONFIG_TRAIT_PREFIX) for t in data.traits
+        ):
             found[data.name] = data
             if data.parent_uuid == root_uuid:
                 parents.add(data.uuid)
