@@ -79,3 +79,38 @@ def test_reading_the_claims_reads_nothing_of_the_host(make_conf, tmp_path):
     assert driver.binder.claims() == {}
     assert driver.binder.vf_types == {}
     assert host.call_count == 0
+
+
+def test_an_mdev_gone_that_a_guest_names_is_counted_at_the_first_pass(
+    make_conf, tmp_path
+):
+    """The service saw 86's nvidia-36 mdevs; the host rebooted and they
+    are gone (mdevs not defined persistently), while a guest, shut off,
+    still names one; 86 now serves nvidia-35. A restarted service's
+    first pass keeps 86 reserved for that guest, as a pass that read
+    every guest first does (no mdev left on the host says the guest
+    matters: the record of the mdevs seen does)."""
+    from vgpu_driver.sim.simulated import SimulatedHost
+
+    description = helpers.load("m10")
+    host = SimulatedHost(description)
+    conf = make_conf(textwrap.dedent(description.config))
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    VgpuDriver(conf, host).update_provider_tree(new_tree(), "node1")
+    for mdev in host.discover().mdevs_of("pci_0000_86_00_0"):
+        host.remove_mdev(mdev)
+    conf = make_conf(textwrap.dedent(description.config) + MOVED)
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    trees = []
+    for eager in (False, True):
+        driver = VgpuDriver(conf, host)
+        if eager:
+            driver.discover()  # every guest read first
+        tree = new_tree()
+        driver.update_provider_tree(tree, "node1")
+        trees.append(tree_report(tree, "node1")["providers"])
+    assert trees[0] == trees[1]
+    [kept] = [p for p in trees[0] if p["name"] == "node1_pci_0000_86_00_0"]
+    [(rc, inventory)] = kept["inventories"].items()
+    assert rc == "VGPU"
+    assert inventory["reserved"] == inventory["total"] == 1
