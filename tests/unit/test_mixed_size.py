@@ -461,6 +461,22 @@ def test_the_shipped_mixed_size_host_reports_both_types_split(capsys):
     assert (dc48["total"], dc48["reserved"]) == (1, 0)
 
 
+def test_a_class_changed_in_use_is_offered_once_released(card):
+    """DC-48Q moved from CUSTOM_DC_48Q to CUSTOM_BIG while a guest holds
+    one: kept in CUSTOM_DC_48Q, all reserved, on a running service; the
+    guest released, the next pass offers CUSTOM_BIG."""
+    rp = card.tree.data(f"node1_{SECOND}").uuid
+    card.driver.allocate_mdevs("i1", {rp: {"resources": {"CUSTOM_DC_48Q": 1}}})
+    card.conf.set_override("mdev_class", "CUSTOM_BIG", "mdev_nvidia-1540")
+    card.driver.reload_config()
+    fields = ("total", "reserved", "resource_class")
+    assert planned(card, *fields)[SECOND] == (1, 1, "CUSTOM_DC_48Q")
+    assert planned(card, *fields)[SECOND] == (1, 1, "CUSTOM_DC_48Q")
+    card.driver.release_mdevs("i1")
+    assert planned(card, *fields)[SECOND] == (2, 0, "CUSTOM_BIG")
+    assert list(card.tree.data(f"node1_{SECOND}").inventory) == ["CUSTOM_BIG"]
+
+
 def test_a_class_change_waits_for_what_is_in_use_or_allocated():
     from vgpu_driver.model.kept import class_changed
 
