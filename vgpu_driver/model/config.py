@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from vgpu_driver.model import naming
 
@@ -315,6 +315,12 @@ def build_device_config(
 
 
 CONFIG_TRAIT_PREFIX = "CUSTOM_VGPU_CONF_"
+
+
+def config_traits(traits: Iterable[str]) -> set[str]:
+    """The configuration traits among ``traits``: the marks of the
+    configurations of this library that wrote a provider."""
+    return {t for t in traits if t.startswith(CONFIG_TRAIT_PREFIX)}
 
 
 def config_trait(config: DeviceConfig, owner_trait: str) -> str:

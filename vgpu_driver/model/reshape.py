@@ -19,7 +19,7 @@ import os_resource_classes as orc
 
 from vgpu_driver.exception import ReshapeFailed
 from vgpu_driver.model import naming
-from vgpu_driver.model.config import CONFIG_TRAIT_PREFIX, DeviceConfig
+from vgpu_driver.model.config import DeviceConfig, config_traits
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.usage import Allocations
 
@@ -181,9 +181,7 @@ def device_providers(
             continue
         if not data.name.startswith(f"{nodename}_"):
             continue
-        if set(data.inventory) <= classes or any(
-            t.startswith(CONFIG_TRAIT_PREFIX) for t in data.traits
-        ):
+        if set(data.inventory) <= classes or config_traits(data.traits):
             found[data.name] = data
             if data.parent_uuid == root_uuid:
                 parents.add(data.uuid)

@@ -10,7 +10,7 @@ from typing import Any
 from oslo_log import log as logging
 
 from vgpu_driver.exception import WriterConflict
-from vgpu_driver.model.config import CONFIG_TRAIT_PREFIX
+from vgpu_driver.model.config import config_traits
 from vgpu_driver.model.inventory import ProviderPlan
 from vgpu_driver.records.writers import Writers
 from vgpu_driver.service.settings import Settings
@@ -39,11 +39,7 @@ class OtherWriters:
         anything; a compute service warns (once per other writer) and
         writes on."""
         for name, data in sorted(mine.items()):
-            theirs = sorted(
-                t
-                for t in data.traits
-                if t.startswith(CONFIG_TRAIT_PREFIX) and t != ours
-            )
+            theirs = sorted(config_traits(data.traits) - {ours})
             if not theirs or self._wrote.get(name) != ours:
                 continue
             conflict = WriterConflict(

@@ -17,9 +17,9 @@ from oslo_log import log as logging
 
 from vgpu_driver.model import naming, trait
 from vgpu_driver.model.config import (
-    CONFIG_TRAIT_PREFIX,
     DeviceConfig,
     config_trait,
+    config_traits,
 )
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.inventory import ProviderPlan
@@ -146,12 +146,6 @@ class TreeWriter:
         managed.update(self.traits.managed(plan.name))
         return managed
 
-    @staticmethod
-    def _config_traits(current: set[str]) -> set[str]:
-        """Configuration traits (ours of before, or another writer's):
-        each pass sets its own alone."""
-        return {t for t in current if t.startswith(CONFIG_TRAIT_PREFIX)}
-
     def write(
         self,
         tree: Any,
@@ -183,7 +177,9 @@ class TreeWriter:
                 plan.type_id,
             )
         managed = self._managed(plan, inventory, configured)
-        managed |= self._config_traits(current)
+        # configuration traits (ours of before, or another writer's):
+        # each pass sets its own alone
+        managed |= config_traits(current)
         kept = {
             t for t in current - managed if not trait.is_capability_trait(t)
         }
