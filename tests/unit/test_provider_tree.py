@@ -285,6 +285,30 @@ def test_type_change_keeps_provider_reserved_until_empty(
     assert "CUSTOM_NVIDIA_35" not in found["pci_0000_84_00_0"]["traits"]
 
 
+def test_a_type_changed_in_use_keeps_the_class_it_was_allocated_in(
+    driver_for,
+):
+    """84 switched to nvidia-36 while a guest uses its nvidia-35 mdev,
+    and nvidia-35 (still on 85) given CUSTOM_OLD at once: 84 stays in
+    VGPU, the class that guest's allocation is in (Placement would
+    refuse it taken away), all reserved; 85, nothing in use, moves."""
+    host = SimulatedHost(helpers.load("m10"))
+    tree = new_tree()
+    providers(driver_for("m10", host=host), tree)
+    switched = """
+        [devices]
+        enabled_mdev_types = nvidia-35,nvidia-36
+        [mdev_nvidia-35]
+        device_addresses = 0000:85:00.0
+        mdev_class = CUSTOM_OLD
+        [mdev_nvidia-36]
+        device_addresses = 0000:84:00.0,0000:86:00.0
+    """
+    found = summary(providers(driver_for("m10", switched, host), tree))
+    assert found["pci_0000_84_00_0"] == ("VGPU", 1, 1)
+    assert found["pci_0000_85_00_0"] == ("CUSTOM_OLD", 4, 0)
+
+
 def test_operator_traits_are_kept_managed_ones_follow_config(driver_for):
     tree = new_tree()
     providers(driver_for("demo"), tree)

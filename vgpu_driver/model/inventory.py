@@ -311,13 +311,16 @@ def _class_of(
     nodename: str,
     device_name: str,
 ) -> str:
-    type_cfg = config.get(type_id)
-    if type_cfg is not None:
-        return type_cfg.resource_class
+    """The class of a provider kept for devices of ``type_id`` in use: the
+    one it has (their allocations are in it: Placement would refuse it
+    taken away), else the type's, else VGPU."""
     classes = list(
         existing.get(naming.provider_name(nodename, device_name), ())
     )
-    return classes[0] if classes else str(orc.VGPU)
+    if classes:
+        return classes[0]
+    type_cfg = config.get(type_id)
+    return type_cfg.resource_class if type_cfg is not None else str(orc.VGPU)
 
 
 __all__ = ["ProviderPlan", "plan_providers", "type_traits"]
