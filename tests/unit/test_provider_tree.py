@@ -187,6 +187,28 @@ def test_lowered_cap_below_use_keeps_in_use_reserved(driver_for):
     }
 
 
+def test_a_parent_full_of_devices_in_use_is_offered_no_more_under_a_cap(
+    driver_for,
+):
+    """84 holds its 4 nvidia-35, all in use; the cap of 10 is not
+    reached: 84 offers its 4 (none free), never one more than it holds;
+    85 its own 4 (6 of the cap are left)."""
+    from vgpu_driver.model.device import Guest
+
+    host = SimulatedHost(helpers.load("m10"))
+    parent = host.discover().parent("pci_0000_84_00_0")
+    for n in range(3):
+        mdev = f"11111111-0000-0000-0000-00000000000{n}"
+        host.create_mdev(parent, "nvidia-35", mdev)
+        host.note_guest(Guest(f"g{n}", f"extra-{n}", (mdev,)))
+    config = helpers.load("m10").config + (
+        "[vgpu_nvidia-35]\nmax_instances = 10\n"
+    )
+    found = summary(providers(driver_for("m10", config, host)))
+    assert found["pci_0000_84_00_0"] == ("VGPU", 4, 0)
+    assert found["pci_0000_85_00_0"] == ("VGPU", 4, 0)
+
+
 def test_nova_provider_tree_gets_the_same_result(driver_for):
     provider_tree = pytest.importorskip("nova.compute.provider_tree")
     import uuid
