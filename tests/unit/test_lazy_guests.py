@@ -28,11 +28,17 @@ MOVED = (
     "[vgpu_nvidia-36]\ndevice_addresses = 0000:87:00.0\n"
 )
 
+# the RTX PRO 6000's card serves DC-48Q now; a guest's VF is a DC-4Q
+CARD_MOVED = (
+    "[devices]\nenabled_mdev_types = nvidia-1540\n[mdev_nvidia-1540]\n"
+    "device_addresses = 0001:c8:00.0\n"
+)
+
 
 @pytest.mark.parametrize(
     ("name", "extra"),
     [(name, "") for name in helpers.ALL_HOSTS]
-    + [("m10", CAP), ("m10", MOVED)],
+    + [("m10", CAP), ("m10", MOVED), ("rtx6000", CARD_MOVED)],
 )
 def test_the_first_tree_is_the_same_with_or_without_reading_guests(
     make_conf, tmp_path, name, extra
@@ -56,11 +62,14 @@ def test_a_host_whose_guests_cannot_matter_is_planned_without_them(
     assert "listAllDomains" not in host.calls
 
 
-@pytest.mark.parametrize("extra", [CAP, MOVED])
+@pytest.mark.parametrize(
+    ("name", "extra"),
+    [("m10", CAP), ("m10", MOVED), ("rtx6000", CARD_MOVED)],
+)
 def test_guests_are_read_when_they_can_change_the_tree(
-    make_conf, tmp_path, extra
+    make_conf, tmp_path, name, extra
 ):
-    driver, host = _driver(make_conf, tmp_path, "m10", extra)
+    driver, host = _driver(make_conf, tmp_path, name, extra)
     driver.update_provider_tree(new_tree(), "node1")
     assert host.calls["listAllDomains"] == 1
 
