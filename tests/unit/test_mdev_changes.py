@@ -685,6 +685,18 @@ def test_an_mdev_made_or_gone_touches_its_parent_whose_room_is_the_same():
     )
 
 
+def test_other_parents_are_never_followed_as_a_change():
+    """A parent gone, or one gone and another come in its place: not a
+    change of the same parents, so None (the reading is built whole),
+    never the new one taken as the old one changed."""
+    reading = SimulatedHost(dense(3, 6, 3)).discover()
+    first, second, third = reading.parents
+    other = dataclasses.replace(third, name="pci_0000_ff_00_0")
+    for parents in [(first, second), (first, second, other)]:
+        assert with_devices(reading, parents, (), (), 2) is None
+    assert with_devices(reading, reading.parents, (), (), 2) is not None
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_parents_alone_are_a_reading_of_their_own(seed):
     """What the plan of the parents touched is handed: as a reading of
