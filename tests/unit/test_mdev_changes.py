@@ -783,3 +783,46 @@ def test_a_parent_bound_to_another_driver_reads_the_versions_again(
     now = host.discover()
     assert {p.driver for p in now.parents} == {"vfio-pci"}
     assert "nvidia" not in dict(now.driver_versions)
+
+
+def test_anything_but_node_devices_changed_is_read_whole():
+    """What a reader read, the guests the same: made from the last
+    reading while its node devices alone changed; NVML's word, the plain
+    SR-IOV GPUs, the modules or the drivers' versions changed, None (the
+    reading is built whole)."""
+    from vgpu_driver.model.device_changes import node_devices_changed
+
+    last = SimulatedHost(load("rtx6000-nvml")).discover()
+    last = dataclasses.replace(last, generation=1)
+    assert last.nvml is not None
+
+    def read(**changed):
+        parts = {
+            "nvml": last.nvml,
+            "plain": last.plain_gpus,
+            "versions": last.driver_versions,
+            "modules": last.modules,
+            **changed,
+        }
+        return node_devices_changed(
+            last,
+            (
+                last.parents,
+                ((), ()),
+                last.pfs,
+                parts["nvml"],
+                parts["plain"],
+                parts["versions"],
+                parts["modules"],
+            ),
+            2,
+        )
+
+    assert read() is not None
+    for changed in [
+        {"nvml": None},
+        {"plain": SimulatedHost(load("amd-mxgpu")).discover().plain_gpus},
+        {"versions": (("nvidia", "0.0"),)},
+        {"modules": frozenset({"nvidia"})},
+    ]:
+        assert read(**changed) is None, changed
