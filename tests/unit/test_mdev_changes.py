@@ -697,6 +697,21 @@ def test_other_parents_are_never_followed_as_a_change():
     assert with_devices(reading, reading.parents, (), (), 2) is not None
 
 
+def test_mdevs_that_do_not_match_the_last_reading_are_never_followed():
+    """An mdev gone that the last reading does not hold (or holds as
+    another), or one made whose uuid it holds: None, never the wrong
+    mdev dropped or a uuid twice."""
+    reading = SimulatedHost(dense(2, 8, 4)).discover()
+    held = reading.mdevs[0]
+    unknown = dataclasses.replace(held, uuid=str(uuid.uuid4()))
+    moved = dataclasses.replace(held, type_id="nvidia-999")
+    parents = reading.parents
+    for gone in (unknown, moved):
+        assert with_devices(reading, parents, (), (gone,), 2) is None
+    assert with_devices(reading, parents, (moved,), (), 2) is None
+    assert with_devices(reading, parents, (unknown,), (), 2) is not None
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_parents_alone_are_a_reading_of_their_own(seed):
     """What the plan of the parents touched is handed: as a reading of
