@@ -82,3 +82,22 @@ def test_a_claim_on_a_device_the_guest_uses_is_counted_once(n):
     assert before[P86]["nvidia-36"] == 1
     assert n.driver.hold_devices("b44f0287-605d-58a1-9156-fbe199207c05")
     assert n.driver.held_devices(inventory) == before
+
+
+def test_units_of_one_bind_count_the_room_the_earlier_ones_took():
+    """Two units of one parent whose room is one new mdev and one free
+    mdev: the free one, then one made; a third finds no room (the one
+    made counts), before anything is made."""
+    from vgpu_driver.exception import DeviceCapacityExhausted
+    from vgpu_driver.model.binding import ParentView, choose
+
+    parent = ParentView("p", {"t": 1}, {"t": ["free-1"]})
+    picked = choose([("p", "t", 2)], {"p": parent}, {}, busy=set())
+    assert [(d.id == "free-1", d.created) for d in picked] == [
+        (True, False),
+        (False, True),
+    ]
+    with pytest.raises(DeviceCapacityExhausted):
+        choose([("p", "t", 3)], {"p": parent}, {}, busy=set())
+    with pytest.raises(DeviceCapacityExhausted):
+        choose([("p", "t", 1), ("p", "t", 2)], {"p": parent}, {}, set())

@@ -107,6 +107,16 @@ def test_hostdev_of_an_nvidia_vf_stays_unmanaged():
     assert "managed='no'" in domain_xml.hostdev_xml(nvidia)
 
 
+def test_only_vfs_given_as_they_are_are_managed_by_libvirt(node):
+    """What the Nova integration writes as ``managed``: an AMD VF is
+    given as it is (libvirt binds it to vfio-pci), an NVIDIA vGPU VF
+    stays on NVIDIA's driver, which typed it."""
+    amd = node("amd-mxgpu", config=CONFIG).driver.vf_devices()
+    assert amd and all(amd.values())
+    nvidia = node("l40-sriov").driver.vf_devices()
+    assert nvidia and not any(nvidia.values())
+
+
 def test_a_vf_a_guest_has_counts_against_max_instances(node):
     n = node("amd-mxgpu", config=CONFIG + "max_instances = 1\n")
     n.host.note_guest(Guest("g0", "instance-0", (), ("0000:61:03.7",)))
