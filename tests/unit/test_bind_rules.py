@@ -101,3 +101,33 @@ def test_units_of_one_bind_count_the_room_the_earlier_ones_took():
         choose([("p", "t", 3)], {"p": parent}, {}, busy=set())
     with pytest.raises(DeviceCapacityExhausted):
         choose([("p", "t", 1), ("p", "t", 2)], {"p": parent}, {}, set())
+
+
+def test_what_a_claim_takes_from_the_view_is_given_back_once():
+    """The binder's view, after a claim dropped: a new mdev's room comes
+    back one for one, a typed VF is free again (its type cleared, the
+    type creatable on it); a VF the host refused back stays typed."""
+    from vgpu_driver.model.binding import BoundDevice, ParentView, PfView
+    from vgpu_driver.model.device_view import DeviceView
+
+    parent = ParentView("p", {"t": 2}, {"t": []})
+    pf = PfView("pf", {"vf1": 0}, {"vf1": {7}})
+    view = DeviceView({"p": parent}, {}, {"pf": pf}, {}, {})
+    made = BoundDevice("mdev", "u1", "p", "t", True)
+    view.claimed(made)
+    assert parent.available["t"] == 1
+    view.returned(made, made=True)
+    assert parent.available["t"] == 2
+    typed = BoundDevice("vf", "vf1", "pf", "nvidia-7", True)
+    view.claimed(typed)
+    assert pf.vfs["vf1"] == 7
+    view.returned(typed, made=True)
+    assert pf.vfs["vf1"] == 0
+    view.claimed(typed)
+    view.released(typed, done=False)  # the host kept its type
+    assert pf.vfs["vf1"] == 7
+    view.released(typed, done=True)
+    assert pf.vfs["vf1"] == 0 and 7 in pf.creatable["vf1"]
+    view.claimed(made)
+    view.released(made, done=True)  # made, then removed at release
+    assert parent.available["t"] == 2
