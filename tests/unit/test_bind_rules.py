@@ -131,3 +131,25 @@ def test_what_a_claim_takes_from_the_view_is_given_back_once():
     view.claimed(made)
     view.released(made, done=True)  # made, then removed at release
     assert parent.available["t"] == 2
+
+
+def test_units_on_the_root_go_to_free_mdevs_first_then_the_most_room():
+    """Units allocated on the compute node's own provider (before a
+    reshape): a parent with a free mdev first, then the one with the
+    most room left, each unit counted off; more than all hold, refused
+    naming the parents."""
+    from vgpu_driver.exception import DeviceCapacityExhausted
+    from vgpu_driver.model.binding import spread
+
+    candidates = {"a": "t1", "b": "t1", "c": "t2"}
+    room = {"a": [0, 3], "b": [1, 1], "c": [0, 5]}
+    assert spread("VGPU", 4, candidates, room) == [
+        ("b", "t1", 1),
+        ("c", "t2", 1),
+        ("c", "t2", 1),
+        ("a", "t1", 1),  # 3 each left: the first in name order
+    ]
+    assert room["b"] == [1, 1]  # the caller's counts are left alone
+    assert len(spread("VGPU", 10, candidates, room)) == 10
+    with pytest.raises(DeviceCapacityExhausted, match="a, b, c"):
+        spread("VGPU", 11, candidates, room)
