@@ -153,3 +153,26 @@ def test_units_on_the_root_go_to_free_mdevs_first_then_the_most_room():
     assert len(spread("VGPU", 10, candidates, room)) == 10
     with pytest.raises(DeviceCapacityExhausted, match="a, b, c"):
         spread("VGPU", 11, candidates, room)
+
+
+def test_the_view_counts_free_mdevs_and_room_per_type_and_group():
+    """``room``: a GPU's VF parents summed, of the type asked, the busy
+    left out; ``free_mdevs`` of the types asked; handing a VF back
+    changes the host only when it holds a type."""
+    from vgpu_driver.model.binding import BoundDevice, ParentView, PfView
+    from vgpu_driver.model.device_view import DeviceView
+
+    parents = {
+        "vf1": ParentView("vf1", {"t": 1, "u": 4}, {"t": ["m1", "m2"]}),
+        "vf2": ParentView("vf2", {"t": 0}, {"t": ["m3"], "u": ["m4"]}),
+        "p": ParentView("p", {"t": 3}, {}),
+    }
+    pf = PfView("pf", {"typed": 7, "free": 0}, {})
+    view = DeviceView(parents, {}, {"pf": pf}, {}, {})
+    view.groups = {"gpu": ("vf1", "vf2")}
+    room = view.room({"gpu": "t", "p": "t", "gone": "t"}, busy={"m2"})
+    assert room == {"gpu": [2, 1], "p": [0, 3]}
+    assert view.free_mdevs(None, ["u"], set()) == {"m4"}
+    assert view.free_mdevs("vf1", None, {"m1"}) == {"m2"}
+    assert view.changes_host(BoundDevice("vf", "typed", "pf", "x"), False)
+    assert not view.changes_host(BoundDevice("vf", "free", "pf", "x"), False)
