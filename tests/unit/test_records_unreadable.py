@@ -158,3 +158,22 @@ def test_two_writers_of_the_placement_record_keep_the_newer_generation(
     late.save({"u1": entry(3), "u2": entry(1)})
     assert first.load() == {"u1": entry(5), "u2": entry(1)}
     assert other_node.load() == {"n2": entry(1)}
+
+
+@pytest.mark.parametrize("record", [[1, 2], {"an-mdev": 1}, "an-mdev"])
+def test_a_made_record_that_is_not_a_list_of_ids_is_corrupt(
+    make_conf, tmp_path, record
+):
+    """``made.json`` names the devices this library made (never handed
+    to another manager's care): one that is not a list of device ids is
+    refused, never taken for the ids it happens to hold, and moved aside
+    at init_host."""
+    state = tmp_path / "state"
+    n = Node(make_conf, state)
+    n.driver.allocate_mdevs("i1", n.alloc((PARENT, 1)))
+    (state / "made.json").write_text(json.dumps(record))
+    with pytest.raises(StateRecordCorrupt, match=r"made\.json"):
+        Node(make_conf, state)  # a refresh of a new driver reads it
+    done = n.driver.init_host()
+    [moved] = done["records_moved_aside"]
+    assert json.loads(Path(moved).read_text()) == record
