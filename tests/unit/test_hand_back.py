@@ -50,3 +50,36 @@ def test_a_vf_a_guest_let_go_of_is_cleared_outside_the_lock(
     assert n.driver.binder.claims() == {}
     vfs = {v.address: v for v in n.host.discover().pfs[0].vfs}
     assert vfs[vf.id].current_type == 0
+
+
+def test_a_vf_the_host_refuses_to_clear_stays_ours_and_typed(
+    make_conf, tmp_path
+):
+    """The clear of a released VF fails (NVIDIA's driver refuses): the
+    claim goes, but the VF stays recorded as made by this library (it is
+    still typed: ours to clear later, never another manager's) and the
+    binder's view keeps it typed, so it is reused as it is; a second
+    release that clears it drops it from the record."""
+    from vgpu_driver.exception import VgpuDriverError
+
+    state = tmp_path / "state"
+    n = Node(make_conf, state, "l40-sriov")
+    for k in range(8):  # the free typed VFs are taken first
+        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((PF, 1)))
+        if vf.created:
+            break
+    assert vf.created
+    set_vf_type = n.host.set_vf_type
+
+    def refused(address, number):
+        raise VgpuDriverError(f"refused to clear {address}")
+
+    n.host.set_vf_type = refused
+    n.driver.release_mdevs(f"i{k}")
+    assert vf.id not in n.driver.binder.claims()
+    assert vf.id in json.loads((state / "made.json").read_text())
+    n.host.set_vf_type = set_vf_type
+    [again] = n.driver.allocate_mdevs("again", n.alloc((PF, 1)))
+    assert (again.id, again.created) == (vf.id, False)  # typed: reused
+    n.driver.release_mdevs("again")
+    assert vf.id not in json.loads((state / "made.json").read_text())
