@@ -326,3 +326,38 @@ def test_a_type_switch_never_removes_an_mdev_another_process_claimed(
     b.update()
     assert M10_FREE_ON_86 in {m.uuid for m in host.discover().mdevs}
     assert a.driver.binder.claims()[M10_FREE_ON_86]["instance"] == "i1"
+
+
+def test_over_libvirt_another_process_s_guest_is_read_before_choosing(
+    make_conf, tmp_path
+):
+    """As above, on libvirt: B's guest was defined with no event to A
+    (another process's), so A's cached reading of the guests does not
+    have it. A's records changed under it: it reads every guest again
+    before choosing, and never hands out the mdev B's guest uses."""
+    import libvirt
+
+    from tests.unit.test_binding import hand_made_domain_xml
+    from vgpu_driver.host.libvirt_host import LibvirtHost
+    from vgpu_driver.sim import description as hostdesc
+
+    uri, sysfs = hostdesc.materialize(helpers.load("m10"), tmp_path / "host")
+    conn = libvirt.open(uri)
+    a, b = (
+        Node(
+            make_conf,
+            tmp_path / "state",
+            host=LibvirtHost(sysfs_root=sysfs, connection=conn),
+        )
+        for _ in range(2)
+    )
+    a.driver.discover()  # A has read the guests: it follows them by events
+    guest = str(uuid.uuid4())
+    [device] = b.driver.allocate_mdevs(guest, b.alloc((PARENT, 1)))
+    assert device.id == FREE_ON_86
+    conn.defineXML(hand_made_domain_xml(guest, "instance-1", [device.id]))
+    b.driver.domain_event(guest, True)
+    assert b.driver.guest_defined(guest) == [device.id]
+    assert b.driver.binder.claims() == {}  # the guest holds it now
+    [other] = a.driver.allocate_mdevs("i2", a.alloc((PARENT, 1)))
+    assert other.id != device.id
