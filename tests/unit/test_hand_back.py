@@ -83,3 +83,21 @@ def test_a_vf_the_host_refuses_to_clear_stays_ours_and_typed(
     assert (again.id, again.created) == (vf.id, False)  # typed: reused
     n.driver.release_mdevs("again")
     assert vf.id not in json.loads((state / "made.json").read_text())
+
+
+def test_an_mdev_kept_at_release_stays_ours_and_is_reused(make_conf, tmp_path):
+    """An mdev this library made, released with unused ones kept (the
+    default): it stays recorded as made (never taken for another
+    manager's free mdev, reserved and left alone) and the next bind
+    reuses it."""
+    state = tmp_path / "state"
+    n = Node(make_conf, state)  # m10: 86 has one free nvidia-36 mdev
+    parent = "pci_0000_86_00_0"
+    n.driver.allocate_mdevs("i1", n.alloc((parent, 1)))
+    [made] = n.driver.allocate_mdevs("i2", n.alloc((parent, 1)))
+    assert made.created
+    n.driver.release_mdevs("i2")
+    assert made.id in json.loads((state / "made.json").read_text())
+    assert made.id in {m.uuid for m in n.host.discover().mdevs}
+    [again] = n.driver.allocate_mdevs("i3", n.alloc((parent, 1)))
+    assert (again.id, again.created) == (made.id, False)
