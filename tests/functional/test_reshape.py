@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from tests import helpers
 from tests.helpers import PlacementNode as Node
 from tests.helpers import placement_view
 from vgpu_driver.exception import ReshapeFailed
@@ -57,18 +58,30 @@ def get_allocation(client, consumer):
     return {rp: a["resources"] for rp, a in body["allocations"].items()}
 
 
+@pytest.mark.parametrize("adapter", ["simulated", "libvirt"])
 def test_vgpu_on_the_root_moves_to_per_pgpu_children(
-    placement_url, tmp_path, client
+    placement_url, tmp_path, client, adapter
 ):
-    node = Node(placement_url, tmp_path, host_name="m10")
+    """Over libvirt's adapter no guest is read until a pass needs them
+    (no ``init_host`` here, as in ``vgpu-driver sync``): the reshape
+    does, to find which pGPU each consumer's device is on."""
+    host = None
+    if adapter == "libvirt":
+        host = helpers.libvirt_host(helpers.load("m10"), tmp_path / "host")
+    node = Node(placement_url, tmp_path, host_name="m10", host=host)
     root = make_provider(
         client,
         node.nodename,
         uuid_=root_uuid_for(node.nodename),
         inventory={"VCPU": 16, "VGPU": 24},
     )
-    guests = {g.name: g.uuid for g in node.host.discover().guests}
+    # the guests as the description has them (not read through the
+    # node's adapter, which would then know them before its first pass)
+    described = helpers.simulated_host("m10").discover().guests
+    guests = {g.name: g.uuid for g in described}
     on_84, on_86 = guests["instance-00000021"], guests["instance-00000022"]
+    for consumer in (on_84, on_86):  # the same guests on the other host
+        client.request("DELETE", f"/allocations/{consumer}", ok=(204, 404))
     put_allocation(client, on_84, {root: {"VCPU": 2, "VGPU": 1}})
     put_allocation(client, on_86, {root: {"VGPU": 1}})
     node.sync()

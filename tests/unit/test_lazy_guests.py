@@ -4,6 +4,7 @@ change it, and always comes out the same as with every guest read."""
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,12 @@ CAP = "[mdev_nvidia-35]\nmax_instances = 3\n"
 # 86 has nvidia-36 mdevs, one in use, but now serves nvidia-35
 MOVED = (
     "[vgpu_nvidia-35]\ndevice_addresses = 0000:84:00.0,0000:86:00.0\n"
+    "[vgpu_nvidia-36]\ndevice_addresses = 0000:87:00.0\n"
+)
+# the same, 85 still served: nothing but the gone mdev says guests matter
+MOVED_ALL_SERVED = (
+    "[vgpu_nvidia-35]\n"
+    "device_addresses = 0000:84:00.0,0000:85:00.0,0000:86:00.0\n"
     "[vgpu_nvidia-36]\ndevice_addresses = 0000:87:00.0\n"
 )
 
@@ -90,31 +97,46 @@ def test_reading_the_claims_reads_nothing_of_the_host(make_conf, tmp_path):
     assert host.call_count == 0
 
 
+@pytest.mark.parametrize("moved", [MOVED, MOVED_ALL_SERVED])
 def test_an_mdev_gone_that_a_guest_names_is_counted_at_the_first_pass(
-    make_conf, tmp_path
+    make_conf, tmp_path, moved
 ):
-    """The service saw 86's nvidia-36 mdevs; the host rebooted and they
-    are gone (mdevs not defined persistently), while a guest, shut off,
-    still names one; 86 now serves nvidia-35. A restarted service's
-    first pass keeps 86 reserved for that guest, as a pass that read
-    every guest first does (no mdev left on the host says the guest
-    matters: the record of the mdevs seen does)."""
-    from vgpu_driver.sim.simulated import SimulatedHost
+    """The service saw 86's nvidia-36 mdevs; the host rebooted and every
+    mdev is gone (none defined persistently), while a guest, shut off,
+    still names one of 86's; 86 now serves nvidia-35. A restarted
+    service's first pass, over libvirt's adapter (which reads no guest
+    until asked), keeps 86 reserved for that guest, as a pass that read
+    every guest first does: no mdev left on the host says the guest
+    matters, the record of the mdevs seen does. With 85 still served,
+    no provider left without a parent says so either. (A tool's pass,
+    ``vgpu-driver sync`` beside the service: the service's own start
+    reads every guest in ``init_host``.)"""
+    from vgpu_driver.host.libvirt_host import LibvirtHost
+    from vgpu_driver.sim.mdev_libvirt import MdevConnection
 
     description = helpers.load("m10")
-    host = SimulatedHost(description)
-    conf = make_conf(textwrap.dedent(description.config))
-    conf.set_override("state_path", str(tmp_path / "state"), "devices")
-    VgpuDriver(conf, host).update_provider_tree(new_tree(), "node1")
-    for mdev in host.discover().mdevs_of("pci_0000_86_00_0"):
-        host.remove_mdev(mdev)
-    conf = make_conf(textwrap.dedent(description.config) + MOVED)
-    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    uri, sysfs = helpers.hostdesc.materialize(description, tmp_path / "h")
+    conn = MdevConnection(
+        uri, description, persistent=False, sysfs=Path(sysfs)
+    )
+
+    def restarted(config):
+        conf = make_conf(textwrap.dedent(description.config) + config)
+        conf.set_override("state_path", str(tmp_path / "state"), "devices")
+        host = LibvirtHost(uri, sysfs, connection=conn)
+        return VgpuDriver(conf, host), host
+
+    driver, host = restarted("")
+    driver.init_host()  # the service's start: every guest read
+    driver.update_provider_tree(new_tree(), "node1")
+    for mdev in host.discover().mdevs:  # a reboot: none defined to stay
+        conn.gone.add(mdev.name)
     trees = []
     for eager in (False, True):
-        driver = VgpuDriver(conf, host)
+        driver, host = restarted(moved)
         if eager:
             driver.discover()  # every guest read first
+        assert not host.discover(guests=False).mdevs
         tree = new_tree()
         driver.update_provider_tree(tree, "node1")
         trees.append(tree_report(tree, "node1")["providers"])
