@@ -7,7 +7,7 @@ import re
 import uuid
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from vgpu_driver.exception import DeviceXMLInvalid
@@ -289,6 +289,9 @@ def _reference(parse, text):
 
 @settings(max_examples=600, deadline=None)
 @given(st.one_of(_mutants(SRIOV_PARENT), _mutants(M10_PARENT)))
+# a type whose deviceAPI is empty: the tree parser refuses the parent
+@example(SRIOV_PARENT.replace("<deviceAPI>vfio-pci</", "<deviceAPI></", 1))
+@example(SRIOV_PARENT.replace("<deviceAPI>vfio-pci</", "<deviceAPI> </", 1))
 def test_the_fast_parent_reader_reads_as_xml_does_or_declines(text):
     """Whatever the text, the pattern reader either declines it or reads
     exactly what the tree parser reads (and never reads a text the tree
