@@ -349,3 +349,50 @@ def test_nvml_says_which_size_mode_each_card_is_in():
     library = host.nvml._lib
     library.failing["nvmlDeviceGetVgpuHeterogeneousMode"] = 13
     assert host.discover().nvml.gpu("0001:c8:00.0").mixed_size is None
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        # its L40 (an SR-IOV PF) and four M10 GPUs; not the mlx5 card
+        # (0000:3b:00.0), an mdev parent of another vendor
+        (
+            "demo",
+            [
+                "0000:41:00.0",
+                "0000:84:00.0",
+                "0000:85:00.0",
+                "0000:86:00.0",
+                "0000:87:00.0",
+            ],
+        ),
+        ("gvtg", []),  # Intel's i915 parent: never NVML's to answer
+        ("mtty", []),  # no PCI address at all
+        ("a2-vf-parents", ["0000:3b:00.0"]),  # 16 VF parents: their PF
+    ],
+)
+def test_nvml_is_asked_of_nvidia_gpus_alone(name, expected):
+    """The GPUs NVML is asked about are the NVIDIA GPUs the host lists,
+    each once: an SR-IOV card, the GPU of an mdev parent (a VF parent's
+    PF), never another vendor's parent."""
+    inventory = helpers.simulated_host(name).discover()
+    assert nvml_host.nvidia_gpus(inventory.parents, inventory.pfs) == expected
+
+
+def test_use_nvml_off_never_loads_nvml(monkeypatch):
+    """``[devices] use_nvml = False``: NVML is not even loaded; on, the
+    reader loaded holds a GPU after an XID error for ``error_hold``."""
+    loaded = []
+
+    class Reader:
+        errors = dataclasses.make_dataclass("E", ["hold"])(hold=None)
+
+    def load():
+        loaded.append(True)
+        return Reader(), "NVML"
+
+    monkeypatch.setattr(nvml_host, "load", load)
+    assert nvml_host.maybe_load(False) is None
+    assert not loaded
+    reader = nvml_host.maybe_load(True, error_hold=7.0)
+    assert loaded and reader.errors.hold == 7.0
