@@ -318,6 +318,22 @@ def test_the_simulated_nvml_answers_with_the_captured_figures():
     assert sorted(host._state.pfs[0].gpu_instances) == sorted(instances)
 
 
+def test_a_manager_that_cannot_say_it_mixes_sizes_is_taken_not_to():
+    """The driver's capability to mix vGPU sizes on a GPU is what NVML
+    says (the RTX PRO 6000's manager: it can); a manager whose NVML
+    lacks the call is taken not to, and its cards are still read."""
+    from vgpu_driver.sim.nvml_lib import NVML_ERROR_FUNCTION_NOT_FOUND
+
+    assert rtx_host().discover().nvml.heterogeneous is True
+    host = rtx_host()
+    host.nvml._lib.failing["nvmlGetVgpuDriverCapabilities"] = (
+        NVML_ERROR_FUNCTION_NOT_FOUND
+    )
+    said = host.discover().nvml
+    assert said.heterogeneous is False
+    assert said.gpu("0001:c8:00.0") is not None
+
+
 def test_a_description_naming_a_capture_that_is_not_shipped_is_refused():
     import json
 
