@@ -334,6 +334,24 @@ def test_a_manager_that_cannot_say_it_mixes_sizes_is_taken_not_to():
     assert said.gpu("0001:c8:00.0") is not None
 
 
+def test_a_card_without_mig_is_read_as_time_sliced():
+    """An L40S has no MIG: NVML refuses ``nvmlDeviceGetMigMode`` (not
+    supported). Such a card is read as not in MIG mode and offers its
+    time-sliced totals (here the RTX PRO 6000's NVML made to refuse)."""
+    from vgpu_driver.sim.nvml_lib import NVML_ERROR_NOT_SUPPORTED
+
+    host = emptied(rtx_host())
+    host.nvml._lib.failing["nvmlDeviceGetMigMode"] = NVML_ERROR_NOT_SUPPORTED
+    inventory = host.discover()
+    gpu = inventory.nvml.gpu("0001:c8:00.0")
+    assert gpu is not None and gpu.mig is False and gpu.fault is None
+    assert total_of(inventory, "nvidia-1521", RTX) == (24, None)
+    # a MIG-backed type (DC-1-2Q): none, and the operator told why
+    room, why = nvml.room(gpu, 1546, {})
+    assert room == 0 and "MIG is off" in why
+    assert total_of(inventory, "nvidia-1546", RTX)[0] == 0
+
+
 def test_a_description_naming_a_capture_that_is_not_shipped_is_refused():
     import json
 
