@@ -74,8 +74,9 @@ def libvirt_event_loop() -> Iterator[None]:
 
 def check_domain_events_keep_guests_current(host: LibvirtHost) -> None:
     """On the m10 host, inside :func:`libvirt_event_loop`: a guest defined
-    then undefined on the host's connection is seen and forgotten through
-    lifecycle events alone (no rescan of the guests)."""
+    then undefined on the host's connection, and a transient guest
+    started then destroyed, are seen and forgotten through lifecycle
+    events alone (no rescan of the guests)."""
     before = host.discover()
     free = "e905c06b-d33d-55fa-b0e1-6654dc764fac"
     assert free not in before.mdev_users()
@@ -98,6 +99,29 @@ def check_domain_events_keep_guests_current(host: LibvirtHost) -> None:
     deadline = time.monotonic() + 10
     while free in host.discover().mdev_users():
         assert time.monotonic() < deadline, "no UNDEFINED event seen"
+        time.sleep(0.05)
+    assert host.calls["listAllDomains"] == 0  # never rescanned
+    # a transient guest (virsh create: never defined) sends no DEFINED
+    # nor UNDEFINED event, only STARTED and STOPPED; its mdev is in use
+    # while it runs and free once it is destroyed
+    transient = conn.createXML(
+        "<domain type='test'><name>transient</name>"
+        "<uuid>77777777-0000-0000-0000-000000000002</uuid>"
+        "<memory>65536</memory><os><type>hvm</type></os><devices>"
+        "<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"
+        f"<source><address uuid='{free}'/></source></hostdev>"
+        "</devices></domain>",
+        0,
+    )
+    assert not transient.isPersistent()
+    deadline = time.monotonic() + 10
+    while free not in host.discover().mdev_users():
+        assert time.monotonic() < deadline, "no STARTED event followed"
+        time.sleep(0.05)
+    transient.destroy()
+    deadline = time.monotonic() + 10
+    while free in host.discover().mdev_users():
+        assert time.monotonic() < deadline, "no STOPPED event followed"
         time.sleep(0.05)
     assert host.calls["listAllDomains"] == 0  # never rescanned
     conn.domainEventDeregisterAny(callback)

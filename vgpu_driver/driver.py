@@ -238,11 +238,13 @@ class VgpuDriver(InstanceMoves):
         return self.binder.vf_addresses()
 
     def domain_event(self, instance_uuid: str, defined: bool) -> None:
-        """libvirt reported the guest defined (or redefined) or undefined,
-        by anyone: pass it from the caller's own lifecycle callback (a
-        compute service has one; else ``LibvirtHost.watch_domain_events``
-        registers one). The next bind, query or discovery re-reads that
-        guest alone. Safe from libvirt's event thread: no lock, no call,
+        """libvirt reported the guest defined (or redefined), started or
+        stopped (``defined`` True: a transient guest sends only those
+        two) or undefined, by anyone: pass it from the caller's own
+        lifecycle callback (a compute service has one; else
+        ``LibvirtHost.watch_domain_events`` registers one). The next
+        bind, query or discovery re-reads that guest alone (forgets it
+        when it is gone). Safe from libvirt's event thread: no lock, no call,
         no logging."""
         self.host.domain_event(instance_uuid, defined)
 

@@ -180,7 +180,9 @@ def test_nova_s_lifecycle_callback_tells_the_library_of_a_hand_made_guest(
 ):
     """The callback Nova's Host registers on each of its connections:
     a guest defined by hand (``virsh define``) takes its mdev off the free
-    list, its undefine puts it back, and Nova still gets its own events."""
+    list, its undefine puts it back, and Nova still gets its own events;
+    a transient guest (``virsh create``) the same through its STARTED and
+    STOPPED events."""
     from nova.virt import event as virtevent
     from nova.virt import fake
 
@@ -211,6 +213,26 @@ def test_nova_s_lifecycle_callback_tells_the_library_of_a_hand_made_guest(
     ]
     domain.undefine()
     callback(conn, domain, libvirt.VIR_DOMAIN_EVENT_UNDEFINED, 0, driver._host)
+    assert FREE_ON_86 in adapter.free_mdevs(None)
+    # a transient guest (virsh create) is never defined: STARTED takes
+    # its mdev off the free list, STOPPED (it is gone) puts it back
+    transient = conn.createXML(
+        "<domain type='test'><name>transient</name>"
+        "<uuid>77777777-0000-0000-0000-000000000003</uuid>"
+        "<memory>65536</memory><os><type>hvm</type></os><devices>"
+        "<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"
+        f"<source><address uuid='{FREE_ON_86}'/></source></hostdev>"
+        "</devices></domain>",
+        0,
+    )
+    callback(
+        conn, transient, libvirt.VIR_DOMAIN_EVENT_STARTED, 0, driver._host
+    )
+    assert FREE_ON_86 not in adapter.free_mdevs(None)
+    transient.destroy()
+    callback(
+        conn, transient, libvirt.VIR_DOMAIN_EVENT_STOPPED, 0, driver._host
+    )
     assert FREE_ON_86 in adapter.free_mdevs(None)
 
 

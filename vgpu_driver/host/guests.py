@@ -222,17 +222,20 @@ class Guests:
             latest[uuid] = (seq, defined)
 
     def watch(self) -> int:
-        """Register a lifecycle callback feeding :meth:`domain_event`.
-        Returns the callback id."""
+        """Register a lifecycle callback feeding :meth:`domain_event`:
+        a domain defined, started or stopped is read again (a transient
+        guest, never defined, sends only the last two: stopped, it is
+        gone and forgotten), one undefined forgotten. Returns the
+        callback id."""
         api = self.link.api
 
         def on_event(
             _conn: Any, domain: Any, event: int, _detail: int, _opaque: Any
         ) -> None:
-            if event in (api.event_defined, api.event_undefined):
-                self.domain_event(
-                    domain.UUIDString(), event == api.event_defined
-                )
+            if event == api.event_undefined:
+                self.domain_event(domain.UUIDString(), False)
+            elif event in api.event_reread:
+                self.domain_event(domain.UUIDString(), True)
 
         return int(
             self.link.get().domainEventRegisterAny(

@@ -77,6 +77,13 @@ class LibvirtApi:
         self.event_lifecycle = module.VIR_DOMAIN_EVENT_ID_LIFECYCLE
         self.event_defined = module.VIR_DOMAIN_EVENT_DEFINED
         self.event_undefined = module.VIR_DOMAIN_EVENT_UNDEFINED
+        # a transient guest (``virsh create``) is never defined: it says
+        # STARTED and STOPPED alone; either makes its domain read again
+        self.event_reread = (
+            module.VIR_DOMAIN_EVENT_DEFINED,
+            module.VIR_DOMAIN_EVENT_STARTED,
+            module.VIR_DOMAIN_EVENT_STOPPED,
+        )
 
     def connection_lost(self, exc: Exception) -> bool:
         """Does ``exc`` say the connection to libvirtd is gone (as Nova's

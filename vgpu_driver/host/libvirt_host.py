@@ -248,8 +248,9 @@ class LibvirtHost:
             return self.guests.refresh(uuid)
 
     def domain_event(self, uuid: str, defined: bool) -> None:
-        """libvirt reported the domain defined (or changed) or undefined,
-        by anyone: the next discovery re-reads it (or forgets it). Safe to
+        """libvirt reported the domain defined (or changed), started or
+        stopped, or undefined (``defined`` False), by anyone: the next
+        discovery re-reads it (or forgets it). Safe to
         call from libvirt's event thread: it takes no lock, calls nothing
         and logs nothing."""
         self.guests.domain_event(uuid, defined)

@@ -62,8 +62,9 @@ class VgpuBase(nova_driver.LibvirtDriver):
         super().__init__(virtapi, read_only)
         # Nova's Host registers this attribute as its lifecycle callback
         # on every connection it makes: ours also tells the library of
-        # guests defined or undefined by anyone (an operator's virsh
-        # define included), then hands the event to Nova's.
+        # guests defined, started, stopped or undefined by anyone (an
+        # operator's virsh define or create included), then hands the
+        # event to Nova's.
         self._host._event_lifecycle_callback = self._vgpu_lifecycle_event
 
     def _vgpu_lifecycle_event(
@@ -75,10 +76,13 @@ class VgpuBase(nova_driver.LibvirtDriver):
         adapter = self._vgpu_adapter  # none yet: its first scan reads all
         if adapter is not None and event in (
             libvirt.VIR_DOMAIN_EVENT_DEFINED,
+            # a transient guest (virsh create) sends these two alone
+            libvirt.VIR_DOMAIN_EVENT_STARTED,
+            libvirt.VIR_DOMAIN_EVENT_STOPPED,
             libvirt.VIR_DOMAIN_EVENT_UNDEFINED,
         ):
             adapter.domain_event(
-                dom.UUIDString(), event == libvirt.VIR_DOMAIN_EVENT_DEFINED
+                dom.UUIDString(), event != libvirt.VIR_DOMAIN_EVENT_UNDEFINED
             )
         nova_host.Host._event_lifecycle_callback(
             conn, dom, event, detail, opaque
