@@ -72,6 +72,14 @@ def libvirt_event_loop() -> Iterator[None]:
         thread.join(timeout=5)
 
 
+def _until(done, event: str) -> None:
+    """Wait (10 s at most) until ``done()``: the ``event`` followed."""
+    deadline = time.monotonic() + 10
+    while not done():
+        assert time.monotonic() < deadline, f"no {event} event followed"
+        time.sleep(0.05)
+
+
 def check_domain_events_keep_guests_current(host: LibvirtHost) -> None:
     """On the m10 host, inside :func:`libvirt_event_loop`: a guest defined
     then undefined on the host's connection, and a transient guest
@@ -90,16 +98,10 @@ def check_domain_events_keep_guests_current(host: LibvirtHost) -> None:
         f"<source><address uuid='{free}'/></source></hostdev>"
         "</devices></domain>"
     )
-    deadline = time.monotonic() + 10
-    while free not in host.discover().mdev_users():
-        assert time.monotonic() < deadline, "no DEFINED event seen"
-        time.sleep(0.05)
+    _until(lambda: free in host.discover().mdev_users(), "DEFINED")
     host.calls.clear()
     domain.undefine()
-    deadline = time.monotonic() + 10
-    while free in host.discover().mdev_users():
-        assert time.monotonic() < deadline, "no UNDEFINED event seen"
-        time.sleep(0.05)
+    _until(lambda: free not in host.discover().mdev_users(), "UNDEFINED")
     assert host.calls["listAllDomains"] == 0  # never rescanned
     # a transient guest (virsh create: never defined) sends no DEFINED
     # nor UNDEFINED event, only STARTED and STOPPED; its mdev is in use
@@ -114,15 +116,9 @@ def check_domain_events_keep_guests_current(host: LibvirtHost) -> None:
         0,
     )
     assert not transient.isPersistent()
-    deadline = time.monotonic() + 10
-    while free not in host.discover().mdev_users():
-        assert time.monotonic() < deadline, "no STARTED event followed"
-        time.sleep(0.05)
+    _until(lambda: free in host.discover().mdev_users(), "STARTED")
     transient.destroy()
-    deadline = time.monotonic() + 10
-    while free in host.discover().mdev_users():
-        assert time.monotonic() < deadline, "no STOPPED event followed"
-        time.sleep(0.05)
+    _until(lambda: free not in host.discover().mdev_users(), "STOPPED")
     assert host.calls["listAllDomains"] == 0  # never rescanned
     conn.domainEventDeregisterAny(callback)
 
