@@ -13,7 +13,7 @@ import pytest
 from tests import helpers
 from tests.helpers import Node
 from vgpu_driver.driver import VgpuDriver
-from vgpu_driver.exception import DeviceNoRoom
+from vgpu_driver.exception import DeviceNoRoom, DeviceOperationFailed
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.sim.mdev_libvirt import INACTIVE, MdevConnection, mdev_xml
 from vgpu_driver.sim.specs import MdevSpec
@@ -399,3 +399,53 @@ def test_a_defined_mdev_its_parent_has_no_room_to_start_is_no_room(tmp_path):
     assert not stopped.active
     with pytest.raises(DeviceNoRoom):
         host.start_mdev(stopped)
+
+
+def test_a_create_mdevctl_refuses_for_another_reason_is_not_retried_in_sysfs(
+    tmp_path,
+):
+    """libvirt's "Unable to start mediated device" is mdevctl's (so the
+    kernel's) answer whatever the reason, here a uuid already active:
+    the create fails with libvirt's words, as a failure and not as no
+    room, and nothing is written to sysfs behind libvirt's back (which a
+    driver that cannot create mdevs at all, the test driver, needs)."""
+    host, conn = _host(tmp_path)
+    parent = host.discover().parent("pci_0000_87_00_0")
+    mine = host.create_mdev(parent, "nvidia-35", str(uuidlib.uuid4()))
+    create = (
+        host.sysfs.root
+        / "class/mdev_bus/0000:87:00.0/mdev_supported_types/nvidia-35/create"
+    )
+    before = create.read_text()
+    with pytest.raises(DeviceOperationFailed) as failed:
+        host.create_mdev(parent, "nvidia-35", mine.uuid)
+    assert not isinstance(failed.value, DeviceNoRoom)
+    assert "already active" in str(failed.value)
+    assert len(conn.calls("nodeDeviceCreateXML")) == 2
+    assert create.read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("version", "through_libvirt"),
+    [(7_003_000, True), (7_002_000, False), (6_000_000, False)],
+)
+def test_libvirt_from_7_3_makes_mdevs_older_ones_leave_it_to_sysfs(
+    tmp_path, version, through_libvirt
+):
+    """libvirt 7.3.0 is the first to create mdevs (nodeDeviceCreateXML
+    through mdevctl); on an older one (Ubuntu 20.04's 6.0) the mdev is
+    written to the parent's ``create`` in sysfs."""
+    description = helpers.load("m10")
+    uri, sysfs = helpers.hostdesc.materialize(description, tmp_path)
+    conn = RecordingConnection(uri, description, True, Path(sysfs))
+    conn.getLibVersion = lambda: version
+    host = LibvirtHost(uri, sysfs, opener=lambda _uri: conn)
+    parent = host.discover().parent("pci_0000_87_00_0")
+    uuid = str(uuidlib.uuid4())
+    create = (
+        host.sysfs.root
+        / "class/mdev_bus/0000:87:00.0/mdev_supported_types/nvidia-35/create"
+    )
+    host.create_mdev(parent, "nvidia-35", uuid)
+    assert bool(conn.calls("nodeDeviceCreateXML")) == through_libvirt
+    assert (create.read_text() == uuid) != through_libvirt
