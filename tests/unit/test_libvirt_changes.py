@@ -449,3 +449,30 @@ def test_libvirt_from_7_3_makes_mdevs_older_ones_leave_it_to_sysfs(
     host.create_mdev(parent, "nvidia-35", uuid)
     assert bool(conn.calls("nodeDeviceCreateXML")) == through_libvirt
     assert (create.read_text() == uuid) != through_libvirt
+
+
+@pytest.mark.parametrize("modelled", [True, False])
+def test_an_mdev_on_a_parent_libvirt_does_not_list_is_made_in_sysfs(
+    tmp_path, modelled
+):
+    """mtty's parent (devstack loads it) is registered in the kernel's
+    ``class/mdev_bus`` but is no node device of libvirt's: libvirt cannot
+    make an mdev on it whatever its version (modelled: libvirt 9.0, never
+    asked), and the mdev is written to that parent's own ``create`` (its
+    directory found from the registration, as it has no PCI address)."""
+    description = helpers.load("mtty")
+    uri, sysfs = helpers.hostdesc.materialize(description, tmp_path)
+    if modelled:
+        conn = RecordingConnection(uri, description, True, Path(sysfs))
+        host = LibvirtHost(uri, sysfs, opener=lambda _uri: conn)
+    else:  # libvirt's test driver: it makes no mdev at all
+        host = LibvirtHost(uri, sysfs)
+    [parent] = host.discover().parents
+    assert (parent.name, parent.address) == ("mtty", None)
+    uuid = str(uuidlib.uuid4())
+    mdev = host.create_mdev(parent, "mtty-2", uuid)
+    assert (mdev.uuid, mdev.parent) == (uuid, "mtty")
+    create = Path(sysfs) / "class/mdev_bus/mtty/mdev_supported_types"
+    assert (create / "mtty-2/create").read_text() == uuid
+    if modelled:
+        assert not conn.calls("nodeDeviceCreateXML")

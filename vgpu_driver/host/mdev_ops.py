@@ -57,7 +57,10 @@ class MdevOperations:
             return self._create_with_creator(parent, type_id, uuid)
         conn = self.link.get()
         api = self.link.api
-        if self.link.library_version() >= MIN_LIBVIRT_MDEV_API:
+        if (
+            self.link.library_version() >= MIN_LIBVIRT_MDEV_API
+            and not self.reader.libvirt_lacks(parent.name)
+        ):
             try:
                 return self._create_with_libvirt(conn, parent, type_id, uuid)
             except api.error as exc:

@@ -101,7 +101,8 @@ class ParentReader:
         self._sysfs_only_key: tuple[list[int], list[str]] | None = None
 
     def path_of(self, name: str) -> Path | None:
-        """The sysfs path of a parent read before, if any."""
+        """The sysfs path of a parent read before (from libvirt's XML or
+        from sysfs alone), if any."""
         extras = self._extras.get(name)
         return extras.path if extras else None
 
@@ -179,6 +180,11 @@ class ParentReader:
             parent, driver=parent.driver or driver, types=tuple(types)
         )
 
+    def libvirt_lacks(self, name: str) -> bool:
+        """Is ``name`` a parent read from sysfs alone (libvirt has no node
+        device for it, so cannot make an mdev on it)?"""
+        return any(p.name == name for p in self._sysfs_only)
+
     def sysfs_only(
         self, known: list[Parent], entries: list[str]
     ) -> list[Parent]:
@@ -211,6 +217,8 @@ class ParentReader:
                 continue
             parent = self.sysfs.read_parent(path, name)
             if parent is not None:
+                # where an mdev is made on it (no address to find it by)
+                self._extras[name] = _Extras(path, parent.driver)
                 found.append(parent)
         return found
 
