@@ -476,3 +476,22 @@ def test_an_mdev_on_a_parent_libvirt_does_not_list_is_made_in_sysfs(
     assert (create / "mtty-2/create").read_text() == uuid
     if modelled:
         assert not conn.calls("nodeDeviceCreateXML")
+
+
+def test_an_mdev_libvirt_makes_but_cannot_define_is_told_transient(tmp_path):
+    """libvirt made the mdev and refused to define it (mdevctl could not
+    write its definition): the mdev is used as it is, said not to be
+    persistent (recreated at the next start after a reboot), and the
+    operator is warned."""
+    from vgpu_driver.sim.mdev_libvirt import _error
+
+    host, conn = _host(tmp_path)
+
+    def refuse(xml, flags):
+        raise _error(libvirt.VIR_ERR_OPERATION_FAILED, "mdevctl define failed")
+
+    conn.nodeDeviceDefineXML = refuse
+    parent = host.discover().parent("pci_0000_87_00_0")
+    mdev = host.create_mdev(parent, "nvidia-35", str(uuidlib.uuid4()))
+    assert (mdev.persistent, mdev.autostart) == (False, False)
+    assert mdev.uuid in {m.uuid for m in host.discover().mdevs}
