@@ -488,3 +488,20 @@ def test_a_vf_s_type_is_read_from_its_parent_directory_and_found_again(
     relative.clear()
     tree.sriov_functions()  # found again: from its new directory
     assert relative.count(True) == len(pf.vfs)
+
+
+def test_a_guest_read_before_any_scan_leaves_the_first_scan_whole(tmp_path):
+    """A guest re-read (``refresh_guest``: a spawn's define, an event)
+    before the adapter ever listed the guests is returned as read, and
+    the first discovery then reads every guest (it is not taken as the
+    only one there is)."""
+    host = helpers.libvirt_host(helpers.load("m10"), tmp_path)
+    everyone = {
+        g.uuid for g in helpers.simulated_host("m10").discover().guests
+    }
+    first = sorted(everyone)[0]
+    guest = host.refresh_guest(first)
+    assert guest is not None and guest.uuid == first
+    assert host.calls["listAllDomains"] == 0
+    assert {g.uuid for g in host.discover().guests} == everyone
+    assert len(everyone) > 1
