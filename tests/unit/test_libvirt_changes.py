@@ -495,3 +495,61 @@ def test_an_mdev_libvirt_makes_but_cannot_define_is_told_transient(tmp_path):
     mdev = host.create_mdev(parent, "nvidia-35", str(uuidlib.uuid4()))
     assert (mdev.persistent, mdev.autostart) == (False, False)
     assert mdev.uuid in {m.uuid for m in host.discover().mdevs}
+
+
+class _RefusingDestroy:
+    """libvirt's connection, whose node devices' ``destroy`` fails with
+    ``code`` (libvirt's words for an mdev it cannot stop)."""
+
+    def __init__(self, real, code):
+        self.real, self.code = real, code
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def nodeDeviceLookupByName(self, name):
+        from vgpu_driver.sim.mdev_libvirt import _error
+
+        device, code = self.real.nodeDeviceLookupByName(name), self.code
+
+        class Device:
+            def __getattr__(self, attr):
+                return getattr(device, attr)
+
+            def destroy(self):
+                raise _error(code, f"Unable to stop mediated device {name}")
+
+        return Device()
+
+
+@pytest.mark.parametrize(
+    ("code", "via_sysfs"),
+    [
+        # a driver that cannot remove mdevs: the kernel's remove is used
+        (libvirt.VIR_ERR_NO_SUPPORT, True),
+        # libvirt (mdevctl) tried and failed: the host's answer, kept
+        (libvirt.VIR_ERR_INTERNAL_ERROR, False),
+        (libvirt.VIR_ERR_OPERATION_FAILED, False),
+    ],
+)
+def test_an_mdev_libvirt_cannot_remove_goes_to_sysfs_only_if_unsupported(
+    tmp_path, code, via_sysfs
+):
+    description = helpers.load("m10")
+    uri, sysfs = helpers.hostdesc.materialize(description, tmp_path)
+    host = LibvirtHost(
+        uri, sysfs, opener=lambda u: _RefusingDestroy(libvirt.open(u), code)
+    )
+    inventory = host.discover()
+    [free] = [
+        m for m in inventory.mdevs if m.uuid not in inventory.mdev_users()
+    ]
+    remove = Path(sysfs) / "bus/mdev/devices" / free.uuid / "remove"
+    if via_sysfs:
+        host.remove_mdev(free)
+        assert remove.read_text() == "1"
+    else:
+        with pytest.raises(DeviceOperationFailed, match="Unable to stop"):
+            host.remove_mdev(free)
+        assert remove.read_text() == ""
+        assert free.uuid in {m.uuid for m in host.discover().mdevs}
