@@ -11,7 +11,11 @@ import pytest
 from tests import helpers
 from vgpu_driver.cmd import main as cli
 from vgpu_driver.conf import loader
-from vgpu_driver.exception import DeviceOperationFailed, HostUnreachable
+from vgpu_driver.exception import (
+    DeviceOperationFailed,
+    HostOperationFailed,
+    HostUnreachable,
+)
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model import check
 from vgpu_driver.model.config import DeviceConfig, TypeConfig
@@ -505,3 +509,59 @@ def test_a_guest_read_before_any_scan_leaves_the_first_scan_whole(tmp_path):
     assert host.calls["listAllDomains"] == 0
     assert {g.uuid for g in host.discover().guests} == everyone
     assert len(everyone) > 1
+
+
+def test_a_guest_undefined_while_the_guests_are_listed_is_passed_over(
+    tmp_path,
+):
+    """Nova deletes an instance while every guest is being read: its
+    domain, listed, is gone when its XML is asked (libvirt's no-domain
+    error). It is passed over and the others are read; any other error
+    of libvirt's fails the reading (naming libvirt's words), never taken
+    as a guest gone."""
+    description = helpers.load("m10")
+    uri, sysfs = hostdesc.materialize(description, tmp_path)
+    everyone = {
+        g.uuid for g in helpers.simulated_host("m10").discover().guests
+    }
+    victim = sorted(everyone)[0]
+    real = libvirt.open(uri)
+
+    class Racing:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def listAllDomains(self, flags=0):
+            domains = real.listAllDomains(flags)
+            gone = real.lookupByUUIDString(victim)
+            if gone.isActive():
+                gone.destroy()
+            gone.undefine()
+            return domains
+
+    host = LibvirtHost(uri, sysfs, opener=lambda _uri: Racing())
+    assert {g.uuid for g in host.discover().guests} == everyone - {victim}
+
+    class Failing(Racing):
+        def listAllDomains(self, flags=0):
+            domains = real.listAllDomains(flags)
+            failing = domains[0]
+
+            class Domain:
+                def __getattr__(self, name):
+                    return getattr(failing, name)
+
+                def XMLDesc(self, flags=0):
+                    raise _libvirt_error(libvirt.VIR_ERR_INTERNAL_ERROR)
+
+            return [Domain(), *domains[1:]]
+
+    host = LibvirtHost(uri, sysfs, opener=lambda _uri: Failing())
+    with pytest.raises(HostOperationFailed, match="cannot be read"):
+        host.discover()
+
+
+def _libvirt_error(code):
+    from vgpu_driver.sim.mdev_libvirt import _error
+
+    return _error(code, "internal error: the domain cannot be read")
