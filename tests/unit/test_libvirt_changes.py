@@ -553,3 +553,29 @@ def test_an_mdev_libvirt_cannot_remove_goes_to_sysfs_only_if_unsupported(
             host.remove_mdev(free)
         assert remove.read_text() == ""
         assert free.uuid in {m.uuid for m in host.discover().mdevs}
+
+
+def test_a_parent_whose_sysfs_directory_cannot_be_read_is_listed_again(
+    tmp_path, monkeypatch
+):
+    """Another manager made an mdev (the parent's rooms moved); the
+    parent's sysfs directory, which says which mdev it was, cannot be
+    listed (a hardened host, sysfs not mounted in the container): the
+    mdevs are listed again through libvirt, and the new one is seen."""
+    from vgpu_driver.host import nodedevs
+
+    host, conn = _host(tmp_path)
+    parent = host.discover().parent("pci_0000_87_00_0")
+    real_scandir = nodedevs.os.scandir
+
+    def unreadable(path):
+        if "87:00.0" in str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(nodedevs.os, "scandir", unreadable)
+    made = str(uuidlib.uuid4())
+    conn.nodeDeviceCreateXML(mdev_xml(parent.name, "nvidia-35", made), 0)
+    listed = host.calls["listAllDevices"]
+    assert made in {m.uuid for m in host.discover().mdevs}
+    assert host.calls["listAllDevices"] > listed  # listed again
