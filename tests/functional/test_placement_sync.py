@@ -305,3 +305,69 @@ def test_nvml_figures_and_migration_trait_reach_placement(
         "CUSTOM_VGPU_LIVE_MIGRATION",
         "CUSTOM_VGPU_HOST_NVIDIA_580_105_06",
     } <= traits
+
+
+def test_a_root_nova_made_under_its_own_uuid_is_adopted(
+    placement_url, tmp_path, client
+):
+    """nova-compute made the compute node's provider first, under the
+    compute node's own uuid (not the one this library would pick): the
+    first sync adopts it by name and builds the device providers under
+    it, no second root."""
+    node = Node(placement_url, tmp_path, host_name="m10")
+    nova_uuid = str(uuid.uuid4())
+    client.request(
+        "POST",
+        "/resource_providers",
+        body={"name": node.nodename, "uuid": nova_uuid},
+    )
+    node.sync()
+    found = client.request(
+        "GET", f"/resource_providers?name={node.nodename}"
+    ).body["resource_providers"]
+    assert [p["uuid"] for p in found] == [nova_uuid]
+    view = placement_view(client, node.nodename)
+    assert view[node.nodename][2] == nova_uuid
+    assert view["pci_0000_86_00_0"][3] == nova_uuid
+    assert summary(view)["pci_0000_86_00_0"] == {"VGPU": (16, 0)}
+
+
+def test_a_device_provider_nova_made_meanwhile_is_adopted_by_name(
+    placement_url, tmp_path, client
+):
+    """Between this library's reading of the tree and its create, Nova
+    made a pGPU's provider under the same name and a uuid of its own:
+    Placement refuses the create (409, the name is taken) and the
+    library adopts Nova's provider by its name, setting its inventory;
+    the next sync has nothing to do."""
+    node = Node(placement_url, tmp_path, host_name="m10")
+    name = f"{node.nodename}_pci_0000_86_00_0"
+    nova_uuid = str(uuid.uuid4())
+    real_request = node.syncer.client.request
+
+    def racing(method, url, **kwargs):
+        body = kwargs.get("body") or {}
+        if (method, url, body.get("name")) == (
+            "POST",
+            "/resource_providers",
+            name,
+        ):
+            client.request(
+                "POST",
+                "/resource_providers",
+                body={
+                    "name": name,
+                    "uuid": nova_uuid,
+                    "parent_provider_uuid": body["parent_provider_uuid"],
+                },
+            )
+        return real_request(method, url, **kwargs)
+
+    node.syncer.client.request = racing
+    node.sync()
+    found = client.request("GET", f"/resource_providers?name={name}").body
+    assert [p["uuid"] for p in found["resource_providers"]] == [nova_uuid]
+    view = placement_view(client, node.nodename)
+    assert view["pci_0000_86_00_0"][2] == nova_uuid
+    assert summary(view)["pci_0000_86_00_0"] == {"VGPU": (16, 0)}
+    assert node.sync().requests == 0
