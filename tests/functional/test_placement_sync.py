@@ -371,3 +371,37 @@ def test_a_device_provider_nova_made_meanwhile_is_adopted_by_name(
     assert view["pci_0000_86_00_0"][2] == nova_uuid
     assert summary(view)["pci_0000_86_00_0"] == {"VGPU": (16, 0)}
     assert node.sync().requests == 0
+
+
+def test_a_standard_trait_this_placement_lacks_is_a_clear_error(
+    placement_url, tmp_path, client
+):
+    """A standard trait newer than the Placement service's os-traits
+    (the library's os-traits is ahead): Placement answers "No such
+    trait". Custom names are made again once (Placement may have been
+    restarted empty); a standard one cannot be made, so the write fails
+    at once naming it, not after a run of retries told as conflicts."""
+    from vgpu_driver.exception import PlacementError
+    from vgpu_driver.placement.client import PlacementNameUnknown
+    from vgpu_driver.placement.remote import SyncReport
+
+    node = Node(placement_url, tmp_path, host_name="m10")
+    node.sync()
+    view = placement_view(client, node.nodename)
+    rp = view["pci_0000_86_00_0"][2]
+    sent = []
+    real_request = node.syncer.client.request
+
+    def counting(method, url, **kwargs):
+        sent.append((method, url))
+        return real_request(method, url, **kwargs)
+
+    node.syncer.client.request = counting
+    with pytest.raises(PlacementError) as failed:
+        node.syncer.writer.set_traits(
+            rp, "pci_0000_86_00_0", {"HW_GPU_NOT_YET_A_TRAIT"}, SyncReport()
+        )
+    assert isinstance(failed.value, PlacementNameUnknown)
+    assert "HW_GPU_NOT_YET_A_TRAIT" in str(failed.value)
+    puts = [u for m, u in sent if m == "PUT" and u.endswith("/traits")]
+    assert len(puts) == 2  # sent, then once more after forgetting names
