@@ -15,6 +15,9 @@ class FaultProxy:
         self.target = urlsplit(target)
         self.fail_next = 0
         self.fail_status = 503
+        # the page a load balancer in front of Placement answers with
+        # (haproxy's own, not JSON); None: Placement's JSON error
+        self.fail_html: bytes | None = None
         # paths always answered with fail_status (a policy that forbids)
         self.refuse: set[str] = set()
         self.forwarded = 0
@@ -35,8 +38,11 @@ class FaultProxy:
                 body = self.rfile.read(length) if length else None
                 if fail:
                     payload = b'{"errors": [{"status": 503, "title": "down"}]}'
+                    kind = "application/json"
+                    if proxy.fail_html is not None:
+                        payload, kind = proxy.fail_html, "text/html"
                     self.send_response(proxy.fail_status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", kind)
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)

@@ -262,6 +262,38 @@ def test_retries_back_off_exponentially(placement_url, tmp_path):
         assert waits[3:] == [0.5, 1.0, 2.0]
 
 
+# haproxy's page when no Placement backend answers
+HAPROXY_503 = (
+    b"<html><body><h1>503 Service Unavailable</h1>\n"
+    b"No server is available to handle this request.\n</body></html>\n"
+)
+
+
+def test_a_load_balancer_s_html_answer_is_retried_then_reported(
+    placement_url, tmp_path
+):
+    """In front of Placement, haproxy answers 503 with an HTML page (no
+    JSON): retried as Placement's own 503, and when it lasts, reported
+    with the status and the page's words, never a parsing traceback."""
+    from tests.functional.conftest import placement_conf
+    from vgpu_driver.exception import PlacementUnavailable
+
+    with FaultProxy(placement_url) as proxy:
+        proxy.fail_html = HAPROXY_503
+        client = client_from_conf(placement_conf(proxy.url, tmp_path))
+        client.sleep = lambda _delay: None
+        proxy.fail_next = 2
+        assert client.request("GET", "/resource_providers").status == 200
+        proxy.fail_next = 10
+        with pytest.raises(PlacementUnavailable) as failed:
+            client.request("GET", "/resource_providers")
+        assert "503" in str(failed.value)
+        assert "No server is available" in str(failed.value)
+        proxy.fail_next, proxy.fail_status = 1, 403  # a 4xx page: at once
+        with pytest.raises(PlacementError, match="403"):
+            client.request("GET", "/resource_providers")
+
+
 def test_sync_json_and_change_log(placement_url, tmp_path, capsys):
     import json
 
