@@ -15,9 +15,10 @@ class FaultProxy:
         self.target = urlsplit(target)
         self.fail_next = 0
         self.fail_status = 503
-        # the page a load balancer in front of Placement answers with
-        # (haproxy's own, not JSON); None: Placement's JSON error
-        self.fail_html: bytes | None = None
+        # (body, content type) another server answers with in front of
+        # Placement (a load balancer's HTML page, keystonemiddleware's
+        # JSON); None: Placement's own JSON error
+        self.fail_page: tuple[bytes, str] | None = None
         # paths always answered with fail_status (a policy that forbids)
         self.refuse: set[str] = set()
         self.forwarded = 0
@@ -39,8 +40,8 @@ class FaultProxy:
                 if fail:
                     payload = b'{"errors": [{"status": 503, "title": "down"}]}'
                     kind = "application/json"
-                    if proxy.fail_html is not None:
-                        payload, kind = proxy.fail_html, "text/html"
+                    if proxy.fail_page is not None:
+                        payload, kind = proxy.fail_page
                     self.send_response(proxy.fail_status)
                     self.send_header("Content-Type", kind)
                     self.send_header("Content-Length", str(len(payload)))

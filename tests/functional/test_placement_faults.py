@@ -269,17 +269,24 @@ HAPROXY_503 = (
 )
 
 
+KEYSTONE_401 = (
+    b'{"error": {"code": 401, "title": "Unauthorized", "message": "The '
+    b'request you have made requires authentication."}}'
+)
+
+
 def test_a_load_balancer_s_html_answer_is_retried_then_reported(
     placement_url, tmp_path
 ):
     """In front of Placement, haproxy answers 503 with an HTML page (no
     JSON): retried as Placement's own 503, and when it lasts, reported
-    with the status and the page's words, never a parsing traceback."""
+    with the status and the page's words, never a parsing traceback; a
+    4xx page, or keystonemiddleware's JSON refusal, at once."""
     from tests.functional.conftest import placement_conf
     from vgpu_driver.exception import PlacementUnavailable
 
     with FaultProxy(placement_url) as proxy:
-        proxy.fail_html = HAPROXY_503
+        proxy.fail_page = (HAPROXY_503, "text/html")
         client = client_from_conf(placement_conf(proxy.url, tmp_path))
         client.sleep = lambda _delay: None
         proxy.fail_next = 2
@@ -291,6 +298,11 @@ def test_a_load_balancer_s_html_answer_is_retried_then_reported(
         assert "No server is available" in str(failed.value)
         proxy.fail_next, proxy.fail_status = 1, 403  # a 4xx page: at once
         with pytest.raises(PlacementError, match="403"):
+            client.request("GET", "/resource_providers")
+        # keystonemiddleware's refusal: JSON, but not Placement's errors
+        proxy.fail_page = (KEYSTONE_401, "application/json")
+        proxy.fail_next, proxy.fail_status = 1, 401
+        with pytest.raises(PlacementError, match=r"401.*\[placement\]"):
             client.request("GET", "/resource_providers")
 
 
