@@ -302,8 +302,10 @@ def test_a_load_balancer_s_html_answer_is_retried_then_reported(
         # keystonemiddleware's refusal: JSON, but not Placement's errors
         proxy.fail_page = (KEYSTONE_401, "application/json")
         proxy.fail_next, proxy.fail_status = 1, 401
-        with pytest.raises(PlacementError, match=r"401.*\[placement\]"):
+        with pytest.raises(PlacementError, match=r"401.*\[placement\]") as no:
             client.request("GET", "/resource_providers")
+        assert "requires authentication" in str(no.value)
+        assert "{" not in str(no.value)  # its words, not its JSON
 
 
 def test_sync_json_and_change_log(placement_url, tmp_path, capsys):

@@ -62,6 +62,11 @@ class Response:
         if isinstance(self.body, dict) and self.body.get("errors"):
             first = self.body["errors"][0]
             return str(first.get("detail") or first.get("title") or "")
+        if isinstance(self.body, dict) and isinstance(
+            self.body.get("error"), dict
+        ):
+            # keystonemiddleware's refusal, in front of Placement
+            return str(self.body["error"].get("message") or "")
         return str(self.body)[:200]
 
 
