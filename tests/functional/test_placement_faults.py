@@ -11,7 +11,7 @@ import pytest
 
 from tests.functional.fault_proxy import FaultProxy
 from tests.helpers import PlacementNode as Node
-from tests.helpers import placement_conf, placement_view
+from tests.helpers import placement_conf, placement_view, summary
 from vgpu_driver.cmd import main as cli
 from vgpu_driver.exception import (
     PlacementConfigInvalid,
@@ -425,6 +425,30 @@ def test_a_trait_deleted_behind_the_client_s_back_is_made_again(
     node.sync()
     view = placement_view(client, node.nodename)
     assert trait in view["pci_0000_84_00_0"][1]
+    assert node.syncer.client.statuses[400] == 1  # the one that told
+
+
+def test_a_resource_class_deleted_behind_the_client_s_back_is_made_again(
+    placement_url, tmp_path, client
+):
+    """The same for a custom resource class: the mlx5 type's class is
+    deleted once nothing uses it; the client still believes in it, and
+    Placement's 400 ("Unknown resource class") makes it create the class
+    again and the inventory write succeed on the next attempt."""
+    rc = f"CUSTOM_MLX5_{uuid.uuid4().hex[:8].upper()}"  # this test's
+    node = Node(placement_url, tmp_path)
+    config = node.description.config.replace("CUSTOM_MLX5", rc)
+    node.configure(config)
+    node.sync()
+    without = config.replace("mlx5_core-local", "mlx5_core-none")
+    node.configure(without)
+    node.sync()
+    assert rc not in str(placement_view(client, node.nodename))
+    client.request("DELETE", f"/resource_classes/{rc}", ok=(204,))
+    node.configure(config)
+    node.sync()
+    view = placement_view(client, node.nodename)
+    assert summary(view)["pci_0000_3b_00_0"] == {rc: (64, 0)}
     assert node.syncer.client.statuses[400] == 1  # the one that told
 
 
