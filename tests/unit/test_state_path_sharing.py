@@ -79,6 +79,22 @@ def test_a_first_save_never_writes_over_records_it_did_not_read(tmp_path):
     assert second.load("claims", {}) == {"theirs": 1}
 
 
+def test_a_first_save_goes_on_where_another_made_only_the_directory(
+    tmp_path,
+):
+    """The other process made the directory (and its lock) but recorded
+    nothing: there is nothing this one did not read, and its first save
+    is made."""
+    directory = tmp_path / "state"
+    first = StateStore(directory)
+    with first.locked():
+        assert first.load("claims", {}) == {}
+        directory.mkdir()  # another process, between the read and the save
+        (directory / ".lock").touch()
+        first.save("claims", {"mine": 1})
+    assert StateStore(directory).load("claims", {}) == {"mine": 1}
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
 def test_what_root_writes_belongs_to_the_owner_of_state_path(tmp_path):
     """restore or audit --fix run as root beside a service running as
