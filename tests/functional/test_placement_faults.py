@@ -260,6 +260,9 @@ def test_retries_back_off_exponentially(placement_url, tmp_path):
         with pytest.raises(PlacementUnavailable, match="4 attempts"):
             client.request("GET", "/resource_providers")
         assert waits[3:] == [0.5, 1.0, 2.0]
+        proxy.fail_next, proxy.fail_status = 1, 500  # Placement's own bug
+        assert client.request("GET", "/resource_providers").status == 200
+        assert waits[6:] == [0.5]
 
 
 # haproxy's page when no Placement backend answers
@@ -396,6 +399,7 @@ def test_a_4xx_answer_is_not_retried_and_is_reported_as_itself(
 ):
     from tests.helpers import placement_conf
     from vgpu_driver.exception import PlacementError, PlacementUnavailable
+    from vgpu_driver.placement.client import PlacementNameUnknown
 
     client = client_from_conf(placement_conf(placement_url, tmp_path))
     missing = str(uuid.uuid4())
@@ -404,6 +408,14 @@ def test_a_4xx_answer_is_not_retried_and_is_reported_as_itself(
     assert not isinstance(caught.value, PlacementUnavailable)
     assert "404" in str(caught.value) and missing in str(caught.value)
     assert client.statuses[404] == 1  # asked once
+    # a 400 that names no unknown class or trait: itself, at once, and
+    # what the client knows of Placement's names is kept
+    client.ensure_traits({"CUSTOM_KEPT_KNOWN"})
+    with pytest.raises(PlacementError) as caught:
+        client.request("PUT", "/traits/not-a-custom-trait", ok=(201, 204))
+    assert not isinstance(caught.value, PlacementNameUnknown)
+    assert "400" in str(caught.value) and client.statuses[400] == 1
+    assert "CUSTOM_KEPT_KNOWN" in client._known_traits
 
 
 def test_a_trait_deleted_behind_the_client_s_back_is_made_again(
