@@ -11,7 +11,7 @@ import pytest
 
 from tests.functional.fault_proxy import FaultProxy
 from tests.helpers import PlacementNode as Node
-from tests.helpers import placement_conf, placement_view, summary
+from tests.helpers import placement_conf, placement_view
 from vgpu_driver.cmd import main as cli
 from vgpu_driver.exception import (
     PlacementConfigInvalid,
@@ -418,49 +418,40 @@ def test_a_4xx_answer_is_not_retried_and_is_reported_as_itself(
     assert "CUSTOM_KEPT_KNOWN" in client._known_traits
 
 
-def test_a_trait_deleted_behind_the_client_s_back_is_made_again(
-    placement_url, tmp_path, client
+@pytest.mark.parametrize(
+    ("kind", "template", "unused", "provider"),
+    [
+        # a trait the pGPU's type gives, then no longer
+        ("traits", "CUSTOM_GOLD", ("traits = {}\n", ""), "pci_0000_84_00_0"),
+        # the mlx5 type's custom class ("Unknown resource class"), the
+        # type then not enabled
+        (
+            "resource_classes",
+            "CUSTOM_MLX5",
+            ("mlx5_core-local", "mlx5_core-none"),
+            "pci_0000_3b_00_0",
+        ),
+    ],
+)
+def test_a_name_deleted_behind_the_client_s_back_is_made_again(
+    placement_url, tmp_path, client, kind, template, unused, provider
 ):
     """Without a re-read of Placement, the client still believes in a
-    trait someone deleted: the 400 naming it makes it forget what it knew
-    and the write succeeds on the next attempt."""
-    trait = f"CUSTOM_GOLD_{uuid.uuid4().hex[:8].upper()}"  # this test's
+    custom trait or resource class someone deleted once nothing used it:
+    the 400 naming it makes it forget what it knew, and the write
+    succeeds on the next attempt."""
+    name = f"{template}_{uuid.uuid4().hex[:8].upper()}"  # this test's
     node = Node(placement_url, tmp_path)
-    config = node.description.config.replace("CUSTOM_GOLD", trait)
+    config = node.description.config.replace(template, name)
     node.configure(config)
     node.sync()
-    node.configure(config.replace(f"traits = {trait}\n", ""))
+    node.configure(config.replace(unused[0].format(name), unused[1]))
     node.sync()
-    assert trait not in str(placement_view(client, node.nodename))
-    client.request("DELETE", f"/traits/{trait}", ok=(204,))
+    assert name not in str(placement_view(client, node.nodename))
+    client.request("DELETE", f"/{kind}/{name}", ok=(204,))
     node.configure(config)
     node.sync()
-    view = placement_view(client, node.nodename)
-    assert trait in view["pci_0000_84_00_0"][1]
-    assert node.syncer.client.statuses[400] == 1  # the one that told
-
-
-def test_a_resource_class_deleted_behind_the_client_s_back_is_made_again(
-    placement_url, tmp_path, client
-):
-    """The same for a custom resource class: the mlx5 type's class is
-    deleted once nothing uses it; the client still believes in it, and
-    Placement's 400 ("Unknown resource class") makes it create the class
-    again and the inventory write succeed on the next attempt."""
-    rc = f"CUSTOM_MLX5_{uuid.uuid4().hex[:8].upper()}"  # this test's
-    node = Node(placement_url, tmp_path)
-    config = node.description.config.replace("CUSTOM_MLX5", rc)
-    node.configure(config)
-    node.sync()
-    without = config.replace("mlx5_core-local", "mlx5_core-none")
-    node.configure(without)
-    node.sync()
-    assert rc not in str(placement_view(client, node.nodename))
-    client.request("DELETE", f"/resource_classes/{rc}", ok=(204,))
-    node.configure(config)
-    node.sync()
-    view = placement_view(client, node.nodename)
-    assert summary(view)["pci_0000_3b_00_0"] == {rc: (64, 0)}
+    assert name in str(placement_view(client, node.nodename)[provider])
     assert node.syncer.client.statuses[400] == 1  # the one that told
 
 
