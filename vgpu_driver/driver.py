@@ -244,8 +244,8 @@ class VgpuDriver(InstanceMoves):
         lifecycle callback (a compute service has one; else
         ``LibvirtHost.watch_domain_events`` registers one). The next
         bind, query or discovery re-reads that guest alone (forgets it
-        when it is gone). Safe from libvirt's event thread: no lock, no call,
-        no logging."""
+        when it is gone). Safe from libvirt's event thread: no lock, no
+        call, no logging."""
         self.host.domain_event(instance_uuid, defined)
 
     def free_mdevs(

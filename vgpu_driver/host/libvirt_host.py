@@ -250,9 +250,9 @@ class LibvirtHost:
     def domain_event(self, uuid: str, defined: bool) -> None:
         """libvirt reported the domain defined (or changed), started or
         stopped, or undefined (``defined`` False), by anyone: the next
-        discovery re-reads it (or forgets it). Safe to
-        call from libvirt's event thread: it takes no lock, calls nothing
-        and logs nothing."""
+        discovery re-reads it (or forgets it). Safe to call from
+        libvirt's event thread: it takes no lock, calls nothing and logs
+        nothing."""
         self.guests.domain_event(uuid, defined)
 
     def guests_changed(self) -> bool:
