@@ -275,6 +275,19 @@ def test_unplugged_device_with_placement_allocations_is_reserved(driver_for):
     assert "pci_0000_85_00_0" not in found
 
 
+# m10's 84 switched from nvidia-35 to nvidia-36 (``nvidia_35``: more of
+# nvidia-35's section, still on 85)
+SWITCHED_84 = """
+    [devices]
+    enabled_mdev_types = nvidia-35,nvidia-36
+    [mdev_nvidia-35]
+    device_addresses = 0000:85:00.0
+    {nvidia_35}
+    [mdev_nvidia-36]
+    device_addresses = 0000:84:00.0,0000:86:00.0
+"""
+
+
 def test_type_change_keeps_provider_reserved_until_empty(
     driver_for, make_conf
 ):
@@ -282,15 +295,7 @@ def test_type_change_keeps_provider_reserved_until_empty(
     host = SimulatedHost(description)
     tree = new_tree()
     providers(driver_for("m10", host=host), tree)
-    switched = """
-        [devices]
-        enabled_mdev_types = nvidia-35,nvidia-36
-        [mdev_nvidia-35]
-        device_addresses = 0000:85:00.0
-        [mdev_nvidia-36]
-        device_addresses = 0000:84:00.0,0000:86:00.0
-    """
-    driver = driver_for("m10", switched, host)
+    driver = driver_for("m10", SWITCHED_84.format(nvidia_35=""), host)
     found = providers(driver, tree)
     assert summary(found)["pci_0000_84_00_0"] == ("VGPU", 1, 1)
     assert "CUSTOM_NVIDIA_35" in found["pci_0000_84_00_0"]["traits"]
@@ -317,15 +322,7 @@ def test_a_type_changed_in_use_keeps_the_class_it_was_allocated_in(
     host = SimulatedHost(helpers.load("m10"))
     tree = new_tree()
     providers(driver_for("m10", host=host), tree)
-    switched = """
-        [devices]
-        enabled_mdev_types = nvidia-35,nvidia-36
-        [mdev_nvidia-35]
-        device_addresses = 0000:85:00.0
-        mdev_class = CUSTOM_OLD
-        [mdev_nvidia-36]
-        device_addresses = 0000:84:00.0,0000:86:00.0
-    """
+    switched = SWITCHED_84.format(nvidia_35="mdev_class = CUSTOM_OLD")
     found = summary(providers(driver_for("m10", switched, host), tree))
     assert found["pci_0000_84_00_0"] == ("VGPU", 1, 1)
     assert found["pci_0000_85_00_0"] == ("CUSTOM_OLD", 4, 0)

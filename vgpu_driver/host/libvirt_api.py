@@ -75,7 +75,6 @@ class LibvirtApi:
             getattr(module, "VIR_FROM_RPC", 7),
         )
         self.event_lifecycle = module.VIR_DOMAIN_EVENT_ID_LIFECYCLE
-        self.event_defined = module.VIR_DOMAIN_EVENT_DEFINED
         self.event_undefined = module.VIR_DOMAIN_EVENT_UNDEFINED
         # a transient guest (``virsh create``) is never defined: it says
         # STARTED and STOPPED alone; either makes its domain read again
