@@ -10,6 +10,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import libvirt
 from oslo_config import cfg
@@ -88,7 +89,7 @@ def check_domain_events_keep_guests_current(host: LibvirtHost) -> None:
     before = host.discover()
     free = "e905c06b-d33d-55fa-b0e1-6654dc764fac"
     assert free not in before.mdev_users()
-    callback = host.watch_domain_events()
+    callbacks = host.watch_domain_events()
     conn = host.connection()
     domain = conn.defineXML(
         "<domain type='test'><name>late</name>"
@@ -120,7 +121,26 @@ def check_domain_events_keep_guests_current(host: LibvirtHost) -> None:
     transient.destroy()
     _until(lambda: free not in host.discover().mdev_users(), "STOPPED")
     assert host.calls["listAllDomains"] == 0  # never rescanned
-    conn.domainEventDeregisterAny(callback)
+    for callback in callbacks:
+        conn.domainEventDeregisterAny(callback)
+
+
+class RecordingConnection:
+    """A real test-driver connection whose domain event registrations
+    are recorded, never made."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self.callbacks: dict[int, Any] = {}
+
+    def domainEventRegisterAny(
+        self, dom: Any, event: int, callback: Any, opaque: Any
+    ) -> int:
+        self.callbacks[event] = callback
+        return event
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
 
 
 class FileBackedHost(SimulatedHost):

@@ -175,6 +175,23 @@ def test_stock_nova_loads_the_driver_by_its_compute_driver_name():
     assert "vgpu_driver.nova.driver LibvirtDriver" in out
 
 
+def _nova_driver_over(nova):
+    """The integration's Nova driver, its adapter the one on the test
+    driver's host (its tree reported once), and the events Nova queues
+    for itself."""
+    from nova.virt import fake
+
+    from vgpu_driver.nova import driver as vgpu_nova
+
+    adapter, tree, _root = nova
+    adapter.update_provider_tree(tree, NODE)
+    driver = vgpu_nova.LibvirtDriver(fake.FakeVirtAPI(), False)
+    driver._vgpu_adapter = adapter
+    queued = []
+    driver._host._event_handler._queue_event = queued.append
+    return adapter, driver, queued
+
+
 def test_nova_s_lifecycle_callback_tells_the_library_of_a_hand_made_guest(
     nova,
 ):
@@ -184,16 +201,8 @@ def test_nova_s_lifecycle_callback_tells_the_library_of_a_hand_made_guest(
     a transient guest (``virsh create``) the same through its STARTED and
     STOPPED events."""
     from nova.virt import event as virtevent
-    from nova.virt import fake
 
-    from vgpu_driver.nova import driver as vgpu_nova
-
-    adapter, tree, _root = nova
-    adapter.update_provider_tree(tree, NODE)
-    driver = vgpu_nova.LibvirtDriver(fake.FakeVirtAPI(), False)
-    driver._vgpu_adapter = adapter  # the one on the test-driver host
-    queued = []
-    driver._host._event_handler._queue_event = queued.append
+    adapter, driver, queued = _nova_driver_over(nova)
     callback = driver._host._event_lifecycle_callback  # what Nova registers
     conn = adapter.driver.host.connection()
     assert FREE_ON_86 in adapter.free_mdevs(None)
@@ -234,6 +243,46 @@ def test_nova_s_lifecycle_callback_tells_the_library_of_a_hand_made_guest(
         conn, transient, libvirt.VIR_DOMAIN_EVENT_STOPPED, 0, driver._host
     )
     assert FREE_ON_86 in adapter.free_mdevs(None)
+
+
+def test_nova_s_connections_tell_the_library_of_devices_hot_plugged(nova):
+    """On each connection Nova's Host makes: a device plugged into a
+    running guest by hand (DEVICE_ADDED, which Nova does not register)
+    takes its mdev off the free list, one unplugged (DEVICE_REMOVED,
+    Nova's callback) puts it back, and Nova still gets its own event.
+    The test driver cannot hot-plug: the guest is defined again with and
+    without the mdev, and the registered callbacks are called as
+    libvirt's event thread would."""
+    from nova.virt.libvirt import event as libvirtevent
+
+    adapter, driver, queued = _nova_driver_over(nova)
+    conn = helpers.RecordingConnection(adapter.driver.host.connection())
+    driver._host._connect = lambda uri, read_only: conn
+    assert driver._host._get_new_connection() is conn
+    assert FREE_ON_86 in adapter.free_mdevs(None)  # every guest read
+    guest = (
+        "<domain type='test'><name>hot-plugged</name>"
+        "<uuid>77777777-0000-0000-0000-000000000004</uuid>"
+        "<memory>65536</memory><os><type>hvm</type></os><devices>{}"
+        "</devices></domain>"
+    )
+    domain = conn.defineXML(
+        guest.format(
+            "<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"
+            f"<source><address uuid='{FREE_ON_86}'/></source></hostdev>"
+        )
+    )
+    assert FREE_ON_86 in adapter.free_mdevs(None)  # no event yet
+    conn.callbacks[libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_ADDED](
+        conn, domain, "hostdev0", None
+    )
+    assert FREE_ON_86 not in adapter.free_mdevs(None)
+    conn.defineXML(guest.format(""))
+    conn.callbacks[libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED](
+        conn, domain, "hostdev0", driver._host
+    )
+    assert FREE_ON_86 in adapter.free_mdevs(None)
+    assert [type(e) for e in queued] == [libvirtevent.DeviceRemovedEvent]
 
 
 def test_nova_s_start_up_drops_bind_claims_of_instances_it_no_longer_has(

@@ -6,18 +6,21 @@ read through its object: one call, not a lookup and a read; those of
 the last guests seen gone are kept for one defined again), the domain
 events waiting to be applied, and when each domain was last re-read.
 Every guest is read on the first reading that wants them, and again
-only when asked (a service's start), after a lost connection (events
-were missed), or when another process changed the claims. In between it
-stays right because every change to a guest's devices goes through the
-library (:meth:`note`, :meth:`forget`, :meth:`refresh`) or is reported
-by libvirt's lifecycle events (:meth:`domain_event`), which make the
-next reading re-read that one domain.
+when asked (a service's start), after a lost connection (events were
+missed), when another process changed the claims, and as a safety net
+every ``rescan_interval`` seconds (an event the caller never passed on).
+In between it stays right because every change to a guest's devices
+goes through the library (:meth:`note`, :meth:`forget`,
+:meth:`refresh`) or is reported by libvirt's lifecycle and device
+events (:meth:`domain_event`), which make the next reading re-read that
+one domain.
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
+import time
 from typing import Any
 
 from oslo_log import log as logging
@@ -34,9 +37,11 @@ GONE_KEPT = 64
 
 
 class Guests:
-    def __init__(self, link: Connection) -> None:
+    def __init__(self, link: Connection, rescan_interval: float) -> None:
         self.link = link
         self.known: dict[str, Guest] | None = None  # None: never scanned
+        self.rescan_interval = rescan_interval
+        self.scanned_at = float("-inf")  # time.monotonic() of the last scan
         self.dirty = True  # changed since the adapter's last reading
         # after a lost connection: every guest is read again
         self.rescan = False
@@ -66,9 +71,19 @@ class Guests:
     def _rescan_next(self) -> None:
         self.rescan = True
 
+    def scan_due(self) -> bool:
+        """Are the guests to be read whole now (never read, the connection
+        lost since, or the safety net's interval passed)?"""
+        return (
+            self.known is None
+            or self.rescan
+            or time.monotonic() - self.scanned_at >= self.rescan_interval
+        )
+
     def scan(self, conn: Any) -> None:
         """Read every domain (what the waiting events said, and more)."""
         self.rescan = False
+        self.scanned_at = time.monotonic()
         self._take_events()
         self._read_at.clear()
         guests: dict[str, Guest] = {}
@@ -221,15 +236,16 @@ class Guests:
                 return latest
             latest[uuid] = (seq, defined)
 
-    def watch(self) -> int:
-        """Register a lifecycle callback feeding :meth:`domain_event`:
-        a domain defined, started or stopped is read again (a transient
-        guest, never defined, sends only the last two: stopped, it is
-        gone and forgotten), one undefined forgotten. Returns the
-        callback id."""
+    def watch(self) -> list[int]:
+        """Register the callbacks feeding :meth:`domain_event`: a domain
+        defined, started or stopped is read again (a transient guest,
+        never defined, sends only the last two: stopped, it is gone and
+        forgotten), one undefined forgotten, and one a device was plugged
+        into or unplugged from while it runs read again. Returns the
+        callback ids."""
         api = self.link.api
 
-        def on_event(
+        def on_lifecycle(
             _conn: Any, domain: Any, event: int, _detail: int, _opaque: Any
         ) -> None:
             if event == api.event_undefined:
@@ -237,8 +253,20 @@ class Guests:
             elif event in api.event_reread:
                 self.domain_event(domain.UUIDString(), True)
 
-        return int(
-            self.link.get().domainEventRegisterAny(
-                None, api.event_lifecycle, on_event, None
-            )
-        )
+        def on_device(
+            _conn: Any, domain: Any, _alias: str, _opaque: Any
+        ) -> None:
+            self.domain_event(domain.UUIDString(), True)
+
+        conn = self.link.get()
+        return [
+            int(
+                conn.domainEventRegisterAny(
+                    None, api.event_lifecycle, on_lifecycle, None
+                )
+            ),
+            *(
+                int(conn.domainEventRegisterAny(None, event, on_device, None))
+                for event in api.event_devices
+            ),
+        ]

@@ -24,6 +24,11 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
+# libvirt's VIR_DOMAIN_EVENT_ID_DEVICE_ADDED (since 1.2.20), for a binding
+# that does not name it (Nova's fake libvirt of its functional tests)
+DEVICE_ADDED = 19
+
+
 class LibvirtApi:
     """The libvirt binding in use: libvirt-python, or the module a caller
     already uses (a compute service's own, or its test double). Only the
@@ -82,6 +87,12 @@ class LibvirtApi:
             module.VIR_DOMAIN_EVENT_DEFINED,
             module.VIR_DOMAIN_EVENT_STARTED,
             module.VIR_DOMAIN_EVENT_STOPPED,
+        )
+        # a device plugged into or unplugged from a running guest (``virsh
+        # attach-device --live``) sends no lifecycle event: these do
+        self.event_devices = (
+            getattr(module, "VIR_DOMAIN_EVENT_ID_DEVICE_ADDED", DEVICE_ADDED),
+            getattr(module, "VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED", 15),
         )
 
     def connection_lost(self, exc: Exception) -> bool:

@@ -1,7 +1,9 @@
 """The part of the Nova driver every other part builds on: the library's
-adapter, made once Nova's host connection exists; Nova's lifecycle
-callback, which also tells the library of guests defined or undefined
-by anyone; and which instance the operation in progress binds for."""
+adapter, made once Nova's host connection exists; Nova's lifecycle and
+device-removed callbacks, which also tell the library of guests defined,
+undefined or unplugged from by anyone, and a device-added callback of
+ours on each of Nova's connections (hot-plug); and which instance the
+operation in progress binds for."""
 
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ check_nova_version(metadata.version("nova"))
 
 LOG = logging.getLogger(__name__)
 CONF = nova_driver.CONF
+# libvirt's VIR_DOMAIN_EVENT_ID_DEVICE_ADDED, which Nova's fake libvirt
+# (its functional tests) does not name
+DEVICE_ADDED = 19
 
 # The instance whose devices are being bound by the operation in progress
 # (spawn, hard reboot, resize): Nova's _allocate_mdevs does not say.
@@ -66,6 +71,13 @@ class VgpuBase(nova_driver.LibvirtDriver):
         # operator's virsh define or create included), then hands the
         # event to Nova's.
         self._host._event_lifecycle_callback = self._vgpu_lifecycle_event
+        # A device plugged into a running guest (virsh attach-device
+        # --live) sends DEVICE_ADDED alone, which Nova does not register:
+        # ours is, on each connection Nova makes; DEVICE_REMOVED is Nova's,
+        # wrapped as the lifecycle callback is.
+        self._host._event_device_removed_callback = self._vgpu_device_removed
+        self._nova_new_connection = self._host._get_new_connection
+        self._host._get_new_connection = self._vgpu_new_connection
 
     def _vgpu_lifecycle_event(
         self, conn: Any, dom: Any, event: int, detail: int, opaque: Any
@@ -87,6 +99,43 @@ class VgpuBase(nova_driver.LibvirtDriver):
         nova_host.Host._event_lifecycle_callback(
             conn, dom, event, detail, opaque
         )
+
+    def _vgpu_device_event(
+        self, conn: Any, dom: Any, dev: str, opaque: Any
+    ) -> None:
+        # libvirt's native event thread, as above
+        adapter = self._vgpu_adapter
+        if adapter is not None:
+            adapter.domain_event(dom.UUIDString(), True)
+
+    def _vgpu_device_removed(
+        self, conn: Any, dom: Any, dev: str, opaque: Any
+    ) -> None:
+        self._vgpu_device_event(conn, dom, dev, opaque)
+        nova_host.Host._event_device_removed_callback(conn, dom, dev, opaque)
+
+    def _vgpu_new_connection(self) -> Any:
+        # called by Nova's Host with its connection lock held
+        conn = self._nova_new_connection()
+        try:
+            conn.domainEventRegisterAny(
+                None,
+                getattr(
+                    nova_host.libvirt,
+                    "VIR_DOMAIN_EVENT_ID_DEVICE_ADDED",
+                    DEVICE_ADDED,
+                ),
+                self._vgpu_device_event,
+                None,
+            )
+        except Exception as exc:  # as Nova treats its own registrations
+            LOG.warning(
+                "libvirt connection gives no device-added events (%s): a "
+                "device hot-plugged into a guest by hand is seen at the "
+                "next full reading of the guests",
+                exc,
+            )
+        return conn
 
     # -- the adapter, made once Nova's host connection exists ----------
 

@@ -1,0 +1,100 @@
+"""A device plugged into or unplugged from a running guest (``virsh
+attach-device --live``, ``detach-device``) sends libvirt's DEVICE_ADDED
+or DEVICE_REMOVED, no lifecycle event: the watcher re-reads that guest
+on them. A change no event told of is seen when the safety net's interval
+has passed (every guest read again), not before.
+
+libvirt's test driver cannot hot-plug (``virDomainAttachDeviceFlags`` is
+unsupported), so the guest's XML is changed by defining it again on a
+connection whose event registrations are only recorded (no lifecycle
+event reaches the library), and the device events are delivered by
+calling what was registered, as libvirt's event thread would."""
+
+from __future__ import annotations
+
+import libvirt
+import pytest
+
+from tests import helpers
+from tests.helpers import RecordingConnection, new_tree
+from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.host.libvirt_host import LibvirtHost
+from vgpu_driver.sim import description as hostdesc
+
+FREE = "e905c06b-d33d-55fa-b0e1-6654dc764fac"  # a free mdev on m10
+UUID = "77777777-0000-0000-0000-000000000011"
+
+
+def _guest(with_mdev: bool, mdev: str = FREE) -> str:
+    hostdev = (
+        "<hostdev mode='subsystem' type='mdev' model='vfio-pci'>"
+        f"<source><address uuid='{mdev}'/></source></hostdev>"
+        if with_mdev
+        else ""
+    )
+    return (
+        f"<domain type='test'><name>hotplug</name><uuid>{UUID}</uuid>"
+        "<memory>65536</memory><os><type>hvm</type></os>"
+        f"<devices>{hostdev}</devices></domain>"
+    )
+
+
+@pytest.fixture
+def host(tmp_path):
+    uri, sysfs = hostdesc.materialize(helpers.load("m10"), tmp_path)
+    conn = RecordingConnection(libvirt.open(uri))
+    conn.defineXML(_guest(with_mdev=False))
+    host = LibvirtHost(uri, sysfs, connect=lambda: conn, api=libvirt)
+    assert FREE not in host.discover().mdev_users()
+    return host, conn
+
+
+def test_a_device_hot_plugged_or_unplugged_is_seen_through_its_event(host):
+    host, conn = host
+    host.watch_domain_events()
+    domain = conn.lookupByUUIDString(UUID)
+    host.calls.clear()
+    conn.defineXML(_guest(with_mdev=True))  # as attach-device --live
+    assert FREE not in host.discover().mdev_users()  # no event yet
+    conn.callbacks[libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_ADDED](
+        conn, domain, "hostdev0", None
+    )
+    assert host.discover().mdev_users()[FREE] == UUID
+    conn.defineXML(_guest(with_mdev=False))  # as detach-device --live
+    conn.callbacks[libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED](
+        conn, domain, "hostdev0", None
+    )
+    assert FREE not in host.discover().mdev_users()
+    assert host.calls["listAllDomains"] == 0  # that guest alone re-read
+
+
+def test_a_change_no_event_told_of_is_seen_after_the_safety_interval(host):
+    host, conn = host
+    conn.defineXML(_guest(with_mdev=True))
+    host.calls.clear()
+    assert FREE not in host.discover().mdev_users()
+    assert host.calls["listAllDomains"] == 0  # within the interval
+    host.guests.scanned_at -= host.guests.rescan_interval
+    assert host.discover().mdev_users()[FREE] == UUID
+    assert host.calls["listAllDomains"] == 1
+
+
+def test_the_service_stops_handing_out_an_mdev_an_unseen_guest_took(
+    make_conf, tmp_path
+):
+    """Through the service: the binder's free list follows the safety
+    net's reading (a guest defined where no event reached the library)."""
+    description = helpers.load("m10")
+    host = helpers.libvirt_host(description, tmp_path / "host")
+    conf = make_conf(description.config)
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    driver = VgpuDriver(conf, host)
+    driver.init_host([])
+    free = sorted(driver.free_mdevs())[0]
+    host.connection().defineXML(_guest(with_mdev=True, mdev=free))
+    driver.update_provider_tree(new_tree(), "node1")
+    assert free in driver.free_mdevs()  # no event: not known yet
+    host.guests.scanned_at -= host.guests.rescan_interval
+    driver.update_provider_tree(new_tree(), "node1")
+    assert free not in driver.free_mdevs()
+    assert driver.instance_devices()[UUID]["in_use"] == [free]
