@@ -582,7 +582,8 @@ def test_any_one_change_of_another_manager_reads_as_a_new_adapter_does(
 
     rng = random.Random(seed)
     host, conn = _host(tmp_path / "host")
-    parents = host.discover(rescan_guests=True).parents
+    last = host.discover(rescan_guests=True)
+    parents = last.parents
     theirs = {}
     done = Counter()
 
@@ -624,7 +625,13 @@ def test_any_one_change_of_another_manager_reads_as_a_new_adapter_does(
             else:
                 conn.gone.add(mdev.name())
         afresh = LibvirtHost(host.uri, host.sysfs.root, connection=conn)
-        assert host.discover() == afresh.discover(rescan_guests=True)
+        now = host.discover()
+        assert now == afresh.discover(rescan_guests=True)
+        if now is not last:  # a new reading: a generation never seen
+            assert now.generation > last.generation
+            if now.device_changes is not None:  # followed from the last
+                assert now.device_changes[0] == last.generation
+        last = now
     assert done["made"] > 5 and done["refused"]
 
 

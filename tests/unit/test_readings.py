@@ -37,3 +37,15 @@ def test_vfs_enabled_on_a_gpu_given_as_it_is_are_read(tmp_path):
     assert host.discover().plain_gpus == ()
     numvfs.write_text("16\n")
     assert host.discover().plain_gpus == (gpu,)
+
+
+def test_guests_read_on_a_host_without_any_are_known_read(tmp_path):
+    """A first reading without the guests, then one that reads them on
+    a host that has none: the same devices and no guest either way, but
+    only the second knows there is none."""
+    host = helpers.libvirt_host(helpers.load("gvtg"), tmp_path)
+    lazy = host.discover(guests=False)
+    assert not lazy.guests_known and lazy.guests == ()
+    read = host.discover()
+    assert read.guests_known and read.guests == ()
+    assert read.generation > lazy.generation
