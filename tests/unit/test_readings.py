@@ -20,10 +20,12 @@ def test_a_card_nvml_finds_faulty_while_the_service_runs_is_read(tmp_path):
     assert first.nvml is not None and health.unhealthy(first) == {}
     description.pfs[0].fault = "rows_failed"
     faulty = host.discover()
-    assert faulty is not first
+    assert faulty.generation > first.generation
     assert "failed to remap" in health.unhealthy(faulty)[RTX]
     description.pfs[0].fault = None
-    assert health.unhealthy(host.discover()) == {}
+    cleared = host.discover()
+    assert health.unhealthy(cleared) == {}
+    assert cleared.generation > faulty.generation
 
 
 def test_vfs_enabled_on_a_gpu_given_as_it_is_are_read(tmp_path):
@@ -31,12 +33,16 @@ def test_vfs_enabled_on_a_gpu_given_as_it_is_are_read(tmp_path):
     while the service runs."""
     host = helpers.libvirt_host(helpers.load("amd-mxgpu"), tmp_path)
     numvfs = tmp_path / "sys/bus/pci/devices/0000:61:00.0/sriov_numvfs"
-    [gpu] = host.discover().plain_gpus
+    first = host.discover()
+    [gpu] = first.plain_gpus
     assert len(gpu.vfs) == 16
     numvfs.write_text("0\n")
-    assert host.discover().plain_gpus == ()
+    disabled = host.discover()
+    assert disabled.plain_gpus == ()
     numvfs.write_text("16\n")
-    assert host.discover().plain_gpus == (gpu,)
+    enabled = host.discover()
+    assert enabled.plain_gpus == (gpu,)
+    assert first.generation < disabled.generation < enabled.generation
 
 
 def test_guests_read_on_a_host_without_any_are_known_read(tmp_path):
@@ -49,3 +55,26 @@ def test_guests_read_on_a_host_without_any_are_known_read(tmp_path):
     read = host.discover()
     assert read.guests_known and read.guests == ()
     assert read.generation > lazy.generation
+
+
+def test_a_reading_taken_whole_after_one_followed_is_newer(tmp_path):
+    """A guest defined (its event passed on: the reading follows that
+    guest alone), then NVML's answer changed (the host read whole): each
+    reading under a generation above the last."""
+    description = helpers.load("rtx6000-nvml")
+    host = helpers.libvirt_host(description, tmp_path)
+    first = host.discover()
+    host.connection().defineXML(
+        "<domain type='test'><name>late</name>"
+        "<uuid>77777777-0000-0000-0000-000000000021</uuid>"
+        "<memory>65536</memory><os><type>hvm</type></os><devices/></domain>"
+    )
+    host.domain_event("77777777-0000-0000-0000-000000000021", True)
+    followed = host.discover()
+    assert followed.guest_changes is not None
+    assert "late" in {g.name for g in followed.guests}
+    description.pfs[0].fault = "rows_failed"
+    whole = host.discover()
+    assert whole.guest_changes is None and whole.device_changes is None
+    assert RTX in health.unhealthy(whole)
+    assert first.generation < followed.generation < whole.generation
