@@ -212,8 +212,10 @@ def test_a_client_from_a_section_without_auth_is_refused_early(tmp_path):
         client_from_conf(conf)
 
 
+# m60: two device providers, the fewest whose inventories are batched
+@pytest.mark.parametrize("host_name", ["demo", "m60"])
 def test_first_sync_costs_what_its_tree_needs_and_never_conflicts(
-    placement_url, tmp_path, client
+    placement_url, tmp_path, client, host_name
 ):
     """1 version discovery (GET /) + 1 root (created at once: a new node
     has nothing to look up) + per device provider: create and traits;
@@ -221,7 +223,7 @@ def test_first_sync_costs_what_its_tree_needs_and_never_conflicts(
     and custom trait: 3 + 2 per provider. A write never conflicts with
     our own earlier write (the cached generation follows each answer,
     and the reshaper's rule)."""
-    node = Node(placement_url, tmp_path)
+    node = Node(placement_url, tmp_path, host_name)
     report = node.sync()
     view = placement_view(client, node.nodename)
     children = [v for v in view.values() if v[3] is not None]
