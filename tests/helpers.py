@@ -132,11 +132,13 @@ class RecordingConnection:
     def __init__(self, conn: Any) -> None:
         self._conn = conn
         self.callbacks: dict[int, Any] = {}
+        self.registered: list[int] = []  # each registration, in order
 
     def domainEventRegisterAny(
         self, dom: Any, event: int, callback: Any, opaque: Any
     ) -> int:
         self.callbacks[event] = callback
+        self.registered.append(event)
         return event
 
     def __getattr__(self, name: str) -> Any:

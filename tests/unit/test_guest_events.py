@@ -98,3 +98,66 @@ def test_the_service_stops_handing_out_an_mdev_an_unseen_guest_took(
     driver.update_provider_tree(new_tree(), "node1")
     assert free not in driver.free_mdevs()
     assert driver.instance_devices()[UUID]["in_use"] == [free]
+
+
+def test_the_watch_is_registered_again_on_the_connection_after_a_loss(
+    tmp_path,
+):
+    """The adapter's own connection, lost (libvirtd restarted) and opened
+    again: the next reading registers the callbacks on the new one, whose
+    events then reach the library."""
+    uri, sysfs = hostdesc.materialize(helpers.load("m10"), tmp_path)
+    opened: list[RecordingConnection] = []
+
+    def opener(uri: str) -> RecordingConnection:
+        opened.append(RecordingConnection(libvirt.open(uri)))
+        return opened[-1]
+
+    host = LibvirtHost(uri, sysfs, opener=opener)
+    host.discover()
+    host.watch_domain_events()
+    first = opened[0]
+    assert set(first.callbacks) >= {libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_ADDED}
+    host.link.lost("Cannot write data: Broken pipe")  # libvirtd restarted
+    host.discover()  # connects again, reads every guest
+    [_, again] = opened
+    assert again.registered == first.registered
+    host.discover()
+    assert again.registered == first.registered  # once on it
+    again.defineXML(_guest(with_mdev=True))
+    domain = again.lookupByUUIDString(UUID)
+    again.callbacks[libvirt.VIR_DOMAIN_EVENT_ID_DEVICE_ADDED](
+        again, domain, "hostdev0", None
+    )
+    assert host.discover().mdev_users()[FREE] == UUID
+
+
+class RefusingConnection(RecordingConnection):
+    def domainEventRegisterAny(self, *args: object) -> int:
+        self.registered.append(-1)
+        raise libvirt.libvirtError("this URI does not support events")
+
+
+def test_a_new_connection_refusing_the_watch_is_read_all_the_same(
+    tmp_path, caplog
+):
+    """A registration libvirt refuses on the connection opened again is a
+    warning, asked once: the reading goes on."""
+    uri, sysfs = hostdesc.materialize(helpers.load("m10"), tmp_path)
+    opened = iter(
+        [
+            RecordingConnection(libvirt.open(uri)),
+            RefusingConnection(libvirt.open(uri)),
+        ]
+    )
+    host = LibvirtHost(uri, sysfs, opener=lambda _uri: next(opened))
+    host.discover()
+    host.watch_domain_events()
+    host.link.lost("Broken pipe")  # libvirtd restarted
+    reading = host.discover()  # read whole, the refusal a warning
+    refusing = host.connection()
+    assert isinstance(refusing, RefusingConnection)
+    assert reading.guests_known and reading.mdev_users()
+    assert "Could not watch domain events" in caplog.text
+    host.discover()
+    assert refusing.registered == [-1]  # not asked again on it

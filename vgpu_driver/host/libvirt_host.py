@@ -192,6 +192,7 @@ class LibvirtHost:
             # guests never read and not wanted: left to the first caller
             # that needs them
             tracker = self.guests
+            tracker.watch_again(conn)
             known = guests or tracker.known is not None
             if known and (rescan_guests or tracker.scan_due()):
                 tracker.scan(conn)
@@ -277,9 +278,11 @@ class LibvirtHost:
         """Keep guests current from libvirt's lifecycle and device
         (hot-plug) events, on a connection this adapter may register
         callbacks on (a caller with its own callbacks passes events to
-        :meth:`domain_event` instead). Needs a running libvirt event loop
-        (as a compute service has). Returns the callback ids."""
-        return self.guests.watch()
+        :meth:`domain_event` instead), and on each one opened again after
+        libvirtd restarted. Needs a running libvirt event loop (as a
+        compute service has). Returns the callback ids."""
+        with self._lock:
+            return self.guests.watch()
 
     # -- changes -------------------------------------------------------
 
