@@ -185,6 +185,9 @@ def test_a_guest_without_metadata_the_caller_names_is_nova_s(
     host.driver._refresher.name_instances([later])
     host.driver.update_provider_tree(tree, "bench")
     assert _plan(host, parent).reserved == before.reserved
+    plans.clear()
+    host.driver.update_provider_tree(tree, "bench")
+    assert plans == Counter()  # planned once, steady again
     _full_pass_agrees(host)
 
 
