@@ -4,7 +4,7 @@ the interval more, so hosts started together do not all read at once."""
 
 from __future__ import annotations
 
-from vgpu_driver.placement.remote import RemoteView
+from vgpu_driver.placement.remote import Remote, RemoteView
 
 INTERVAL = 300.0
 
@@ -40,3 +40,27 @@ def test_views_read_together_go_stale_spread_over_a_quarter_interval():
     assert 0 < stale < len(views)  # some now, the others later
     now[0] = INTERVAL * 1.25
     assert all(v.stale() for v in views)
+
+
+def test_the_tree_places_children_under_parents_listed_after_them():
+    """Placement lists a tree in no promised order: a grandchild before
+    its parent is placed all the same; a provider whose parent is not in
+    the listing (moved out between two reads) is left out, not waited
+    for."""
+    [view] = _views([0.0], 1)
+    view.known_root = "root"
+
+    def remote(uuid: str, parent: str | None) -> Remote:
+        return Remote(uuid, f"p-{uuid}", parent, 1, {}, frozenset())
+
+    for entry in (
+        remote("grandchild", "child"),
+        remote("orphan", "elsewhere"),
+        remote("child", "root"),
+        remote("root", None),
+    ):
+        view.providers[entry.uuid] = entry
+    tree = view.tree()
+    assert tree.exists("grandchild") and tree.exists("child")
+    assert tree.data("grandchild").parent_uuid == "child"
+    assert not tree.exists("orphan")
