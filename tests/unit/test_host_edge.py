@@ -79,3 +79,54 @@ def test_a_lost_connection_reads_every_guest_at_the_next_discovery(flaky):
     host.calls.clear()
     assert host.discover().guests
     assert host.calls["listAllDomains"] == 1  # events may have been lost
+
+
+def test_an_own_connection_that_cannot_open_is_tried_again_with_backoff(
+    tmp_path, monkeypatch
+):
+    """libvirtd down: the adapter's own connection is tried again after
+    1, 2, 4 ... seconds, at most MAX_RETRY_DELAY; in between, no attempt,
+    the error says when the next one is; once libvirtd answers, the
+    backoff starts over."""
+    from vgpu_driver.host import connection as connection_module
+    from vgpu_driver.host.libvirt_host import MAX_RETRY_DELAY
+
+    uri, sysfs = hostdesc.materialize(helpers.load("m10"), tmp_path)
+    now = [1000.0]
+    monkeypatch.setattr(connection_module.time, "monotonic", lambda: now[0])
+    down = [True]
+
+    def opener(uri: str) -> Any:
+        if down[0]:
+            raise _error(
+                libvirt.VIR_ERR_SYSTEM_ERROR,
+                libvirt.VIR_FROM_RPC,
+                "Failed to connect socket: No such file or directory",
+            )
+        return libvirt.open(uri)
+
+    host = LibvirtHost(uri, sysfs, opener=opener)
+    with pytest.raises(HostUnreachable, match="No such file"):
+        host.discover()
+    for delay in (1, 2, 4, 8, 16, 32, MAX_RETRY_DELAY, MAX_RETRY_DELAY):
+        failed_at, tried = now[0], host.calls["open"]
+        now[0] = failed_at + delay - 0.5
+        with pytest.raises(HostUnreachable, match="next attempt in"):
+            host.discover()  # too soon: not tried
+        assert host.calls["open"] == tried
+        now[0] = failed_at + delay
+        with pytest.raises(HostUnreachable, match="No such file"):
+            host.discover()
+        assert host.calls["open"] == tried + 1
+    down[0] = False
+    now[0] += MAX_RETRY_DELAY
+    assert host.discover().parents  # connected again
+    host.link.lost("Broken pipe")
+    down[0] = True
+    with pytest.raises(HostUnreachable, match="No such file"):
+        host.discover()
+    tried = host.calls["open"]
+    now[0] += 1  # the backoff starts over
+    with pytest.raises(HostUnreachable, match="No such file"):
+        host.discover()
+    assert host.calls["open"] == tried + 1
