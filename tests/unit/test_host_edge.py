@@ -130,3 +130,28 @@ def test_an_own_connection_that_cannot_open_is_tried_again_with_backoff(
     with pytest.raises(HostUnreachable, match="No such file"):
         host.discover()
     assert host.calls["open"] == tried + 1
+
+
+def test_a_caller_s_connection_found_lost_is_never_closed_by_the_adapter(
+    tmp_path,
+):
+    """The caller's connection (a compute service's own) is the caller's
+    to close or open again: a call that finds it lost leaves it open."""
+    uri, sysfs = hostdesc.materialize(helpers.load("m10"), tmp_path)
+    conn = FlakyConnection(libvirt.open(uri))
+    closed = []
+    conn.close = lambda: closed.append(True)  # type: ignore[method-assign]
+    host = LibvirtHost(uri, sysfs, connection=conn, api=libvirt)
+    host.discover()
+    host.devices.relist_interval = 0  # the next discovery lists
+    conn.fail = _error(
+        libvirt.VIR_ERR_SYSTEM_ERROR,
+        libvirt.VIR_FROM_RPC,
+        "Cannot write data: Broken pipe",
+    )
+    with pytest.raises(HostUnreachable, match="Broken pipe"):
+        host.discover()
+    assert closed == []
+    assert host.discover().guests  # the same connection, read again
+    host.close()
+    assert closed == []
