@@ -512,6 +512,28 @@ def test_a_defined_mdev_stopped_and_started_by_another_is_followed(
     assert started.device_changes[1] == {mdev.parent}
 
 
+def test_a_stopped_mdev_undefined_by_another_is_gone_at_the_next_rescan(
+    tmp_path,
+):
+    """A defined, stopped mdev undefined by another manager leaves no
+    trace in sysfs nor in a parent's rooms: a reading asked to rescan (a
+    service's start, the audit, another process's claims changed) lists
+    every node device again and finds it gone."""
+    from tests.unit.test_libvirt_changes import _host
+
+    host, conn = _host(tmp_path)
+    before = host.discover(rescan_guests=True)
+    mdev = next(
+        m for m in before.mdevs if before.parent(m.parent).types[0].available
+    )
+    conn.inactive.add(mdev.name)  # stopped, still defined
+    assert _the(host.discover(), mdev.uuid).persistent
+    conn.gone.add(mdev.name)  # and undefined
+    conn.inactive.discard(mdev.name)
+    rescanned = host.discover(rescan_guests=True)
+    assert mdev.uuid not in {m.uuid for m in rescanned.mdevs}
+
+
 def _the(reading, mdev_uuid):
     [mdev] = [m for m in reading.mdevs if m.uuid == mdev_uuid]
     return mdev
