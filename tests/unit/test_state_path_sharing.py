@@ -95,6 +95,29 @@ def test_a_first_save_goes_on_where_another_made_only_the_directory(
     assert StateStore(directory).load("claims", {}) == {"mine": 1}
 
 
+def test_a_directory_another_made_after_it_was_found_missing_is_no_error(
+    tmp_path, monkeypatch
+):
+    """Two processes starting at once (the compute service and ``sync
+    --periodic`` at boot) both find state_path missing; the second to
+    make it finds it made, and goes on."""
+    from pathlib import Path
+
+    directory = tmp_path / "vgpu" / "node1"
+    found_missing = Path.exists
+
+    def exists(path: Path) -> bool:
+        if path == directory and not found_missing(path):
+            directory.mkdir(parents=True)  # the other, right after
+            return False
+        return found_missing(path)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    store = StateStore(directory)
+    store.save("claims", {"mine": 1})
+    assert StateStore(directory).load("claims", {}) == {"mine": 1}
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to chown")
 def test_what_root_writes_belongs_to_the_owner_of_state_path(tmp_path):
     """restore or audit --fix run as root beside a service running as
