@@ -232,6 +232,37 @@ def test_restart_recreates_missing_mdevs_with_same_uuid(
     assert after[device.id].type_id == "nvidia-35"
 
 
+def test_restart_reports_the_mdevs_it_cannot_make_again_and_goes_on(
+    node, make_conf, tmp_path
+):
+    """After a reboot that kept no mdev: one whose pGPU is gone too
+    (unplugged), and those the restarted service has no record of (its
+    state_path lost), cannot be made again: each is reported failed and
+    logged; the others are made again."""
+    n = node()
+    [there] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_85_00_0", 1)))
+    [gone] = n.driver.allocate_mdevs("i2", n.alloc(("pci_0000_86_00_0", 1)))
+    n.host.note_guest(Guest("i1", "instance-1", (there.id,)))
+    n.host.note_guest(Guest("i2", "instance-2", (gone.id,)))
+    n.driver.discover()
+    n.host.reboot(keep_persistent=False)
+    n.host.unplug("pci_0000_86_00_0")
+    restarted = Node(make_conf, tmp_path / "state", "m10", host=n.host)
+    done = restarted.driver.init_host()
+    assert gone.id in done["failed"] and there.id in done["recreated"]
+    assert there.id in n.mdevs() and gone.id not in n.mdevs()
+    unplugged = {u for g in n.host.discover().guests for u in g.mdevs} - set(
+        n.mdevs()
+    )
+    assert unplugged == set(done["failed"])  # all on the unplugged pGPU
+    # the records lost: no guest's mdev can be placed
+    n.host.reboot(keep_persistent=False)
+    lost = Node(make_conf, tmp_path / "elsewhere", "m10", host=n.host)
+    done = lost.driver.init_host()
+    needed = {u for g in n.host.discover().guests for u in g.mdevs}
+    assert set(done["failed"]) == needed and done["recreated"] == []
+
+
 def test_restart_drops_claims_of_instances_that_are_gone(
     node, make_conf, tmp_path
 ):
