@@ -119,6 +119,66 @@ def test_sriov_vf_is_set_to_the_type_and_cleared_on_release(node):
     assert fresh.id not in n.driver.binder.vf_types
 
 
+def test_a_vf_bind_failing_midway_clears_the_types_it_set(node, monkeypatch):
+    """Three VFs for one instance, the third refused by the host: the
+    VF typed before is cleared again, on the host and in the record of
+    types a reboot re-applies; nothing stays claimed."""
+    from vgpu_driver.exception import DeviceOperationFailed
+
+    n = node("l40-sriov")
+    before = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    typed = []
+    set_vf_type = n.host.set_vf_type
+
+    def refusing(address, type_id):
+        if type_id and len(typed) == 1:
+            raise DeviceOperationFailed(
+                action="set vGPU type", device=address, reason="EIO"
+            )
+        if type_id:
+            typed.append(address)
+        set_vf_type(address, type_id)
+
+    monkeypatch.setattr(n.host, "set_vf_type", refusing)
+    with pytest.raises(DeviceOperationFailed, match="EIO"):
+        n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_41_00_0", 3)))
+    [first] = typed
+    after = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    assert after == before
+    assert first not in n.driver.binder.vf_types
+    assert n.driver.binder.claims() == {}
+
+
+def test_a_bind_failing_midway_keeps_the_mdev_it_reused_as_the_library_s(
+    node, monkeypatch
+):
+    """A bind reusing a free mdev the library made, and making another
+    the host refuses: the reused one is still the library's (not taken
+    for another manager's), free again; the refused one is recorded
+    nowhere."""
+    from vgpu_driver.exception import DeviceOperationFailed
+
+    n = node()
+    parent = "pci_0000_84_00_0"
+    n.driver.init_host([])
+    spare = n.driver.create_free_mdev(parent)
+    assert spare in n.driver.binder.owned()
+    made = []
+
+    def refusing(parent, type_id, uuid):
+        made.append(uuid)
+        raise DeviceOperationFailed(
+            action="create mdev", device=uuid, reason="EIO"
+        )
+
+    monkeypatch.setattr(n.host, "create_mdev", refusing)
+    with pytest.raises(DeviceOperationFailed, match="EIO"):
+        n.driver.allocate_mdevs("i1", n.alloc((parent, 2)))
+    owned = n.driver.binder.owned()
+    assert spare in owned and not set(made) & owned
+    assert spare in n.driver.free_mdevs(parent)
+
+
 def test_exhaustion_raises_and_leaves_nothing_behind(node):
     n = node()
     before = set(n.mdevs())
