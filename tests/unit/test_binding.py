@@ -15,6 +15,7 @@ from vgpu_driver.exception import (
     DeviceOperationFailed,
     ProviderUnknown,
 )
+from vgpu_driver.model import usage
 from vgpu_driver.model.device import Guest
 
 
@@ -177,6 +178,25 @@ def test_a_bind_failing_midway_keeps_the_mdev_it_reused_as_the_library_s(
     owned = n.driver.binder.owned()
     assert spare in owned and not set(made) & owned
     assert spare in n.driver.free_mdevs(parent)
+
+
+def test_free_mdevs_made_ahead_fill_a_parent_then_go_elsewhere(node):
+    """``create_free_mdev`` on a parent makes one while it has room, the
+    last one included, then answers None (no attempt the kernel would
+    refuse); without a parent named, the next parent with room gets it."""
+    n = node()
+    n.driver.init_host([])
+    parent = "pci_0000_84_00_0"
+    reading = n.host.discover()
+    config = usage.configured_types(n.driver.settings.config, reading)
+    room = reading.parent(parent).type(config[parent]).available
+    assert room >= 2
+    made = [n.driver.create_free_mdev(parent) for _ in range(room)]
+    assert None not in made and len(set(made)) == room
+    assert n.host.discover().parent(parent).type(config[parent]).available == 0
+    assert n.driver.create_free_mdev(parent) is None
+    elsewhere = n.driver.create_free_mdev(None)
+    assert elsewhere is not None and n.mdevs()[elsewhere].parent != parent
 
 
 def test_exhaustion_raises_and_leaves_nothing_behind(node):
