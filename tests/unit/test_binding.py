@@ -199,6 +199,24 @@ def test_free_mdevs_made_ahead_fill_a_parent_then_go_elsewhere(node):
     assert elsewhere is not None and n.mdevs()[elsewhere].parent != parent
 
 
+def test_units_on_the_compute_node_go_to_parents_of_their_class_alone(
+    node,
+):
+    """Units of VGPU allocated on the compute node's own provider (an
+    allocation made before the reshape), on a host whose mlx5 parent
+    serves CUSTOM_MLX5: each goes to a parent serving VGPU."""
+    n = node("demo")
+    classes = {p.device: p.resource_class for p in n.update().values()}
+    assert {"VGPU", "CUSTOM_MLX5"} <= set(classes.values())
+    root = n.tree.data("node1").uuid
+    devices = n.driver.allocate_mdevs("i1", {root: {"resources": {"VGPU": 4}}})
+    assert len(devices) == 4
+    assert {
+        classes[n.driver.binder.ledger.view.device_of(d.parent)]
+        for d in devices
+    } == {"VGPU"}
+
+
 def test_exhaustion_raises_and_leaves_nothing_behind(node):
     n = node()
     before = set(n.mdevs())
