@@ -217,6 +217,30 @@ def test_units_on_the_compute_node_go_to_parents_of_their_class_alone(
     } == {"VGPU"}
 
 
+def test_a_bind_failing_on_one_parent_marks_that_parent_alone_failing(
+    node, monkeypatch
+):
+    """A free mdev reused on one parent, one the host refuses to make on
+    another (not for room): the second parent is marked failing, the
+    first is not."""
+    from vgpu_driver.exception import DeviceOperationFailed
+
+    n = node()
+    n.driver.init_host([])
+    reused, refused = "pci_0000_84_00_0", "pci_0000_85_00_0"
+    n.driver.create_free_mdev(reused)
+
+    def refusing(parent, type_id, uuid):
+        raise DeviceOperationFailed(
+            action="create mdev", device=uuid, reason="EIO"
+        )
+
+    monkeypatch.setattr(n.host, "create_mdev", refusing)
+    with pytest.raises(DeviceOperationFailed, match="EIO"):
+        n.driver.allocate_mdevs("i1", n.alloc((reused, 1), (refused, 1)))
+    assert set(n.driver.binder.unschedulable) == {refused}
+
+
 def test_exhaustion_raises_and_leaves_nothing_behind(node):
     n = node()
     before = set(n.mdevs())

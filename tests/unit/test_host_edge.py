@@ -50,6 +50,17 @@ def flaky(tmp_path):
     return host, conn
 
 
+def _lose(host: LibvirtHost, conn: FlakyConnection) -> None:
+    """libvirtd goes away under the next node-device listing."""
+    conn.fail = _error(
+        libvirt.VIR_ERR_SYSTEM_ERROR,
+        libvirt.VIR_FROM_RPC,
+        "Cannot write data: Broken pipe",
+    )
+    with pytest.raises(HostUnreachable, match="Broken pipe"):
+        host.discover()
+
+
 def test_a_refusal_of_libvirt_is_our_error_naming_the_operation(flaky):
     host, conn = flaky
     conn.fail = _error(
@@ -69,13 +80,7 @@ def test_a_lost_connection_reads_every_guest_at_the_next_discovery(flaky):
     host.calls.clear()
     host.discover()
     assert host.calls["listAllDomains"] == 0  # steady: guests known
-    conn.fail = _error(
-        libvirt.VIR_ERR_SYSTEM_ERROR,
-        libvirt.VIR_FROM_RPC,
-        "Cannot write data: Broken pipe",
-    )
-    with pytest.raises(HostUnreachable, match="Broken pipe"):
-        host.discover()
+    _lose(host, conn)
     host.calls.clear()
     assert host.discover().guests
     assert host.calls["listAllDomains"] == 1  # events may have been lost
@@ -144,13 +149,7 @@ def test_a_caller_s_connection_found_lost_is_never_closed_by_the_adapter(
     host = LibvirtHost(uri, sysfs, connection=conn, api=libvirt)
     host.discover()
     host.devices.relist_interval = 0  # the next discovery lists
-    conn.fail = _error(
-        libvirt.VIR_ERR_SYSTEM_ERROR,
-        libvirt.VIR_FROM_RPC,
-        "Cannot write data: Broken pipe",
-    )
-    with pytest.raises(HostUnreachable, match="Broken pipe"):
-        host.discover()
+    _lose(host, conn)
     assert closed == []
     assert host.discover().guests  # the same connection, read again
     host.close()
