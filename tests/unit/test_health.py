@@ -124,3 +124,31 @@ def test_every_reason_the_plan_gives_has_its_cause():
         "max_instances"
     )
     assert health.cause_of("something new") == "other"
+
+
+def test_a_provider_taking_no_guests_is_told_once_and_its_return_once(
+    make_conf, tmp_path, caplog
+):
+    """The vGPU manager down for three refreshes: one warning naming the
+    provider and why; back for two: one line saying it takes guests
+    again."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="vgpu_driver")
+    host = SimulatedHost(helpers.load("l40-sriov"))
+    node = helpers.Node(make_conf, tmp_path, "l40-sriov", host=host)
+
+    def told(text):
+        return [r for r in caplog.records if text in r.getMessage()]
+
+    host._state.modules = ["vfio", "vfio_pci"]  # the nvidia module gone
+    for _ in range(3):
+        node.update()
+    [down] = told("takes no new guests")
+    assert "pci_0000_41_00_0" in down.getMessage()
+    assert "nvidia is not loaded" in down.getMessage()
+    host._state.modules = None
+    for _ in range(2):
+        node.update()
+    assert len(told("takes guests again")) == 1
+    assert len(told("takes no new guests")) == 1
