@@ -343,6 +343,38 @@ def test_operator_traits_are_kept_managed_ones_follow_config(driver_for):
     assert "CUSTOM_GOLD" not in traits
 
 
+def test_a_type_trait_follows_the_type_on_a_gpu_whose_vfs_are_parents(
+    driver_for,
+):
+    """An A2 (each VF an mdev parent, one provider for the GPU), nothing
+    in use: the operator moves it to another type and the provider's
+    type trait follows; a type trait of a type its VFs list is the
+    library's to manage even with no record of setting it, an
+    operator's trait is left alone."""
+    from vgpu_driver.model import naming
+
+    gpu = "pci_0000_3b_00_0"
+    host = SimulatedHost(helpers.load("a2-vf-parents"))
+    host._state.guests.clear()  # nothing in use: the type may change
+    host._state.mdevs.clear()
+    tree = new_tree()
+    before = providers(driver_for("a2-vf-parents", host=host), tree)
+    assert naming.type_trait("nvidia-744") in before[gpu]["traits"]
+    config = helpers.load("a2-vf-parents").config.replace("744", "745")
+    after = providers(driver_for("a2-vf-parents", config, host), tree)
+    traits = set(after[gpu]["traits"])
+    assert naming.type_trait("nvidia-745") in traits
+    assert naming.type_trait("nvidia-744") not in traits
+    # a type trait the library has no record of setting (left by an
+    # earlier deployment), of a type the GPU's VFs list: removed too
+    tree.add_traits(f"node1_{gpu}", naming.type_trait("nvidia-742"))
+    tree.add_traits(f"node1_{gpu}", "CUSTOM_OPERATOR_TAG")
+    again = providers(driver_for("a2-vf-parents", config, host), tree)
+    traits = set(again[gpu]["traits"])
+    assert naming.type_trait("nvidia-742") not in traits
+    assert "CUSTOM_OPERATOR_TAG" in traits
+
+
 def test_other_children_of_the_root_are_left_alone(driver_for):
     tree = new_tree()
     other = tree.new_child("node1_0000:81:00.0", "node1")
