@@ -168,3 +168,41 @@ def test_a_driver_the_caller_drops_is_freed_at_once(tmp_path, make_conf):
     assert host.described_types is not None
     assert host.described_types() == {"nvidia-35"}
     connection.close()
+
+
+def test_traits_changed_in_the_file_follow_on_reload(tmp_path):
+    """The operator takes ``traits = CUSTOM_GOLD`` off a type and gives
+    it ``CUSTOM_SILVER``, then the service re-reads its files (SIGHUP):
+    the next refresh writes the new trait and removes the old one, and
+    marks the providers with the new configuration's trait."""
+    from vgpu_driver.model.config import config_trait, config_traits
+
+    description = helpers.load("demo")
+    path = tmp_path / "vgpu.conf"
+    path.write_text(textwrap.dedent(description.config))
+    conf = cfg.ConfigOpts()
+    vconf.register_opts(conf)
+    conf(["--config-file", str(path)], default_config_files=[])
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    driver = VgpuDriver(conf, helpers.simulated_host("demo"))
+    tree = new_tree()
+    driver.update_provider_tree(tree, "node1")
+    name = "node1_pci_0000_84_00_0"
+    assert "CUSTOM_GOLD" in tree.data(name).traits
+    [written_by] = config_traits(tree.data(name).traits)
+    path.write_text(
+        textwrap.dedent(description.config).replace(
+            "traits = CUSTOM_GOLD", "traits = CUSTOM_SILVER"
+        )
+    )
+    conf.reload_config_files()
+    driver.reload_config()
+    driver.update_provider_tree(tree, "node1")
+    traits = tree.data(name).traits
+    assert "CUSTOM_SILVER" in traits and "CUSTOM_GOLD" not in traits
+    # the mark of the configuration that wrote it follows the new one
+    [now_by] = config_traits(traits)
+    assert now_by != written_by
+    assert now_by == config_trait(
+        driver.settings.config, conf.devices.owner_trait
+    )
