@@ -870,3 +870,21 @@ def test_anything_but_node_devices_changed_is_read_whole():
         {"modules": frozenset({"nvidia"})},
     ]:
         assert read(**changed) is None, changed
+
+
+def test_a_parent_gone_with_its_mdevs_is_no_longer_offered(node):
+    """A pGPU falls off the bus (its node device and its mdevs gone, the
+    rest of the host as it was): the free mdev the library made on it is
+    no longer handed out, and its provider, which a guest's allocation
+    still holds, takes nothing more and says why."""
+    n = node()
+    n.driver.init_host([])
+    parent = "pci_0000_84_00_0"
+    spare = n.driver.create_free_mdev(parent)
+    assert spare in n.driver.free_mdevs()
+    n.host.unplug(parent)
+    plan = n.update()[parent]
+    assert plan.reserved == plan.total
+    assert "no longer on the host" in (plan.reason or "")
+    assert spare not in n.driver.free_mdevs()
+    assert not n.driver.free_mdevs(parent)
