@@ -61,7 +61,7 @@ from typing import Any
 
 from vgpu_driver.host.connection import MAX_RETRY_DELAY, Connection
 from vgpu_driver.host.guests import Guests
-from vgpu_driver.host.libvirt_api import LibvirtApi, host_edge
+from vgpu_driver.host.libvirt_api import DEVICE_ADDED, LibvirtApi, host_edge
 from vgpu_driver.host.mdev_ops import Creator, MdevOperations
 from vgpu_driver.host.nodedevs import NodeDevices
 from vgpu_driver.host.nvml import NvmlReader, nvidia_gpus
@@ -76,7 +76,7 @@ from vgpu_driver.model.device import (
     Parent,
 )
 
-__all__ = ["MAX_RETRY_DELAY", "Creator", "LibvirtHost"]
+__all__ = ["DEVICE_ADDED", "MAX_RETRY_DELAY", "Creator", "LibvirtHost"]
 
 
 class LibvirtHost:

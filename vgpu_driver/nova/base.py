@@ -17,6 +17,7 @@ from nova.virt.libvirt import driver as nova_driver
 from nova.virt.libvirt import host as nova_host
 from oslo_log import log as logging
 
+from vgpu_driver.host.libvirt_host import DEVICE_ADDED
 from vgpu_driver.nova import check_nova_version
 from vgpu_driver.nova.adapter import NovaAdapter
 
@@ -25,9 +26,6 @@ check_nova_version(metadata.version("nova"))
 
 LOG = logging.getLogger(__name__)
 CONF = nova_driver.CONF
-# libvirt's VIR_DOMAIN_EVENT_ID_DEVICE_ADDED, which Nova's fake libvirt
-# (its functional tests) does not name
-DEVICE_ADDED = 19
 
 # The instance whose devices are being bound by the operation in progress
 # (spawn, hard reboot, resize): Nova's _allocate_mdevs does not say.
