@@ -361,3 +361,25 @@ def test_over_libvirt_another_process_s_guest_is_read_before_choosing(
     assert b.driver.binder.claims() == {}  # the guest holds it now
     [other] = a.driver.allocate_mdevs("i2", a.alloc((PARENT, 1)))
     assert other.id != device.id
+
+
+def test_a_release_reads_the_host_again_before_taking_devices_back(
+    make_conf, tmp_path
+):
+    """A's view says instance i1's guest holds the mdev; the guest went
+    with no event to A, and B then bound the free mdev for i2. A's
+    release of i1 (Nova's clean-up, late) must read the host again: the
+    mdev is i2's claim now, not i1's to hand back or remove."""
+    state = tmp_path / "state"
+    host = helpers.simulated_host("m10")
+    a = Node(make_conf, state, host=host)
+    b = Node(make_conf, state, host=host)
+    [device] = a.driver.allocate_mdevs("i1", a.alloc((PARENT, 1)))
+    host.note_guest(Guest("i1", "instance-1", (device.id,)))
+    assert a.driver.guest_defined("i1") == [device.id]
+    host.forget_guest("i1")  # no event reaches A
+    [taken] = b.driver.allocate_mdevs("i2", b.alloc((PARENT, 1)))
+    assert taken.id == device.id  # the free mdev, reused
+    assert a.driver.release_mdevs("i1") == []
+    assert helpers.claims_on_disk(state)[device.id]["instance"] == "i2"
+    assert device.id in {m.uuid for m in host.discover().mdevs}
