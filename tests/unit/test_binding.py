@@ -664,3 +664,83 @@ def test_free_mdevs_never_lists_a_claimed_mdev(node):
     for driver in (n.driver, other.driver):
         assert FREE_ON_86 not in driver.free_mdevs()
         assert FREE_ON_86 not in driver.free_mdevs("pci_0000_86_00_0")
+
+
+def test_a_bind_failing_midway_keeps_an_mdev_it_cannot_remove(
+    node, monkeypatch
+):
+    """Two mdevs for one instance, the second refused by the host, and
+    the first one's removal refused too: it still exists, so it stays
+    the library's own and free (the next bind reuses it), and the room
+    the view counts is what a fresh reading of the host says."""
+    from vgpu_driver.exception import DeviceOperationFailed
+
+    n = node()
+    parent = "pci_0000_84_00_0"
+    n.driver.init_host([])
+    create_mdev = n.host.create_mdev
+    made = []
+
+    def second_refused(parent_, type_id, uuid):
+        if made:
+            raise DeviceOperationFailed(
+                action="create mdev", device=uuid, reason="EIO"
+            )
+        made.append(uuid)
+        return create_mdev(parent_, type_id, uuid)
+
+    def busy(mdev):
+        raise DeviceOperationFailed(
+            action="remove mdev", device=mdev.uuid, reason="EBUSY"
+        )
+
+    monkeypatch.setattr(n.host, "create_mdev", second_refused)
+    monkeypatch.setattr(n.host, "remove_mdev", busy)
+    with pytest.raises(DeviceOperationFailed, match="EIO"):
+        n.driver.allocate_mdevs("i1", n.alloc((parent, 2)))
+    monkeypatch.undo()
+    reading = n.host.discover()
+    assert made[0] in {m.uuid for m in reading.mdevs}
+    assert made[0] in n.driver.binder.owned()
+    assert made[0] in n.driver.free_mdevs(parent)
+    type_id = usage.configured_types(n.driver.settings.config, reading)[parent]
+    view = n.driver.binder.ledger.view.parents[parent]
+    room = reading.parent(parent).type(type_id).available
+    assert view.available[type_id] == room
+    [device] = n.driver.allocate_mdevs("i2", n.alloc((parent, 1)))
+    assert (device.id, device.created) == (made[0], False)
+
+
+def test_a_vf_bind_failing_midway_keeps_a_type_it_cannot_clear(
+    node, monkeypatch
+):
+    """As above on SR-IOV: the VF typed before the refusal cannot be
+    cleared either; it stays typed, recorded (a reboot types it again)
+    and free, and the next bind of that type takes it as it is."""
+    from vgpu_driver.exception import DeviceOperationFailed
+
+    n = node("l40-sriov")
+    pf = "pci_0000_41_00_0"
+    typed = []
+    set_vf_type = n.host.set_vf_type
+
+    def refusing(address, type_id):
+        if typed:
+            raise DeviceOperationFailed(
+                action="set vGPU type", device=address, reason="EIO"
+            )
+        typed.append((address, type_id))
+        set_vf_type(address, type_id)
+
+    monkeypatch.setattr(n.host, "set_vf_type", refusing)
+    with pytest.raises(DeviceOperationFailed, match="EIO"):
+        n.driver.allocate_mdevs("i1", n.alloc((pf, 3)))
+    monkeypatch.undo()
+    [(first, number)] = typed
+    vfs = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    assert vfs[first] == number
+    assert n.driver.binder.vf_types[first] == number
+    assert n.driver.binder.claims() == {}
+    devices = n.driver.allocate_mdevs("i2", n.alloc((pf, 2)))
+    assert first in {d.id for d in devices}
+    assert not any(d.created for d in devices)

@@ -58,17 +58,26 @@ def undo(
     exc: VgpuDriverError,
 ) -> None:
     """A bind failed with ``exc``: unmake what it made (``done``), then,
-    under the lock, drop its claims and what it recorded as made."""
+    under the lock, drop its claims and what it recorded as made. A
+    device the host would not unmake stays as it is and is kept as the
+    library's own, free: an mdev to reuse, a typed VF."""
+    unmade = []
     for device in done:
         try:
             ledger.unmake(device)
+            unmade.append(device)
         except VgpuDriverError as cleanup:
-            LOG.error("Could not undo %s: %s", device.id, cleanup)
+            # it stays as made: the library's own, free for the next bind
+            LOG.error(
+                "Could not undo %s (kept as a free device): %s",
+                device.id,
+                cleanup,
+            )
     with ledger.locked():
         for device in chosen:
             if device.created and device not in done:
                 ledger.record.made.discard(device.id)  # never made
-        for device in done:
+        for device in unmade:
             ledger.record.made.discard(device.id)  # unmade again
             if device.kind == "vf":
                 ledger.vf_types.pop(device.id, None)
@@ -76,7 +85,10 @@ def undo(
             claim = ledger.claims.get(device.id)
             if claim and claim["instance"] == instance:
                 del ledger.claims[device.id]
-                ledger.view.returned(device, made=device in done)
+                if device in done:
+                    ledger.view.released(device, done=device in unmade)
+                else:
+                    ledger.view.returned(device, made=False)
         failing = {d.parent for d in chosen if d.created and d not in done}
         # a full parent or a libvirtd restarting says nothing of the
         # device itself
