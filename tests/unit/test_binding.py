@@ -744,3 +744,19 @@ def test_a_vf_bind_failing_midway_keeps_a_type_it_cannot_clear(
     devices = n.driver.allocate_mdevs("i2", n.alloc((pf, 2)))
     assert first in {d.id for d in devices}
     assert not any(d.created for d in devices)
+
+
+def test_the_type_of_an_mdev_made_by_a_bind_is_known_before_a_refresh(node):
+    """Nova asks the types of its instance's mdevs (a live migration's
+    check, the assigned devices) between a bind and the next refresh:
+    an mdev the bind made is answered from the view; an unknown uuid is
+    left out, not an error."""
+    n = node()
+    parent = "pci_0000_84_00_0"
+    n.driver.init_host([])
+    [device] = n.driver.allocate_mdevs("i1", n.alloc((parent, 1)))
+    assert device.created
+    unknown = "00000000-0000-0000-0000-000000000000"
+    assert n.driver.mdev_types([device.id, unknown]) == {
+        device.id: device.type_id
+    }
