@@ -170,3 +170,30 @@ def test_the_devices_made_are_known_as_made_at_once(node):
     assert device.created and n.driver.binder.owned() == before | {device.id}
     n.driver.release_mdevs("i1")
     assert n.driver.binder.owned() == before
+
+
+def _made(state):
+    return set(json.loads((state / "made.json").read_text()))
+
+
+def test_the_mdevs_the_library_removes_leave_its_record(make_conf, tmp_path):
+    """A free mdev of the library's removed (audit --fix, a type switch)
+    is no longer listed as made: the record would grow with every mdev
+    ever removed."""
+    state = tmp_path / "state"
+    n = Node(make_conf, state)
+    mine = [
+        d.id
+        for i in range(2)
+        for d in n.driver.allocate_mdevs(f"i{i}", n.alloc((P85, 1)))
+    ]
+    for i in range(2):
+        n.driver.release_mdevs(f"i{i}")  # kept free for reuse
+    assert set(mine) <= _made(state)
+    assert n.driver.binder.remove_free_mdevs(mine[:1]) == mine[:1]
+    assert mine[0] not in _made(state) and mine[1] in _made(state)
+    # 85 switched to nvidia-36: its free nvidia-35 mdev goes
+    Node(make_conf, state, config=SWITCHED, host=n.host)
+    assert mine[1] not in {m.uuid for m in n.host.discover().mdevs}
+    assert mine[1] not in _made(state)
+    assert M10_FREE_ON_86 in _made(state)

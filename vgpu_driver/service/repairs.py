@@ -69,6 +69,7 @@ def remove_free_mdevs(ledger: Ledger, uuids: Iterable[str]) -> list[str]:
                 LOG.error("Could not remove mdev %s: %s", uuid, exc)
                 continue
             view.forget_mdev(uuid)
+            ledger.record.made.discard(uuid)  # gone: no longer recorded
             removed.append(uuid)
         if removed:
             ledger.save()
@@ -108,6 +109,7 @@ def remove_stale_free_mdevs(
                 continue
             view.parents[parent].free[type_id].remove(uuid)
             view.mdevs.pop(uuid, None)
+            ledger.record.made.discard(uuid)
             removed.append(uuid)
             LOG.info(
                 "Removed free %s mdev %s: %s now serves %s",
@@ -116,7 +118,19 @@ def remove_stale_free_mdevs(
                 parent,
                 configured[parent],
             )
+        if removed:
+            _save_made(ledger)
     return removed
+
+
+def _save_made(ledger: Ledger) -> None:
+    """The devices made, without those just removed (inside
+    :meth:`Ledger.locked`). A write that fails leaves them recorded, which
+    is harmless: a record of an mdev that is gone hands nothing out."""
+    try:
+        ledger.save()
+    except StateStoreError as exc:
+        LOG.warning("Could not record the mdevs removed: %s", exc)
 
 
 def record_vf_types(ledger: Ledger, types: Mapping[str, int]) -> list[str]:
