@@ -10,6 +10,7 @@ import json
 import pytest
 
 from tests.helpers import Node, claims_on_disk
+from vgpu_driver.model.device import Guest
 from vgpu_driver.records.store import StateStoreError
 from vgpu_driver.service.ledger import Ledger
 
@@ -141,3 +142,32 @@ def test_restore_never_overwrites_a_vf_that_now_carries_another_type(
     assert _vf_type(n, mine.id) == 1157
     assert restored == [other.id] and _vf_type(n, other.id) == 1157
     assert failed == []  # left alone, not tried and refused
+
+
+def test_a_guest_gone_records_the_removal_of_its_mdev_before_removing_it(
+    make_conf, tmp_path, monkeypatch
+):
+    """With remove_unused_mdevs, the mdev a deleted guest had is removed
+    by the guest's going alone (no release call): the release claim is
+    on disk when the host is changed, so a process dying meanwhile
+    leaves it out of every bind and the next start finishes it."""
+    state = tmp_path / "state"
+    n = Node(make_conf, state, extra="[devices]\nremove_unused_mdevs = true\n")
+    [mine] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_85_00_0", 1)))
+    n.host.note_guest(Guest("i1", "instance-1", (mine.id,)))
+    assert n.driver.guest_defined("i1") == [mine.id]
+    assert claims_on_disk(state) == {}
+    on_disk = []
+    remove_mdev = n.host.remove_mdev
+
+    def removing(mdev):
+        on_disk.append(claims_on_disk(state).get(mdev.uuid))
+        remove_mdev(mdev)
+
+    monkeypatch.setattr(n.host, "remove_mdev", removing)
+    n.host.forget_guest("i1")
+    assert n.driver.guest_undefined("i1") == [mine.id]
+    [claim] = on_disk
+    assert claim is not None and claim["purpose"] == "release"
+    assert mine.id not in {m.uuid for m in n.host.discover().mdevs}
+    assert claims_on_disk(state) == {}
