@@ -334,3 +334,41 @@ def test_a_process_killed_at_any_point_leaves_what_it_said_it_saved(
         assert claims == {} or [owner for owner, _ in claims.values()] == [
             f"i{done + 1}"
         ]
+
+
+def _refuse(monkeypatch, obj, name):
+    def refused(*args, **kwargs):
+        raise StateStoreError(
+            action="write", path=name, reason="[Errno 28] No space left"
+        )
+
+    monkeypatch.setattr(obj, name, refused)
+
+
+def test_claims_and_vf_types_are_written_whole_or_the_claims_not_at_all(
+    state, monkeypatch
+):
+    """The claims are the commit: a save whose VF types cannot be written
+    leaves the claims as they were, on disk and held; one whose claims
+    cannot be written holds what is on disk (the VF types written before
+    them are read again)."""
+    record = ClaimsRecord(StateStore(state))
+    save(record, a="i1")
+    _refuse(monkeypatch, record.state, "save")
+    with record.locked(), pytest.raises(StateStoreError):
+        record.save({"a": claim("a", "i1"), "b": claim("b", "i2")}, {"v": 7})
+    monkeypatch.undo()
+    assert read(state) == {"a": "i1"}
+    with record.locked():
+        assert set(record.claims) == {"a"} and record.vf_types == {}
+    _refuse(monkeypatch, record._file, "write")
+    with record.locked(), pytest.raises(StateStoreError):
+        record.save({"a": claim("a", "i1"), "b": claim("b", "i2")}, {"v": 7})
+    monkeypatch.undo()
+    assert read(state) == {"a": "i1"}
+    other = ClaimsRecord(StateStore(state))
+    with other.locked():
+        on_disk = other.vf_types
+    with record.locked():
+        assert set(record.claims) == {"a"}
+        assert record.vf_types == on_disk

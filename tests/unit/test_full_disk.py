@@ -171,3 +171,27 @@ def test_a_guest_gone_records_the_removal_of_its_mdev_before_removing_it(
     assert claim is not None and claim["purpose"] == "release"
     assert mine.id not in {m.uuid for m in n.host.discover().mdevs}
     assert claims_on_disk(state) == {}
+
+
+def test_a_guest_gone_on_a_full_disk_leaves_its_vf_typed_and_free(
+    make_conf, tmp_path, full_disk
+):
+    """The guest of a typed VF is deleted while the disk is full: the
+    release cannot be recorded, so the VF's type is not cleared; the
+    view has it free as it is (typed), and the next bind of its type
+    takes it as it is instead of typing it again."""
+    state = tmp_path / "state"
+    n = Node(make_conf, state, "l40-sriov")
+    n.driver.allocate_mdevs("i0", n.alloc((PF, 1)))  # the typed free VF
+    [vf] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
+    assert vf.created
+    typed = _vf_type(n, vf.id)
+    n.host.note_guest(Guest("i1", "instance-1", (), (vf.id,)))
+    n.driver.guest_defined("i1")
+    n.host.forget_guest("i1")
+    full_disk(n)
+    assert n.driver.guest_undefined("i1") == [vf.id]
+    assert _vf_type(n, vf.id) == typed
+    full_disk(n, False)
+    [again] = n.driver.allocate_mdevs("i2", n.alloc((PF, 1)))
+    assert (again.id, again.created) == (vf.id, False)

@@ -160,8 +160,12 @@ class ClaimsRecord:
         """Write the records (inside :meth:`locked`): ours as they are,
         or ``claims`` and ``vf_types``, which become ours once written (a
         write that fails leaves what we hold as it was on disk). The
-        devices made are written first: a device is never claimed as
-        ours on disk before it is recorded as made."""
+        claims are written last, the commit: a failed write leaves the
+        claims (the decisions taken) as they were, never half of what
+        was asked recorded. Before them, the devices made (a device is
+        never claimed as ours on disk before it is recorded as made) and
+        the VF types (a type recorded for a VF no claim names is only
+        set again at a reboot, to a free VF of ours)."""
         claims = self.claims if claims is None else claims
         vf_types = self.vf_types if vf_types is None else vf_types
         if self.state is not None and self._file is not None:
@@ -169,18 +173,19 @@ class ClaimsRecord:
                 self.state.save(MADE_RECORD, sorted(self.made))
                 self._made_on_disk = set(self.made)
                 self.made_known = True
+            # one durable write per bind of an mdev: the VF types only
+            # when they changed
+            if vf_types != self._vf_types_on_disk:
+                # read again with the claims should these not be written
+                self._others_epoch = 0
+                self.state.save(VF_TYPES_RECORD, vf_types)
+                self._vf_types_on_disk = dict(vf_types)
             # a fresh random number, not a counter: after a record was
             # moved aside, a reader must never see its old value again
             epoch = secrets.randbits(62) + 1
             self._file.write(epoch, claims)
             self._claims_on_disk = _copy(claims)
             self._epoch = epoch
-            self.claims = claims
-            # one durable write per bind of an mdev: the VF types only
-            # when they changed
-            if vf_types != self._vf_types_on_disk:
-                self.state.save(VF_TYPES_RECORD, vf_types)
-                self._vf_types_on_disk = dict(vf_types)
             # what is on disk now, at the epoch just written
             self._others_epoch = epoch
             # (the set as written, never changed in place: not copied)

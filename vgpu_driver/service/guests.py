@@ -174,6 +174,7 @@ def let_go(
             vf_types.pop(device.id, None)
     for device in changing:
         claims[device.id] = claim_of(device, instance, RELEASE)
+    recorded = True
     try:
         if changing or vf_types != ledger.vf_types:  # else nothing to write
             ledger.save(claims, vf_types)
@@ -183,10 +184,12 @@ def let_go(
         LOG.warning(
             "Could not record the devices %s let go: %s", instance, exc
         )
-        changing = []
+        recorded = False
     for device in freed:
-        if device in changing:
+        if device not in changing:
+            ledger.view.released(device, done=True)
+        elif recorded:
             ledger.hand_back_later(instance, device)
         else:
-            ledger.view.released(device, done=True)
+            ledger.view.released(device, done=False)
     return [d.id for d in freed]
