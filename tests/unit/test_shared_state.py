@@ -383,3 +383,18 @@ def test_a_release_reads_the_host_again_before_taking_devices_back(
     assert a.driver.release_mdevs("i1") == []
     assert helpers.claims_on_disk(state)[device.id]["instance"] == "i2"
     assert device.id in {m.uuid for m in host.discover().mdevs}
+
+
+def test_a_guest_defined_ends_its_own_spawn_claims_alone(make_conf, tmp_path):
+    """Two spawns in flight: the first one's guest is defined; the second
+    instance's claim stays until its own guest has the device (else a
+    bind could hand its mdev out before its guest is defined)."""
+    n = Node(make_conf, tmp_path / "state")
+    [first] = n.driver.allocate_mdevs("i1", n.alloc((PARENT, 1)))
+    [second] = n.driver.allocate_mdevs("i2", n.alloc((PARENT, 1)))
+    n.host.note_guest(Guest("i1", "instance-1", (first.id,)))
+    assert n.driver.guest_defined("i1") == [first.id]
+    assert set(n.driver.binder.claims()) == {second.id}
+    assert set(helpers.claims_on_disk(tmp_path / "state")) == {second.id}
+    [third] = n.driver.allocate_mdevs("i3", n.alloc((PARENT, 1)))
+    assert third.id not in {first.id, second.id}
