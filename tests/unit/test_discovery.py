@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 
 import libvirt
 import pytest
@@ -565,3 +566,28 @@ def _libvirt_error(code):
     from vgpu_driver.sim.mdev_libvirt import _error
 
     return _error(code, "internal error: the domain cannot be read")
+
+
+def test_the_service_warns_of_a_fat_fingered_address_once(
+    make_conf, tmp_path, caplog
+):
+    """The first reading of the host logs what in the configuration it
+    contradicts (each refresh does not)."""
+    from tests.helpers import Node
+
+    config = helpers.load("m10").config.replace(
+        "device_addresses = 0000:84:00.0",
+        "device_addresses = 0000:48:00.0,0000:84:00.0",
+    )
+    assert "0000:48:00.0" in config
+    with caplog.at_level(logging.WARNING, logger="vgpu_driver.service"):
+        n = Node(make_conf, tmp_path / "state", config=config)
+        for _ in range(3):
+            n.update()
+            n.driver.discover(rescan_guests=True)
+    told = [
+        r.getMessage()
+        for r in caplog.records
+        if "0000:48:00.0" in r.getMessage()
+    ]
+    assert len(told) == 1 and told[0].startswith("Configuration: ")

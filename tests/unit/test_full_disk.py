@@ -6,6 +6,7 @@ finished later, and reporting never stops for a record it cannot write.
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 
@@ -195,3 +196,33 @@ def test_a_guest_gone_on_a_full_disk_leaves_its_vf_typed_and_free(
     full_disk(n, False)
     [again] = n.driver.allocate_mdevs("i2", n.alloc((PF, 1)))
     assert (again.id, again.created) == (vf.id, False)
+
+
+@pytest.mark.parametrize("made", ["before", "while full"])
+def test_the_mdevs_seen_not_written_are_written_at_the_next_reading(
+    make_conf, tmp_path, full_disk, made
+):
+    """A guest is given an mdev while the disk is full (one made then, or
+    a free one read before, which is on disk only once a guest uses
+    it): the record of where the mdevs guests use are (what a restart
+    recreates them from) cannot be written. The next reading writes it,
+    though the host did not change since."""
+    state = tmp_path / "state"
+    n = Node(make_conf, state)
+    parent = n.host.discover().parent("pci_0000_85_00_0")
+    if made == "before":
+        mdev = n.host.create_mdev(parent, "nvidia-35", str(uuid.uuid4()))
+        n.driver.discover()
+    full_disk(n)
+    if made == "while full":
+        mdev = n.host.create_mdev(parent, "nvidia-35", str(uuid.uuid4()))
+    n.host.note_guest(Guest("g1", "instance-1", (mdev.uuid,)))
+    n.driver.discover()
+    assert mdev.uuid not in _seen_on_disk(state)
+    full_disk(n, False)
+    n.driver.discover()
+    assert _seen_on_disk(state)[mdev.uuid] == [parent.name, "nvidia-35"]
+
+
+def _seen_on_disk(state):
+    return json.loads((state / "mdev-parents.json").read_text())
