@@ -17,7 +17,7 @@ from benchmarks.common import dense
 from tests.helpers import Node, load
 from vgpu_driver.exception import DeviceCapacityExhausted, DeviceNoRoom
 from vgpu_driver.host.libvirt_host import LibvirtHost
-from vgpu_driver.model import binding, usage
+from vgpu_driver.model import binding, naming, usage
 from vgpu_driver.model.device import (
     DEVICE_INDEXES,
     MIXED_INDEXES,
@@ -886,5 +886,8 @@ def test_a_parent_gone_with_its_mdevs_is_no_longer_offered(node):
     plan = n.update()[parent]
     assert plan.reserved == plan.total
     assert "no longer on the host" in (plan.reason or "")
+    # it keeps the type its guest's mdev has (and that type's trait)
+    assert plan.type_id == "nvidia-35"
+    assert naming.type_trait("nvidia-35") in plan.traits
     assert spare not in n.driver.free_mdevs()
     assert not n.driver.free_mdevs(parent)

@@ -192,6 +192,12 @@ def test_a_type_dropped_while_in_use_is_kept_on_its_own_provider(card):
         "its device no longer serves an enabled type but 1 device(s) are "
         "still in use"
     )
+    # still under the card's provider
+    assert planned(card)[SECOND].parent == f"node1_{CARD}"
+    assert (
+        card.tree.data(f"node1_{SECOND}").parent_uuid
+        == card.tree.data(f"node1_{CARD}").uuid
+    )
 
 
 def test_a_type_dropped_while_in_use_keeps_its_class(card):
