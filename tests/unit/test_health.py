@@ -3,12 +3,14 @@ plan, the metrics and audit, and comes back by itself (#25)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests import helpers
 from vgpu_driver.metrics import MeteredDriver
-from vgpu_driver.model import health
+from vgpu_driver.model import health, nvml
 from vgpu_driver.sim.simulated import SimulatedHost
 
 
@@ -152,3 +154,27 @@ def test_a_provider_taking_no_guests_is_told_once_and_its_return_once(
         node.update()
     assert len(told("takes guests again")) == 1
     assert len(told("takes no new guests")) == 1
+
+
+def _with_fault(inventory, address):
+    said = nvml.NvmlReading(
+        "570.124.03", (nvml.NvmlGpu(address, fault="lost"),)
+    )
+    return dataclasses.replace(inventory, nvml=said)
+
+
+def test_an_nvml_fault_on_a_gpu_takes_its_mdev_parents_alone():
+    """A GPU whose mdev parent is the GPU itself (M10) or its VFs (A2:
+    NVML names the card, not the VF): the parents of the GPU that NVML
+    says is lost take no new guest, the other GPUs' parents do."""
+    m10 = helpers.simulated_host("m10").discover()
+    found = health.unhealthy(_with_fault(m10, "0000:85:00.0"))
+    assert set(found) == {"pci_0000_85_00_0"}
+    assert "0000:85:00.0 lost" in found["pci_0000_85_00_0"]
+    a2 = helpers.simulated_host("a2-vf-parents").discover()
+    assert {p.physical_function for p in a2.parents} == {"0000:3b:00.0"}
+    found = health.unhealthy(_with_fault(a2, "0000:3b:00.0"))
+    assert set(found) == {p.name for p in a2.parents}
+    assert all("0000:3b:00.0 lost" in why for why in found.values())
+    # a VF's own address is not a GPU NVML reports on
+    assert health.unhealthy(_with_fault(a2, "0000:3b:00.4")) == {}
