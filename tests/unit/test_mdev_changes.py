@@ -891,3 +891,21 @@ def test_a_parent_gone_with_its_mdevs_is_no_longer_offered(node):
     assert naming.type_trait("nvidia-35") in plan.traits
     assert spare not in n.driver.free_mdevs()
     assert not n.driver.free_mdevs(parent)
+
+
+def test_a_full_reading_forgets_gone_mdevs_no_guest_uses(node):
+    """The mdevs seen keep where a guest's mdev was while it is gone (a
+    restart recreates it from that), and forget a gone free one."""
+    from tests.helpers import M10_FREE_ON_86
+
+    n = node()
+    [used] = [g.mdevs[0] for g in n.host.discover().guests if g.mdevs][:1]
+    assert {used, M10_FREE_ON_86} <= set(n.driver.seen_mdevs())
+    inventory = n.host.discover()
+    [free] = [m for m in inventory.mdevs if m.uuid == M10_FREE_ON_86]
+    n.host.remove_mdev(free)
+    [where] = [m.parent for m in inventory.mdevs if m.uuid == used]
+    n.host.unplug(where)
+    n.driver.discover(rescan_guests=True)
+    seen = n.driver.seen_mdevs()
+    assert used in seen and M10_FREE_ON_86 not in seen
