@@ -29,22 +29,28 @@ def _vf_type(n: Node, address: str) -> int:
 @pytest.fixture
 def full_disk(monkeypatch):
     """``full_disk(node)``: from now on every save to its state_path
-    fails as a full disk does; ``full_disk(node, False)`` frees it."""
+    (a record replaced, the claims journal appended to) fails as a full
+    disk does; ``full_disk(node, False)`` frees it."""
 
     def fill(n: Node, full: bool = True) -> None:
         store = n.driver.state
+        claims_file = n.driver.binder.ledger.record._file
         if not full:
             monkeypatch.delattr(store, "save")
+            monkeypatch.delattr(claims_file, "write")
             return
 
-        def save(key, value):
+        def refused(key):
             raise StateStoreError(
                 action="write",
                 path=str(store.path(key)),
                 reason="[Errno 28] No space left on device",
             )
 
-        monkeypatch.setattr(store, "save", save)
+        monkeypatch.setattr(store, "save", lambda key, value: refused(key))
+        monkeypatch.setattr(
+            claims_file, "write", lambda epoch, claims: refused("claims")
+        )
 
     return fill
 
@@ -226,3 +232,45 @@ def test_the_mdevs_seen_not_written_are_written_at_the_next_reading(
 
 def _seen_on_disk(state):
     return json.loads((state / "mdev-parents.json").read_text())
+
+
+def _room(n, parent):
+    return sum(n.driver.binder.ledger.view.parents[parent].available.values())
+
+
+def test_a_bind_on_a_full_disk_holds_no_claim_and_loses_no_room(
+    make_conf, tmp_path, full_disk
+):
+    """A bind whose claims cannot be written fails before the host is
+    touched and leaves nothing of it behind: no claim reported (nor
+    counted by a refresh), the free mdev it chose still free, the room
+    for the mdev it would have made still there once the disk is free."""
+    state = tmp_path / "state"
+    n = Node(make_conf, state)
+    parent = "pci_0000_86_00_0"  # one free mdev, room for more
+    free, room = n.driver.free_mdevs(parent), _room(n, parent)
+    full_disk(n)
+    for units in (1, 2):  # the free mdev alone; it and a new one
+        with pytest.raises(StateStoreError, match="No space"):
+            n.driver.allocate_mdevs(f"i{units}", n.alloc((parent, units)))
+        assert n.driver.binder.claims() == {}
+        assert n.driver.free_mdevs(parent) == free
+        assert _room(n, parent) == room
+    assert n.update()[parent].reserved == 0
+    full_disk(n, False)
+    devices = n.driver.allocate_mdevs("i3", n.alloc((parent, room + 1)))
+    assert len(devices) == room + 1
+    assert set(free) <= {d.id for d in devices}
+
+
+def test_a_hold_of_spawns_in_flight_on_a_full_disk_leaves_them_free(
+    make_conf, tmp_path, full_disk
+):
+    n = Node(make_conf, tmp_path / "state")
+    parent = "pci_0000_86_00_0"
+    free = n.driver.free_mdevs(parent)
+    full_disk(n)
+    with pytest.raises(StateStoreError, match="No space"):
+        n.driver.hold_in_flight({"i1": {parent: 1}})
+    assert n.driver.binder.claims() == {}
+    assert n.driver.free_mdevs(parent) == free

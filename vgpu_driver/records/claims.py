@@ -31,6 +31,7 @@ from vgpu_driver.records.claims_file import (
 from vgpu_driver.records.store import (
     StateRecordCorrupt,
     StateStore,
+    StateStoreError,
     expect,
     validate_str_map,
 )
@@ -169,31 +170,42 @@ class ClaimsRecord:
         claims = self.claims if claims is None else claims
         vf_types = self.vf_types if vf_types is None else vf_types
         if self.state is not None and self._file is not None:
-            if not self.made_known or self.made != self._made_on_disk:
-                self.state.save(MADE_RECORD, sorted(self.made))
-                self._made_on_disk = set(self.made)
-                self.made_known = True
-            # one durable write per bind of an mdev: the VF types only
-            # when they changed
-            if vf_types != self._vf_types_on_disk:
-                # read again with the claims should these not be written
-                self._others_epoch = 0
-                self.state.save(VF_TYPES_RECORD, vf_types)
-                self._vf_types_on_disk = dict(vf_types)
-            # a fresh random number, not a counter: after a record was
-            # moved aside, a reader must never see its old value again
-            epoch = secrets.randbits(62) + 1
-            self._file.write(epoch, claims)
-            self._claims_on_disk = _copy(claims)
-            self._epoch = epoch
-            # what is on disk now, at the epoch just written
-            self._others_epoch = epoch
-            # (the set as written, never changed in place: not copied)
-            self._others_value = (
-                dict(self._vf_types_on_disk),
-                self._made_on_disk,
-            )
+            try:
+                self._write(claims, vf_types)
+            except StateStoreError:
+                # held again as on disk: nothing of a failed save is held
+                # (a reader without the lock would take it as written)
+                self._read()
+                raise
         self.claims, self.vf_types = claims, vf_types
+
+    def _write(self, claims: Claims, vf_types: dict[str, int]) -> None:
+        """:meth:`save`'s writes, the claims last."""
+        assert self.state is not None and self._file is not None
+        if not self.made_known or self.made != self._made_on_disk:
+            self._others_epoch = 0  # read again should what follows fail
+            self.state.save(MADE_RECORD, sorted(self.made))
+            self._made_on_disk = set(self.made)
+            self.made_known = True
+        # one durable write per bind of an mdev: the VF types only
+        # when they changed
+        if vf_types != self._vf_types_on_disk:
+            self._others_epoch = 0
+            self.state.save(VF_TYPES_RECORD, vf_types)
+            self._vf_types_on_disk = dict(vf_types)
+        # a fresh random number, not a counter: after a record was
+        # moved aside, a reader must never see its old value again
+        epoch = secrets.randbits(62) + 1
+        self._file.write(epoch, claims)
+        self._claims_on_disk = _copy(claims)
+        self._epoch = epoch
+        # what is on disk now, at the epoch just written
+        self._others_epoch = epoch
+        # (the set as written, never changed in place: not copied)
+        self._others_value = (
+            dict(self._vf_types_on_disk),
+            self._made_on_disk,
+        )
 
     def repair(self) -> list[str]:
         """Move unreadable records aside (they are kept) so they can be

@@ -45,7 +45,7 @@ from vgpu_driver.model.claims import (
     in_flight_of,
 )
 from vgpu_driver.model.device import Guest, HostInventory
-from vgpu_driver.records.store import StateStore
+from vgpu_driver.records.store import StateStore, StateStoreError
 from vgpu_driver.service import guests, making, recovery, release, repairs
 from vgpu_driver.service.failing import FailedParents
 from vgpu_driver.service.ledger import Ledger
@@ -214,7 +214,14 @@ class DeviceBinder:
                     number = naming.sriov_type_number(device.type_id)
                     ledger.vf_types[device.id] = number
                 ledger.view.claimed(device)
-            ledger.save()
+            try:
+                ledger.save()
+            except StateStoreError:
+                # nothing recorded (the records are held as on disk): the
+                # devices chosen are free again
+                for device in chosen:
+                    ledger.view.returned(device, made=False)
+                raise
         done: list[BoundDevice] = []
         try:
             making.make(ledger, chosen, done)

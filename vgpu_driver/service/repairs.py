@@ -13,6 +13,7 @@ from typing import Any
 from oslo_log import log as logging
 
 from vgpu_driver.exception import VgpuDriverError
+from vgpu_driver.model.binding import BoundDevice
 from vgpu_driver.model.claims import (
     MIGRATION,
     SPAWN,
@@ -195,15 +196,22 @@ def hold_in_flight(
             p: [d for d in ids if d not in busy] for p, ids in free.items()
         }
         held: dict[str, list[str]] = {}
+        taken: list[BoundDevice] = []
         for device_id, consumer in deal_in_flight(waiting, free).items():
             device = view.device(device_id, None)
             if device is None:
                 continue
             claims[device_id] = in_flight_claim(device, consumer)
             view.claimed(device)
+            taken.append(device)
             held.setdefault(consumer, []).append(device_id)
         if held:
-            ledger.save()
+            try:
+                ledger.save()
+            except StateStoreError:
+                for device in taken:  # nothing recorded: free again
+                    view.returned(device, made=False)
+                raise
     for consumer, devices in sorted(held.items()):
         LOG.warning(
             "Instance %s holds devices in Placement but has no guest here "
