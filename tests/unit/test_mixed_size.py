@@ -401,6 +401,25 @@ def test_shares_over_100_are_a_warning(make_conf, tmp_path):
     assert problem.severity == "warning" and "125%" in str(problem)
 
 
+def _share_warnings(node):
+    return [
+        p
+        for p in check.host_problems(node.driver.config, node.host.discover())
+        if p.option == "card_share"
+    ]
+
+
+def test_shares_up_to_100_or_none_set_are_no_warning(
+    make_conf, tmp_path, card
+):
+    """Shares adding up to exactly 100 are what the warning asks for;
+    two types with no share set at all are the card's default mode
+    (each offers what fits), not a share of 200%."""
+    shared = shared_card(make_conf, tmp_path / "shared", (50, 50))
+    assert _share_warnings(shared) == []
+    assert _share_warnings(card) == []
+
+
 def test_the_inventory_table_shows_the_other_types_under_the_card(
     card, capsys
 ):
