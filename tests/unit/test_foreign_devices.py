@@ -197,3 +197,48 @@ def test_the_mdevs_the_library_removes_leave_its_record(make_conf, tmp_path):
     assert mine[1] not in {m.uuid for m in n.host.discover().mdevs}
     assert mine[1] not in _made(state)
     assert M10_FREE_ON_86 in _made(state)
+
+
+NOT_ON_85 = """
+[devices]
+enabled_mdev_types = nvidia-35,nvidia-36
+[mdev_nvidia-35]
+device_addresses = 0000:84:00.0
+[mdev_nvidia-36]
+device_addresses = 0000:86:00.0
+"""
+
+
+def test_audit_fix_removes_a_free_mdev_of_ours_no_type_is_served_by(
+    make_conf, tmp_path
+):
+    """85 no longer configured: the free mdev the library made there is
+    an orphan (no refresh removes it: its parent serves no type), which
+    ``audit --fix`` removes; another manager's there is left."""
+    from vgpu_driver.cmd import audit as audit_cmd
+    from vgpu_driver.model.audit import audit
+
+    state = tmp_path / "state"
+    n = Node(make_conf, state)
+    [mine] = n.driver.allocate_mdevs("i1", n.alloc((P85, 1)))
+    n.driver.release_mdevs("i1")
+    theirs = _foreign_mdev(n)
+    m = Node(make_conf, state, config=NOT_ON_85, host=n.host)
+    inventory = m.driver.discover(rescan_guests=True)
+    claims = m.driver.binder.claims()
+    findings = audit(
+        inventory,
+        claims=claims,
+        vf_types=m.driver.binder.vf_types,
+        configured=m.driver.configured_types(inventory),
+        device_of={},
+        parent_of=audit_cmd.device_ids_on(m.driver, inventory),
+        allocations=None,
+        ours=m.driver.binder.owned(),
+    )
+    orphans = {f.subject for f in findings if f.kind == "orphaned_free_mdev"}
+    assert orphans == {mine.id}
+    fixed = audit_cmd.fix(m.driver, inventory, findings, claims)
+    assert fixed == [f"removed free mdev {mine.id}"]
+    left = {x.uuid for x in n.host.discover().mdevs}
+    assert mine.id not in left and theirs.uuid in left
