@@ -129,6 +129,12 @@ def test_an_mdev_parent_named_for_two_types_serves_the_first():
         if "serves one" in str(p)
     ]
     assert problem.severity == "error" and "nvidia-35" in str(problem)
+    # it names the section and the address to remove there
+    assert (problem.section, problem.option, problem.value) == (
+        b.group,
+        "device_addresses",
+        "0000:84:00.0",
+    )
     from vgpu_driver.model.inventory import plan_providers
 
     plans = plan_providers("cn", config, inventory, held={})
