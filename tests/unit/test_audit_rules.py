@@ -34,6 +34,10 @@ PARENT_OF = {"m-used": "p1", "m-free": "p1", "0000:41:00.4": "pf"}
 
 
 def run(**changes):
+    return {(f.kind, f.subject) for f in findings(**changes)}
+
+
+def findings(**changes):
     kwargs = dict(
         claims={},
         vf_types={"0000:41:00.4": 7},
@@ -43,7 +47,7 @@ def run(**changes):
         allocations={"g1": {"rp1": 1, "rpf": 1}},
     )
     kwargs.update(changes)
-    return {(f.kind, f.subject) for f in audit(INVENTORY, **kwargs)}
+    return audit(INVENTORY, **kwargs)
 
 
 def test_a_consistent_host_has_only_its_stale_mdev():
@@ -64,6 +68,24 @@ def test_each_mismatch_is_found():
         ("guest_device_without_allocation", "g1"),
         ("claim_of_gone_instance", "m-free"),
         ("vf_type_unrecorded", "0000:41:00.4"),
+    }
+
+
+def test_fix_repairs_the_records_and_orphans_and_reports_allocations():
+    """What ``audit --fix`` may repair: the library's records and its own
+    orphaned free mdevs; Placement's allocations are only reported (the
+    operator heals them with Nova's tools)."""
+    found = findings(
+        allocations={"g1": {"rp1": 1}, "ghost": {"rp1": 2}},
+        claims={"m-free": {"instance": "gone", "purpose": "spawn"}},
+        vf_types={},
+    )
+    assert {f.kind: f.fixable for f in found} == {
+        "orphaned_free_mdev": True,
+        "claim_of_gone_instance": True,
+        "vf_type_unrecorded": True,
+        "allocation_without_guest": False,
+        "guest_device_without_allocation": False,
     }
 
 
