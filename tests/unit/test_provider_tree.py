@@ -411,3 +411,27 @@ def test_owner_trait_is_configurable(driver_for):
 def test_root_must_exist(driver_for):
     with pytest.raises(ValueError, match="node1"):
         driver_for("m10").update_provider_tree(ProviderTree(), "node1")
+
+
+def test_a_provider_nova_made_for_a_device_no_longer_enabled_goes(
+    driver_for,
+):
+    """A provider Nova's own vGPU code made (no trait of ours, only the
+    VGPU class this configuration manages) for a pGPU no longer enabled,
+    with nothing in use: removed, not left offering what nobody binds."""
+    config = """
+[devices]
+enabled_mdev_types = nvidia-35,nvidia-36
+[mdev_nvidia-35]
+device_addresses = 0000:84:00.0
+[mdev_nvidia-36]
+device_addresses = 0000:86:00.0
+"""
+    tree = new_tree()
+    nova_made = tree.new_child("node1_pci_0000_85_00_0", "node1")
+    inventory = {"total": 4, "reserved": 0, "min_unit": 1, "max_unit": 4}
+    inventory.update(step_size=1, allocation_ratio=1.0)
+    tree.update_inventory(nova_made, {"VGPU": inventory})
+    found = providers(driver_for("m10", config), tree)
+    assert "pci_0000_85_00_0" not in found
+    assert not tree.exists("node1_pci_0000_85_00_0")
