@@ -55,6 +55,25 @@ def test_duplicate_and_unknown_providers_are_errors():
         tree.new_child("node_a", "node")
     with pytest.raises(ValueError, match="No such provider"):
         tree.data("nope")
+    # a second root with a name or a uuid taken (as Nova's tree refuses)
+    with pytest.raises(ValueError, match="already exists"):
+        tree.new_root("node", "r1")
+    with pytest.raises(ValueError, match="already exists"):
+        tree.new_root("other", "r0")
+
+
+def test_a_generation_given_is_taken_and_none_keeps_the_last():
+    """Placement's answers carry the provider's new generation; a change
+    made here without one keeps the generation last known."""
+    tree = make_tree()
+    tree.update_inventory("c1", VGPU, generation=5)
+    assert tree.data("c1").generation == 5
+    tree.update_inventory("c1", {}, generation=None)
+    assert tree.data("c1").generation == 5
+    tree.update_traits("c1", ["CUSTOM_A"], generation=6)
+    assert tree.data("c1").generation == 6
+    tree.update_traits("c1", [], generation=None)
+    assert tree.data("c1").generation == 6
 
 
 def test_commands_report_whether_they_changed_anything():
