@@ -74,6 +74,10 @@ def test_a_generation_given_is_taken_and_none_keeps_the_last():
     assert tree.data("c1").generation == 6
     tree.update_traits("c1", [], generation=None)
     assert tree.data("c1").generation == 6
+    tree.update_aggregates("c1", ["agg1"], generation=7)
+    assert tree.data("c1").generation == 7
+    tree.update_aggregates("c1", [], generation=None)
+    assert tree.data("c1").generation == 7
 
 
 def test_commands_report_whether_they_changed_anything():
