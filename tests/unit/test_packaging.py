@@ -109,3 +109,37 @@ def test_the_version_comes_from_git():
     assert "[tool.setuptools_scm]" in pyproject
     assert "setuptools-scm" in pyproject
     assert metadata.version("vgpu-driver") != "0.1.0"
+
+
+def test_the_wheel_ships_the_simulated_hosts_without_a_setuptools_warning(
+    tmp_path,
+):
+    """Every data directory is a package of its own: pip builds the wheel
+    (with the setuptools it fetches, as ``./run`` installs) without
+    setuptools' 'Package would be ignored' box, the first thing ``./run
+    demo`` printed on a fresh machine; and the shipped hosts and the
+    captures they are filled from are in it."""
+    import subprocess
+    import sys
+    import zipfile
+
+    built = subprocess.run(
+        [
+            *(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q"),
+            *("--disable-pip-version-check", "-w", str(tmp_path), str(ROOT)),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr
+    assert "would be ignored" not in built.stdout + built.stderr
+    (wheel_path,) = tmp_path.glob("vgpu_driver-*.whl")
+    with zipfile.ZipFile(wheel_path) as wheel:
+        files = set(wheel.namelist())
+    data = ROOT / "vgpu_driver" / "sim" / "data"
+    shipped = [
+        path.relative_to(ROOT).as_posix()
+        for path in (*data.glob("*.json"), *data.glob("captures/*.txt"))
+    ]
+    assert shipped and not set(shipped) - files

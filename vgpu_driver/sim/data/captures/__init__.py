@@ -1,0 +1,2 @@
+"""Shipped captures of real hosts' tools (text), read by
+:mod:`vgpu_driver.sim.captures`."""
