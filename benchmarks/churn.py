@@ -5,6 +5,12 @@ service (records on, as a service runs it).
   guest undefined, told through ``domain_event``, then a refresh; then
   defined again and a refresh. Both are real changes: its mdev is free,
   then in use again;
+* **spawn / delete** (libvirt's test driver, dense mdev hosts): an
+  instance spawned as Nova's integration does it (``allocate_mdevs`` on
+  a pGPU's provider, a free mdev reused; its guest defined, told through
+  ``domain_event`` and ``guest_defined``), then a refresh; deleted again
+  (undefined, told, ``guest_undefined`` and ``release_mdevs``), then a
+  refresh. The change every compute host sees most;
 * **VF typed / cleared** (libvirt's test driver, L40 SR-IOV hosts): one
   free VF given the enabled type in sysfs (by another manager), then a
   refresh; cleared again, then a refresh;
@@ -61,7 +67,9 @@ from benchmarks.common import (
 from benchmarks.nova_compare import Nova, timed
 from benchmarks.service import FREE, Service
 from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim.guest_xml import render_guest
 from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
+from vgpu_driver.sim.specs import GuestSpec
 
 SHAPES = [(1, 16, 16), (4, 128, 128), (16, 512, 512)]
 CARDS = [1, 4, 16]
@@ -124,6 +132,53 @@ def guest_churn(
     changed, idle = pairs(change, service.idle)
     wall = walls() if remote is not None else {}
     return {"changed": changed, "idle": idle, "nova": nova_idle(uri), **wall}
+
+
+def spawn_churn(shape: tuple[int, int, int], tmp: Path) -> dict[str, Any]:
+    """Nova's own change: an instance spawned (its devices bound, its
+    guest defined) and deleted, through the calls the Nova integration
+    makes, on the modelled connection (a bind finding no free mdev makes
+    one)."""
+    description = dense(shape[0], shape[1] + FREE, shape[2])
+    uri, sysfs = hostdesc.materialize(description, tmp)
+    conn = MdevConnection(uri, description, sysfs=Path(sysfs))
+    service = Service(
+        uri, sysfs, conf_for(description.config, tmp), tmp, conn=conn
+    )
+    driver, tree = service.driver, service.tree
+    instance = str(uuid.uuid4())
+    # the devices each spawn was given, and the free mdevs after each
+    # refresh timed: the refreshes followed real spawns and deletes
+    bound: list[list[str]] = []
+    free_after: list[int] = []
+
+    def change(step: int) -> None:
+        if step:
+            free_after.append(len(driver.free_mdevs()))
+        if step % 2 == 0:
+            free = next(p for p in driver.last_plans if p.total > p.reserved)
+            wanted = {tree.data(free.name).uuid: {"resources": {"VGPU": 1}}}
+            devices = [d.id for d in driver.allocate_mdevs(instance, wanted)]
+            bound.append(devices)
+            spec = GuestSpec(uuid=instance, name="spawned", mdevs=devices)
+            conn.defineXML(render_guest(spec))
+            driver.domain_event(instance, True)
+            driver.guest_defined(instance)
+        else:
+            conn.lookupByUUIDString(instance).undefine()
+            driver.domain_event(instance, False)
+            driver.guest_undefined(instance)
+            driver.release_mdevs(instance)
+
+    changed, idle = pairs(change, service.idle)
+    free_after.append(len(driver.free_mdevs()))
+    return {
+        "changed": changed,
+        "idle": idle,
+        "nova": nova_idle(uri),
+        "bound": bound,
+        "free": free_after,
+    }
 
 
 def vf_churn(cards: int, tmp: Path) -> dict[str, Any]:
@@ -301,6 +356,9 @@ def main() -> None:
         cases.append(
             (("guest gone", "guest back"), label, partial(guest_churn, shape))
         )
+    for shape in shapes:
+        label = "/".join(map(str, shape))
+        cases.append((("spawn", "delete"), label, partial(spawn_churn, shape)))
     for n in cards:
         cases.append(
             (("VF typed", "VF cleared"), f"{n}x32", partial(vf_churn, n))

@@ -91,8 +91,8 @@ def test_churn_benchmark_prints_every_change_beside_idle():
     out = run("churn", "--quick", "--runs", "2")
     found = rows(
         out,
-        r"\s*(guest gone|guest back|VF typed|VF cleared|mdev made|mdev gone)"
-        r" (\S+) \| +[\d.]+/([\d.]+)/[\d.]+ +[\d.]+/([\d.]+)/[\d.]+"
+        r"\s*(guest gone|guest back|spawn|delete|VF typed|VF cleared"
+        r"|mdev made|mdev gone) (\S+) \| +[\d.]+/([\d.]+)/[\d.]+ +[\d.]+/([\d.]+)/[\d.]+"
         r" +([\d.]+)x +([+-][\d.]+) \|",
     )
     kinds = Counter(m[1] for m in found)
@@ -101,6 +101,8 @@ def test_churn_benchmark_prints_every_change_beside_idle():
         [
             "guest gone",
             "guest back",
+            "spawn",
+            "delete",
             "VF typed",
             "VF cleared",
             "mdev made",
@@ -148,3 +150,20 @@ def test_the_mdev_rows_time_refreshes_that_saw_the_mdev_come_and_go(
     made, gone = found["reserved"][0::2], found["reserved"][1::2]
     assert len(made) == len(gone) == 2
     assert all(m == g + 1 for m, g in zip(made, gone, strict=True))
+
+
+def test_the_spawn_rows_time_refreshes_after_real_spawns_and_deletes(
+    tmp_path, monkeypatch
+):
+    """The spawn rows go through the calls Nova's integration makes: each
+    spawn was given an mdev, which the refresh after it counts in use,
+    and each delete gives it back."""
+    from benchmarks import churn
+
+    monkeypatch.setattr(churn, "RUNS", [2])
+    found = churn.spawn_churn((1, 4, 4), tmp_path)
+    assert len(found["bound"]) == 2
+    assert all(len(devices) == 1 for devices in found["bound"])
+    spawned, deleted = found["free"][0::2], found["free"][1::2]
+    assert len(spawned) == len(deleted) == 2
+    assert all(s == d - 1 for s, d in zip(spawned, deleted, strict=True))
