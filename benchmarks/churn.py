@@ -35,7 +35,7 @@ the host as it is. In the mdev rows it runs on the same modelled
 connection, after each of the same changes, in a loop of its own: it
 lists and reads the mdev another manager made, as it would on a host.
 
-``--daemon``: the guest and mdev rows alone, on the same hosts served
+``--daemon``: the guest, spawn and mdev rows alone, on the same hosts served
 by this machine's ``libvirtd`` over its UNIX socket, as a compute service's
 libvirt is (every call a round trip; in process a test-driver call
 costs about what a Python call does, which makes a guest's one more
@@ -134,13 +134,20 @@ def guest_churn(
     return {"changed": changed, "idle": idle, "nova": nova_idle(uri), **wall}
 
 
-def spawn_churn(shape: tuple[int, int, int], tmp: Path) -> dict[str, Any]:
+def spawn_churn(
+    shape: tuple[int, int, int],
+    tmp: Path,
+    remote: Callable[[str], str] | None = None,
+) -> dict[str, Any]:
     """Nova's own change: an instance spawned (its devices bound, its
     guest defined) and deleted, through the calls the Nova integration
     makes, on the modelled connection (a bind finding no free mdev makes
-    one)."""
+    one). ``remote``: served by a daemon, at the URI it gives."""
     description = dense(shape[0], shape[1] + FREE, shape[2])
     uri, sysfs = hostdesc.materialize(description, tmp)
+    if remote is not None:
+        readable_by_daemon(tmp)
+        uri = remote(uri)
     conn = MdevConnection(uri, description, sysfs=Path(sysfs))
     service = Service(
         uri, sysfs, conf_for(description.config, tmp), tmp, conn=conn
@@ -172,9 +179,11 @@ def spawn_churn(shape: tuple[int, int, int], tmp: Path) -> dict[str, Any]:
 
     changed, idle = pairs(change, service.idle)
     free_after.append(len(driver.free_mdevs()))
+    wall = walls() if remote is not None else {}
     return {
         "changed": changed,
         "idle": idle,
+        **wall,
         "nova": nova_idle(uri),
         "bound": bound,
         "free": free_after,
@@ -303,8 +312,8 @@ def row(label: str, found: dict[str, Any], half: int | None = None) -> str:
 
 
 def over_daemon(shapes: list[tuple[int, int, int]]) -> None:
-    """The guest and mdev rows, the hosts served by this machine's
-    libvirtd."""
+    """The guest, spawn and mdev rows, the hosts served by this
+    machine's libvirtd."""
     print("libvirt: test-driver hosts served by libvirtd (UNIX socket)")
     with (
         tempfile.TemporaryDirectory() as top,
@@ -312,6 +321,7 @@ def over_daemon(shapes: list[tuple[int, int, int]]) -> None:
     ):
         for kinds, run in (
             (("guest gone", "guest back"), guest_churn),
+            (("spawn", "delete"), spawn_churn),
             (("mdev made", "mdev gone"), mdev_churn),
         ):
             for shape in shapes:
@@ -329,7 +339,8 @@ def main() -> None:
     parser.add_argument(
         "--daemon",
         action="store_true",
-        help="the guest and mdev rows, served by this machine's libvirtd",
+        help="the guest, spawn and mdev rows, served by this machine's "
+        "libvirtd",
     )
     args = parser.parse_args()
     RUNS[0] = args.runs

@@ -118,7 +118,7 @@ def test_churn_benchmark_prints_every_change_beside_idle():
 
 
 def test_churn_benchmark_times_guests_and_mdevs_over_libvirtd():
-    """``--daemon``: the guest and mdev rows, the hosts served by
+    """``--daemon``: the guest, spawn and mdev rows, the hosts served by
     libvirtd, with a wall ratio beside the CPU one."""
     import shutil
 
@@ -128,12 +128,12 @@ def test_churn_benchmark_times_guests_and_mdevs_over_libvirtd():
     assert "served by libvirtd" in out
     found = rows(
         out,
-        r"\s*(guest gone|guest back|mdev made|mdev gone) (\S+) \|.* ([\d.]+)x"
+        r"\s*(guest gone|guest back|spawn|delete|mdev made|mdev gone) (\S+)"
+        r" \|.* ([\d.]+)x"
         r" +[+-][\d.]+ \|.*\| +([\d.]+)x$",
     )
-    assert Counter(m[1] for m in found) == dict.fromkeys(
-        ["guest gone", "guest back", "mdev made", "mdev gone"], 2
-    )
+    kinds = "guest gone, guest back, spawn, delete, mdev made, mdev gone"
+    assert Counter(m[1] for m in found) == dict.fromkeys(kinds.split(", "), 2)
     assert all(float(m[3]) > 0 and float(m[4]) > 0 for m in found)
 
 
