@@ -27,7 +27,7 @@ from vgpu_driver.model.device import (
 from vgpu_driver.model.device_changes import parents_alone, with_devices
 from vgpu_driver.model.device_view import DeviceView, follow_parents
 from vgpu_driver.records.seen import SeenMdevs
-from vgpu_driver.service import refresh, tree_writer
+from vgpu_driver.service import refresh, tree_writer, whole_host
 from vgpu_driver.service.touched import held_on, parents_to_plan
 from vgpu_driver.sim.mdev_libvirt import mdev_xml, no_device
 from vgpu_driver.sim.simulated import SimulatedHost
@@ -337,7 +337,7 @@ def test_one_mdev_made_plans_and_writes_its_parent_alone(
         return real_note(self, *args, **kwargs)
 
     monkeypatch.setitem(refresh.replan.__globals__, "plan_providers", plan)
-    monkeypatch.setattr(refresh, "plan_providers", plan)
+    monkeypatch.setattr(whole_host, "plan_providers", plan)
     monkeypatch.setattr(tree_writer.TreeWriter, "write", write)
     monkeypatch.setattr(DeviceView, "of", classmethod(of))
     monkeypatch.setattr(SeenMdevs, "note", note)

@@ -158,7 +158,7 @@ def test_a_guest_without_metadata_the_caller_names_is_nova_s(
     from collections import Counter
 
     from tests.unit.test_structural_costs import counting
-    from vgpu_driver.service import refresh
+    from vgpu_driver.service import whole_host
 
     host = _Host(random.Random(2), tmp_path)
     tree = host.service.tree
@@ -171,7 +171,7 @@ def test_a_guest_without_metadata_the_caller_names_is_nova_s(
     )
     host.driver.update_provider_tree(tree, "bench")
     plans: Counter[str] = Counter()
-    counting(monkeypatch, refresh, "plan_providers", plans)
+    counting(monkeypatch, whole_host, "plan_providers", plans)
     xml = hand_made_domain_xml(instance, instance[:8], [device.id])
     host.conn.defineXML(xml)  # as Nova's fake libvirt keeps it
     host.driver.domain_event(instance, True)

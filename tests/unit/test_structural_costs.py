@@ -354,11 +354,11 @@ def test_a_guest_gone_and_back_builds_no_view_and_no_plan(
     number of mdevs and guests; and the view is right after each."""
     from vgpu_driver.host import readings
     from vgpu_driver.model import device_view
-    from vgpu_driver.service import refresh
+    from vgpu_driver.service import whole_host
 
     host, driver, tree, guests = service(tmp_path, shape)
     counts: Counter[str] = Counter()
-    counting(monkeypatch, refresh, "plan_providers", counts)
+    counting(monkeypatch, whole_host, "plan_providers", counts)
     counting(monkeypatch, device_view.DeviceView, "of", counts)
     counting(monkeypatch, readings, "sort_guests", counts)
     plans = driver.last_plans
@@ -380,13 +380,13 @@ def test_a_guest_gone_and_back_builds_no_view_and_no_plan(
 def test_where_guests_count_a_guest_gone_plans_again(tmp_path, monkeypatch):
     """With max_instances, in-use devices count first: a guest gone may
     change the plan, which is made again (and still honours the cap)."""
-    from vgpu_driver.service import refresh
+    from vgpu_driver.service import whole_host
 
     host, driver, tree, guests = service(
         tmp_path, (2, 16, 16), "[mdev_nvidia-35]\nmax_instances = 20\n"
     )
     counts: Counter[str] = Counter()
-    counting(monkeypatch, refresh, "plan_providers", counts)
+    counting(monkeypatch, whole_host, "plan_providers", counts)
     host.connection().lookupByUUIDString(guests[0]).undefine()
     driver.domain_event(guests[0], False)
     plans = driver.update_provider_tree(tree, "n")

@@ -23,7 +23,7 @@ from tests.unit.test_mdev_changes import (
 from vgpu_driver.exception import DeviceNoRoom
 from vgpu_driver.model.device import Guest
 from vgpu_driver.model.device_view import DeviceView
-from vgpu_driver.service import refresh
+from vgpu_driver.service import refresh, whole_host
 
 HOSTS = {
     # three L40s (kernel >= 6.8), 8 VFs of each in use
@@ -116,7 +116,7 @@ def test_a_vf_typed_by_another_manager_plans_and_writes_its_card_alone(
 
     monkeypatch.setattr(refresh, "replan", seen)
     plans: Counter[str] = Counter()
-    counting(monkeypatch, refresh, "plan_providers", plans)
+    counting(monkeypatch, whole_host, "plan_providers", plans)
     follows.host.set_vf_type(vf.address, vf.creatable[0].id)
     after = follows.update()
     assert planned == [[pf.name]]

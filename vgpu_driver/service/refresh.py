@@ -8,8 +8,9 @@ in the tree. A steady pass is: discover (P calls; the reading taken in
 by :class:`~vgpu_driver.service.reading.HostReading`) -> the claims read
 once (one lock, no host I/O) -> nothing changed and the tree still holds
 what was written? return -> the host said which parents changed, and
-they alone can have? plan and write those (:mod:`.touched`) -> else plan
-(pure) -> write the tree -> save the traits owned.
+they alone can have? plan and write those (:mod:`.touched`) -> else the
+whole host planned and written (:mod:`.whole_host`), and what that pass
+read and wrote kept for the next.
 """
 
 from __future__ import annotations
@@ -19,16 +20,12 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from oslo_log import log as logging
-
-from vgpu_driver.exception import ReshapeNeeded
 from vgpu_driver.host.base import Host
-from vgpu_driver.model import reshape, usage
+from vgpu_driver.model import usage
 from vgpu_driver.model.binding import Target
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.device_changes import parents_alone
-from vgpu_driver.model.foreign import foreign_free, outside_nova
-from vgpu_driver.model.inventory import ProviderPlan, plan_providers
+from vgpu_driver.model.inventory import ProviderPlan
 from vgpu_driver.model.usage import Allocations
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.records.traits import OwnedTraits
@@ -54,8 +51,7 @@ from vgpu_driver.service.tree_writer import (
     Placed,
     TreeWriter,
 )
-
-LOG = logging.getLogger(__name__)
+from vgpu_driver.service.whole_host import WholeHost
 
 
 class Refresher:
@@ -86,6 +82,16 @@ class Refresher:
         self.reading = HostReading(
             settings, host, binder, seen, self.lock, lambda: self.targets
         )
+        self.whole_host = WholeHost(
+            settings,
+            self.reading,
+            binder,
+            seen,
+            traits,
+            self.writer,
+            self.other_writers,
+            self.named,
+        )
         # read the host and take the reading in
         self.discover = self.reading.discover
 
@@ -115,7 +121,6 @@ class Refresher:
         self.binder.retry_failed(conf.devices.failed_device_retry_interval)
         with self.lock:
             config = self.settings.config
-            classes = self.settings.managed_classes()
             # the claims are read once a pass (on disk, under the records'
             # lock): what the plan counts is what the pass remembers
             claims = tuple(self.binder.claimed_devices())
@@ -130,101 +135,13 @@ class Refresher:
                 touched = self._plan_touched(tree, nodename, inventory, claims)
                 if touched is not None:
                     return touched
-            root = tree.data(nodename)
-            traits = self.writer.configured(conf.devices.owner_trait, config)
-            under = reshape.providers_under(tree, root.uuid)
-            mine = reshape.device_providers(
-                under, root.uuid, nodename, classes
+            # units allocated on the node's own provider are pre-reshape
+            # allocations (known even when the pass stops for a reshape)
+            self.roots.add(tree.data(nodename).uuid)
+            done = self.whole_host.plan(
+                tree, nodename, inventory, claims, allocations
             )
-            owned = self.binder.owned()
-            foreign = _foreign(inventory, owned, claims)
-            if not inventory.guests_known and (
-                foreign
-                or usage.guests_matter(
-                    config,
-                    self.seen.snapshot(),
-                    mine,
-                    nodename,
-                    inventory,
-                    allocations,
-                )
-            ):
-                inventory = self.discover()
-                # the guests read may have ended spawn claims
-                claims = tuple(self.binder.claimed_devices())
-                foreign = _foreign(inventory, owned, claims)
-            if inventory.guests_known and self.binder.remove_stale_free_mdevs(
-                usage.configured_types(config, inventory)
-            ):
-                # a parent switching type: planned with the room the
-                # removed mdevs gave back (its provider is not dropped
-                # for a pass when they held every room)
-                inventory = self.discover()
-                owned = self.binder.owned()
-                foreign = _foreign(inventory, owned, claims)
-            self.other_writers.check(mine, nodename, traits.config)
-            self.roots.add(root.uuid)
-            old = reshape.old_layout(under, root, nodename, inventory, classes)
-            if old and allocations is None:
-                raise ReshapeNeeded(nodename=nodename)
-            moves = (
-                reshape.plan_moves(
-                    tree,
-                    old,
-                    allocations,
-                    inventory,
-                    classes,
-                    self.seen.snapshot(),
-                    config,
-                )
-                if old and allocations is not None
-                else {}
-            )
-            for vf_provider in old[1:]:
-                tree.remove(vf_provider)
-            if old and old[0]:
-                kept = {
-                    rc: rec
-                    for rc, rec in root.inventory.items()
-                    if rc not in classes
-                }
-                tree.update_inventory(nodename, kept)
-            if old:
-                under = reshape.providers_under(tree, root.uuid)
-                mine = reshape.device_providers(
-                    under, root.uuid, nodename, classes
-                )
-            failing = frozenset(self.binder.unschedulable)
-            plans = plan_providers(
-                nodename,
-                config,
-                inventory,
-                held=usage.held_devices(
-                    inventory, self.seen.snapshot(), claims
-                ),
-                allocated=reshape.by_provider_name(tree, allocations),
-                existing={n: list(d.inventory) for n, d in mine.items()},
-                existing_traits={n: d.traits for n, d in mine.items()},
-                unschedulable=failing,
-                owner_trait=traits.owner,
-                foreign=foreign,
-                outside=outside_nova(inventory, self.named),
-            )
-            saved = self.traits.saved()
-            placed = self.writer.write_all(
-                tree, root.uuid, plans, inventory, traits, mine
-            )
-            if moves:
-                assert allocations is not None
-                reshape.move_allocations(
-                    tree, nodename, moves, allocations, classes
-                )
-                for consumer, devices in sorted(moves.items()):
-                    LOG.info(
-                        "Reshape moves the devices of consumer %s to %s",
-                        consumer,
-                        ", ".join(sorted(devices)),
-                    )
+            plans, placed = done.plans, done.placed
             self.targets = {
                 p.uuid: Target(plan.device, plan.type_id, plan.resource_class)
                 for p, plan in zip(placed, plans, strict=True)
@@ -234,20 +151,17 @@ class Refresher:
                 plan.name: p.uuid
                 for p, plan in zip(placed, plans, strict=True)
             }
-            self.writer.remove_gone(tree, mine, plans)
-            self.traits.save_or_retry(saved)
-            self.other_writers.wrote(plans, traits.config)
             self.last_plans = plans
             self._fingerprint = RefreshFingerprint(
                 nodename,
-                inventory,
+                done.inventory,
                 config,
-                claims,
+                done.claims,
                 {p.uuid: (p.inventory, p.traits) for p in placed},
                 frozenset(tree.get_provider_uuids(nodename)),
-                failing,
+                done.failing,
                 frozenset(p.name for p in plans),
-                owned,
+                done.owned,
             )
             return plans
 
@@ -354,18 +268,6 @@ class Refresher:
             return False
         self._fingerprint = now
         return True
-
-
-def _foreign(
-    inventory: HostInventory,
-    owned: frozenset[str] | None,
-    claims: Claimed,
-) -> dict[str, dict[str, int]]:
-    """Free devices another manager made, per device and type (none
-    known before the library's first start took stock)."""
-    if owned is None:
-        return {}
-    return foreign_free(inventory, owned, {d for d, _, _ in claims})
 
 
 __all__ = ["Placed", "RefreshFingerprint", "Refresher"]
