@@ -34,26 +34,25 @@ from collections.abc import Iterable, Mapping
 
 import os_resource_classes as orc
 
-from vgpu_driver.model import capacity, health, naming, trait
+from vgpu_driver.model import health, naming
 from vgpu_driver.model.config import DeviceConfig, TypeConfig
 from vgpu_driver.model.device import HostInventory
-from vgpu_driver.model.foreign import unaccounted
 from vgpu_driver.model.kept import (
-    class_changed,
     kept_while_in_use,
     reserved_plan,
 )
 from vgpu_driver.model.plan_devices import Device, by_device, devices_of
+from vgpu_driver.model.provider_figures import (
+    PlanPass,
+    plan_one,
+    type_traits,
+    used_units,
+)
 from vgpu_driver.model.provider_plan import ProviderPlan
 from vgpu_driver.model.type_providers import providers_of
 
-
-def type_traits(type_cfg: TypeConfig, caps: trait.Capabilities) -> set[str]:
-    return {
-        naming.type_trait(type_cfg.type_id),
-        *type_cfg.traits,
-        *trait.capability_traits(caps),
-    }
+# (device, type, its provider's name, its parent provider's or None)
+Chosen = tuple[Device, TypeConfig, str, str | None]
 
 
 def plan_providers(
@@ -87,19 +86,70 @@ def plan_providers(
     """
     allocated = allocated or {}
     existing = existing or {}
-    failing = set(unschedulable)
-    down = {
-        inventory.device_of(name): why
-        for name, why in sorted(health.unhealthy(inventory).items())
-    }
     held_here = by_device(inventory, held)
-    foreign_here = by_device(inventory, foreign or {})
-    outside_here = by_device(inventory, outside or {})
     devices = devices_of(inventory, config)
-
-    # (device, type, its provider's name, its parent's or None)
-    chosen: list[tuple[Device, TypeConfig, str, str | None]] = []
     plans: dict[str, ProviderPlan] = {}
+    chosen = _choose(
+        nodename,
+        config,
+        devices,
+        held_here,
+        existing,
+        existing_traits,
+        owner_trait,
+        plans,
+    )
+    now = PlanPass(
+        nodename=nodename,
+        owner_trait=owner_trait,
+        held=held_here,
+        allocated=allocated,
+        existing=existing,
+        failing=set(unschedulable),
+        down={
+            inventory.device_of(name): why
+            for name, why in sorted(health.unhealthy(inventory).items())
+        },
+        foreign=by_device(inventory, foreign or {}),
+        outside=by_device(inventory, outside or {}),
+        budget=_budgets(config, chosen, held_here, allocated),
+        types_on=Counter(device.name for device, _t, _n, _p in chosen),
+        versions=dict(inventory.driver_versions),
+    )
+    for device, type_cfg, name, parent in sorted(chosen, key=lambda c: c[2]):
+        plan = plan_one(now, device, type_cfg, name, parent)
+        if plan is not None:
+            plans[name] = plan
+
+    # providers whose device is gone from the host (or no longer serves a
+    # type) but that still have devices in use
+    kept_while_in_use(
+        plans,
+        existing,
+        nodename,
+        held_here,
+        allocated,
+        {d.name for d in devices},
+        owner_trait,
+    )
+    _hold_parents(plans, chosen, owner_trait)
+    return sorted(plans.values(), key=lambda p: p.name)
+
+
+def _choose(
+    nodename: str,
+    config: DeviceConfig,
+    devices: list[Device],
+    held: Mapping[str, Counter[str]],
+    existing: Mapping[str, Iterable[str]],
+    existing_traits: Mapping[str, Iterable[str]] | None,
+    owner_trait: str,
+    plans: dict[str, ProviderPlan],
+) -> list[Chosen]:
+    """The providers each device gets, a type each; a device whose
+    guests still use devices of a type it no longer serves gets a plan
+    in ``plans`` that keeps them and takes nothing new, and no other."""
+    chosen: list[Chosen] = []
     for device in devices:
         if device.several:
             serves = config.types_for_device(device.keys, device.supported)
@@ -107,7 +157,7 @@ def plan_providers(
             only = config.type_for_parent(device.keys, device.supported)
             serves = [only] if only is not None else []
         type_cfg = serves[0] if serves else None
-        in_use = {t: n for t, n in held_here.get(device.name, {}).items() if n}
+        in_use = {t: n for t, n in held.get(device.name, {}).items() if n}
         served = {t.type_id for t in serves}
         other = {
             t: n
@@ -143,129 +193,28 @@ def plan_providers(
                 nodename, device.name, serves, existing, existing_traits
             )
         )
+    return chosen
 
-    budgets = {
+
+def _budgets(
+    config: DeviceConfig,
+    chosen: list[Chosen],
+    held: Mapping[str, Counter[str]],
+    allocated: Mapping[str, Mapping[str, int]],
+) -> dict[str, int]:
+    """Type id -> the units its ``max_instances`` still grants host-wide:
+    the cap less what is in use on every provider of the type."""
+    caps = {
         t.type_id: t.max_instances for t in config.types if t.max_instances
     }
-    versions = dict(inventory.driver_versions)
-    used_total: Counter[str] = Counter()
+    used: Counter[str] = Counter()
     for device, type_cfg, name, _parent in chosen:
-        used_total[type_cfg.type_id] += _used(
-            device, type_cfg, held_here, allocated, name
+        used[type_cfg.type_id] += used_units(
+            device, type_cfg, held, allocated, name
         )
-    free_budget = {
-        type_id: max(0, cap - used_total[type_id])
-        for type_id, cap in budgets.items()
+    return {
+        type_id: max(0, cap - used[type_id]) for type_id, cap in caps.items()
     }
-    types_on = Counter(device.name for device, _t, _n, _p in chosen)
-    type_traits_of: dict[tuple[str, trait.Capabilities], frozenset[str]] = {}
-    for device, type_cfg, name, parent in sorted(chosen, key=lambda c: c[2]):
-        type_id = type_cfg.type_id
-        total = device.existing[type_id] + device.available.get(type_id, 0)
-        used = _used(device, type_cfg, held_here, allocated, name)
-        moved = class_changed(
-            type_cfg.resource_class,
-            existing.get(name, ()),
-            held_here.get(device.name, Counter())[type_id],
-            allocated.get(name, {}),
-        )
-        if moved is not None:  # kept in its class until released
-            plans[name] = reserved_plan(
-                nodename,
-                device.name,
-                type_id,
-                moved[1],
-                moved[0],
-                owner_trait,
-                f"its resource class changed to {type_cfg.resource_class} "
-                f"while guests use {moved[1]} {type_id} device(s)",
-                name,
-                parent,
-            )
-            continue
-        reason = None
-        limit = device.limits.get(type_id)
-        if device.gpu:
-            # its VFs hold one vGPU each, the GPU what the type says
-            occupied = max(device.existing[type_id], used)
-            free_here = max(0, total - occupied)
-            room, why = capacity.gpu_room(
-                device.gpu,
-                type_id,
-                occupied,
-                device.capabilities(type_id).max_instance,
-            )
-            total = occupied + min(free_here, room)
-            limit = limit or why
-        if type_id in free_budget:
-            free_here = max(0, total - used)
-            granted = min(free_here, free_budget[type_id])
-            free_budget[type_id] -= granted
-            if granted < free_here:
-                reason = f"[{type_cfg.group}] max_instances is reached"
-            total = used + granted
-        total = max(total, used)
-        reserved = 0
-        if device.name in failing or device.name in down:
-            reason = down.get(device.name, "its device is failing")
-            reserved = total
-        elif reason and total == used:
-            reserved = total
-        else:
-            reason = None
-        reserved, reason = unaccounted(
-            type_id,
-            total,
-            (reserved, reason),
-            foreign_here.get(device.name, Counter())[type_id],
-            outside_here.get(device.name, Counter())[type_id],
-        )
-        if type_cfg.card_share and types_on[device.name] > 1:
-            free_here = max(0, total - used)
-            share = device.share(type_id, type_cfg.card_share, used)
-            reserved = max(reserved, free_here - min(free_here, share))
-        if total == 0:
-            continue
-        caps = device.capabilities(type_id)
-        key = (type_id, caps)
-        traits = type_traits_of.get(key)
-        if traits is None:  # once per type and figures in a pass
-            traits = type_traits_of[key] = frozenset(
-                {owner_trait, *type_traits(type_cfg, caps)}
-            )
-        version = versions.get(device.driver or "")
-        if version:
-            traits = traits | {
-                naming.host_driver_trait(device.driver or "", version)
-            }
-        if device.migration:
-            traits = traits | {naming.MIGRATION_TRAIT}
-        plans[name] = ProviderPlan(
-            name=name,
-            device=device.name,
-            type_id=type_id,
-            resource_class=type_cfg.resource_class,
-            total=total,
-            reserved=reserved,
-            traits=traits,
-            reason=reason,
-            limit=limit,
-            parent=parent,
-        )
-
-    # providers whose device is gone from the host (or no longer serves a
-    # type) but that still have devices in use
-    kept_while_in_use(
-        plans,
-        existing,
-        nodename,
-        held_here,
-        allocated,
-        {d.name for d in devices},
-        owner_trait,
-    )
-    _hold_parents(plans, chosen, owner_trait)
-    return sorted(plans.values(), key=lambda p: p.name)
 
 
 def _hold_parents(
@@ -290,18 +239,6 @@ def _hold_parents(
             reserved=0,
             traits=frozenset({owner_trait}),
         )
-
-
-def _used(
-    device: Device,
-    type_cfg: TypeConfig,
-    held: Mapping[str, Mapping[str, int]],
-    allocated: Mapping[str, Mapping[str, int]],
-    rp_name: str,
-) -> int:
-    by_guests = held.get(device.name, {}).get(type_cfg.type_id, 0)
-    by_placement = allocated.get(rp_name, {}).get(type_cfg.resource_class, 0)
-    return max(by_guests, by_placement)
 
 
 def _class_of(
