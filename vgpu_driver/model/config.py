@@ -127,165 +127,34 @@ def build_device_config(
     """
     errors: list[Problem] = []
     warnings: list[Problem] = []
-    seen_types: set[str] = set()
     types: list[TypeConfig] = []
     default: str | None = None
-
-    for type_id in enabled:
-        if not type_id or type_id in seen_types:
-            if type_id:
-                warnings.append(
-                    Problem(
-                        "devices",
-                        "enabled_mdev_types",
-                        type_id,
-                        "listed twice; the second is ignored",
-                        "warning",
-                    )
-                )
-            continue
-        seen_types.add(type_id)
-
     raw_by_id = {r.type_id: r for r in raw_types}
-    for type_id in sorted(seen_types, key=list(enabled).index):
+    for type_id in _enabled_once(enabled, warnings):
         raw = raw_by_id.get(type_id) or RawType(type_id, f"mdev_{type_id}")
-        section = raw.group
-        ok = True
+        found = _Found(raw.group, errors, warnings)
         for option, reason in raw.read_errors.items():
-            errors.append(Problem(section, option, None, reason))
-            ok = False
-
-        addresses: list[str] = []
-        spelled: dict[str, str] = {}
-        for value in raw.device_addresses:
-            value = value.strip()
-            address = naming.canonical_device(value)
-            if address is None:
-                errors.append(
-                    Problem(
-                        section,
-                        "device_addresses",
-                        value,
-                        "not a PCI address (DDDD:BB:SS.F, hexadecimal) nor "
-                        "a device name; fix the address",
-                    )
-                )
-                ok = False
-                continue
-            # a device named for several types: an NVIDIA SR-IOV card
-            # serves each (mixed-size mode); an mdev parent the first
-            # (checked against the host: model/check.py)
-            if address in spelled:
-                warnings.append(
-                    Problem(
-                        section,
-                        "device_addresses",
-                        value,
-                        f"names parent {address} again (also written "
-                        f"{spelled[address]!r}); list each parent once",
-                        "warning",
-                    )
-                )
-            if address not in addresses:
-                spelled[address] = value
-                addresses.append(address)
-
-        resource_class = naming.resource_class_for(raw.mdev_class)
-        if resource_class is None:
-            errors.append(
-                Problem(
-                    section,
-                    "mdev_class",
-                    raw.mdev_class,
-                    "must be VGPU, CUSTOM_<NAME> or a name of letters, "
-                    "digits and underscores (it becomes CUSTOM_<NAME>)",
-                )
-            )
-            ok = False
-        elif not naming.NOVA_CLASS_RE.match(raw.mdev_class.strip()):
-            # Nova's own option reads VGPU or CUSTOM_<NAME> only, and
-            # nova-compute stops on anything else
-            problem = Problem(
-                section,
-                "mdev_class",
-                raw.mdev_class,
-                f"Nova accepts only VGPU or CUSTOM_<NAME> in capitals and "
-                f"will not start with this value: write {resource_class}",
-                "error" if nova else "warning",
-            )
-            (errors if nova else warnings).append(problem)
-            ok = ok and not nova
-
-        max_instances: int | None = None
-        if raw.max_instances not in (None, ""):
-            try:
-                max_instances = int(str(raw.max_instances).strip())
-            except ValueError:
-                max_instances = None
-            if max_instances is None or max_instances < 1:
-                errors.append(
-                    Problem(
-                        section,
-                        "max_instances",
-                        str(raw.max_instances),
-                        "must be a whole number of at least 1 (leave it "
-                        "unset for no cap)",
-                    )
-                )
-                ok = False
-
-        card_share = _percent(raw.card_share)
-        if raw.card_share not in (None, "") and card_share is None:
-            errors.append(
-                Problem(
-                    section,
-                    "card_share",
-                    str(raw.card_share),
-                    "must be a whole percent from 1 to 100 (leave it unset "
-                    "to offer all that fits)",
-                )
-            )
-            ok = False
-
-        traits: list[str] = []
-        for trait in raw.traits:
-            trait = trait.strip()
-            if not trait:
-                continue
-            if not naming.is_valid_trait(trait):
-                errors.append(
-                    Problem(
-                        section,
-                        "traits",
-                        trait,
-                        "unknown trait: use a standard os-traits name or "
-                        "CUSTOM_<NAME> (upper case, digits, underscores)",
-                    )
-                )
-                ok = False
-            elif trait not in traits:
-                traits.append(trait)
-
+            found.error(option, None, reason)
+        addresses = _addresses(raw, found)
+        resource_class = _resource_class(raw, found, nova)
+        max_instances = _max_instances(raw, found)
+        card_share = _card_share(raw, found)
+        traits = _traits(raw, found)
         is_default = False
         if not addresses and not raw.device_addresses:
-            if default is None:
-                default = type_id
-                is_default = True
-            else:
-                warnings.append(
-                    Problem(
-                        section,
-                        "device_addresses",
-                        None,
-                        f"type {type_id} has no device_addresses and "
-                        f"{default} is already the default type for "
-                        f"unlisted parents; {type_id} is ignored. List its "
-                        "parents to use it.",
-                        "warning",
-                    )
+            if default is not None:
+                found.warn(
+                    "device_addresses",
+                    None,
+                    f"type {type_id} has no device_addresses and "
+                    f"{default} is already the default type for "
+                    f"unlisted parents; {type_id} is ignored. List its "
+                    "parents to use it.",
                 )
                 continue
-        if ok and resource_class is not None:
+            default = type_id
+            is_default = True
+        if found.ok and resource_class is not None:
             types.append(
                 TypeConfig(
                     type_id=type_id,
@@ -294,7 +163,7 @@ def build_device_config(
                     max_instances=max_instances,
                     traits=tuple(traits),
                     is_default=is_default,
-                    group=section,
+                    group=raw.group,
                     card_share=card_share,
                 )
             )
@@ -312,6 +181,146 @@ def build_device_config(
             )
         )
     return DeviceConfig(tuple(types), tuple(warnings)), errors
+
+
+@dataclasses.dataclass
+class _Found:
+    """The problems of one type's section, added to everyone's; ``ok``
+    until one is an error (the type is then left out)."""
+
+    section: str
+    errors: list[Problem]
+    warnings: list[Problem]
+    ok: bool = True
+
+    def error(self, option: str, value: str | None, message: str) -> None:
+        self.errors.append(Problem(self.section, option, value, message))
+        self.ok = False
+
+    def warn(self, option: str, value: str | None, message: str) -> None:
+        self.warnings.append(
+            Problem(self.section, option, value, message, "warning")
+        )
+
+
+def _enabled_once(
+    enabled: Sequence[str], warnings: list[Problem]
+) -> list[str]:
+    """The enabled types in order, each once (one listed twice: a
+    warning)."""
+    once: list[str] = []
+    for type_id in enabled:
+        if type_id in once:
+            warnings.append(
+                Problem(
+                    "devices",
+                    "enabled_mdev_types",
+                    type_id,
+                    "listed twice; the second is ignored",
+                    "warning",
+                )
+            )
+        elif type_id:
+            once.append(type_id)
+    return once
+
+
+def _addresses(raw: RawType, found: _Found) -> list[str]:
+    """The parents named, canonical and each once."""
+    addresses: list[str] = []
+    spelled: dict[str, str] = {}
+    for value in raw.device_addresses:
+        value = value.strip()
+        address = naming.canonical_device(value)
+        if address is None:
+            found.error(
+                "device_addresses",
+                value,
+                "not a PCI address (DDDD:BB:SS.F, hexadecimal) nor "
+                "a device name; fix the address",
+            )
+            continue
+        # a device named for several types: an NVIDIA SR-IOV card
+        # serves each (mixed-size mode); an mdev parent the first
+        # (checked against the host: model/check.py)
+        if address in spelled:
+            found.warn(
+                "device_addresses",
+                value,
+                f"names parent {address} again (also written "
+                f"{spelled[address]!r}); list each parent once",
+            )
+        if address not in addresses:
+            spelled[address] = value
+            addresses.append(address)
+    return addresses
+
+
+def _resource_class(raw: RawType, found: _Found, nova: bool) -> str | None:
+    resource_class = naming.resource_class_for(raw.mdev_class)
+    if resource_class is None:
+        found.error(
+            "mdev_class",
+            raw.mdev_class,
+            "must be VGPU, CUSTOM_<NAME> or a name of letters, "
+            "digits and underscores (it becomes CUSTOM_<NAME>)",
+        )
+    elif not naming.NOVA_CLASS_RE.match(raw.mdev_class.strip()):
+        # Nova's own option reads VGPU or CUSTOM_<NAME> only, and
+        # nova-compute stops on anything else
+        (found.error if nova else found.warn)(
+            "mdev_class",
+            raw.mdev_class,
+            f"Nova accepts only VGPU or CUSTOM_<NAME> in capitals and "
+            f"will not start with this value: write {resource_class}",
+        )
+    return resource_class
+
+
+def _max_instances(raw: RawType, found: _Found) -> int | None:
+    if raw.max_instances in (None, ""):
+        return None
+    try:
+        max_instances: int | None = int(str(raw.max_instances).strip())
+    except ValueError:
+        max_instances = None
+    if max_instances is None or max_instances < 1:
+        found.error(
+            "max_instances",
+            str(raw.max_instances),
+            "must be a whole number of at least 1 (leave it unset for no cap)",
+        )
+    return max_instances
+
+
+def _card_share(raw: RawType, found: _Found) -> int | None:
+    card_share = _percent(raw.card_share)
+    if raw.card_share not in (None, "") and card_share is None:
+        found.error(
+            "card_share",
+            str(raw.card_share),
+            "must be a whole percent from 1 to 100 (leave it unset "
+            "to offer all that fits)",
+        )
+    return card_share
+
+
+def _traits(raw: RawType, found: _Found) -> list[str]:
+    traits: list[str] = []
+    for trait in raw.traits:
+        trait = trait.strip()
+        if not trait:
+            continue
+        if not naming.is_valid_trait(trait):
+            found.error(
+                "traits",
+                trait,
+                "unknown trait: use a standard os-traits name or "
+                "CUSTOM_<NAME> (upper case, digits, underscores)",
+            )
+        elif trait not in traits:
+            traits.append(trait)
+    return traits
 
 
 CONFIG_TRAIT_PREFIX = "CUSTOM_VGPU_CONF_"
