@@ -17,6 +17,8 @@ from vgpu_driver.records import store as records_store
 from vgpu_driver.records.claims import ClaimsRecord
 from vgpu_driver.records.journal import Journal
 from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim.guest_xml import render_guest
+from vgpu_driver.sim.specs import GuestSpec
 
 
 def service(tmp_path, shape, extra=""):
@@ -628,3 +630,53 @@ def test_a_later_bind_walks_nothing_the_size_of_the_host(tmp_path):
     record._others_value = (record._others_value[0], record._made_on_disk)
     [device] = driver.allocate_mdevs(str(uuid.uuid4()), allocation)
     assert device.id in driver._refresher.binder.claims()
+
+
+@pytest.mark.parametrize("shape", [(2, 18, 16), (8, 264, 256)])
+def test_a_spawn_and_a_delete_cost_a_refresh_no_call_and_no_plan(
+    tmp_path, monkeypatch, shape
+):
+    """Nova's own change, as its integration makes it: a bind reusing a
+    free mdev, the guest defined, told, and read by ``guest_defined``;
+    then undefined, told, ``guest_undefined`` and released. The refresh
+    after each makes the idle refresh's calls and no other, plans
+    nothing, builds no view, whatever the number of mdevs and guests;
+    and the mdev is in use after the spawn, free after the delete. The
+    guest carries Nova's metadata, as every guest Nova defines does (one
+    without it, released, plans the host again: it may be a guest left
+    outside Nova)."""
+    from vgpu_driver.model import device_view
+    from vgpu_driver.service import touched, whole_host
+
+    host, driver, tree, _guests = service(tmp_path, shape)
+    host.calls.clear()
+    plans = driver.update_provider_tree(tree, "n")
+    idle = Counter(host.calls)
+    counts: Counter[str] = Counter()
+    counting(monkeypatch, whole_host, "plan_providers", counts)
+    counting(monkeypatch, touched, "plan_providers", counts)
+    counting(monkeypatch, device_view.DeviceView, "of", counts)
+    conn = host.connection()
+    instance = str(uuid.uuid4())
+    rp = tree.data(plans[0].name).uuid
+    [device] = driver.allocate_mdevs(
+        instance, {rp: {"resources": {"VGPU": 1}}}
+    )
+    assert not device.created  # a free mdev reused
+    spec = GuestSpec(uuid=instance, name="spawned", mdevs=[device.id])
+    conn.defineXML(render_guest(spec))
+    driver.domain_event(instance, True)
+    driver.guest_defined(instance)
+    host.calls.clear()
+    assert driver.update_provider_tree(tree, "n") == plans
+    assert Counter(host.calls) == idle
+    assert driver.instance_devices()[instance]["in_use"] == [device.id]
+    conn.lookupByUUIDString(instance).undefine()
+    driver.domain_event(instance, False)
+    driver.guest_undefined(instance)
+    driver.release_mdevs(instance)
+    host.calls.clear()
+    assert driver.update_provider_tree(tree, "n") == plans
+    assert Counter(host.calls) == idle
+    assert device.id in driver.free_mdevs()
+    assert counts == Counter()
