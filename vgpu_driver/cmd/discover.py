@@ -169,8 +169,23 @@ def run(context: Context) -> int:
         output.dump_json({**data, "problems": problems})
         return 0
     print(f"Host: {conf.host} ({context.host.uri})\n")
+    _print_parents(data["parents"])
+    _print_sriov(data["sriov"])
+    _print_gpus(data["gpus"])
+    print("\nmdevs")
+    if not data["mdevs"]:
+        print("none")
+    for problem in problems:
+        print(f"WARNING: {problem}", file=sys.stderr)
+    if data["mdevs"]:
+        _print_mdevs(data["mdevs"], data["parents"])
+    return 0
+
+
+def _print_parents(parents: list[dict[str, Any]]) -> None:
+    """The mdev parents, a row per type (the parent named on its first)."""
     rows = []
-    for parent in data["parents"]:
+    for parent in parents:
         for index, mdev_type in enumerate(parent["types"]):
             head = (
                 [
@@ -192,76 +207,84 @@ def run(context: Context) -> int:
                 ]
             )
     print("mdev parents")
-    if rows:
-        output.table(
-            [
-                "Parent",
-                "Product",
-                "NUMA",
-                "Type",
-                "Type name",
-                "Details",
-                "Free",
-                "Used",
-            ],
-            rows,
-        )
-    else:
+    if not rows:
         print("none")
-    if data["sriov"]:
-        print("\nNVIDIA SR-IOV GPUs (one vGPU per VF)")
-        sriov_rows = []
-        for pf in data["sriov"]:
-            in_use = Counter(
-                vf["current_type"] for vf in pf["vfs"] if vf["current_type"]
-            )
-            creatable = sorted(
-                {t["id"] for vf in pf["vfs"] for t in vf["creatable"]}
-            )
-            sriov_rows.append(
-                [
-                    pf["address"],
-                    pf["numa_node"],
-                    len(pf["vfs"]),
-                    [
-                        f"{naming.sriov_type_id(t)} x{n}"
-                        for t, n in sorted(in_use.items())
-                    ],
-                    [naming.sriov_type_id(t) for t in creatable],
-                    _nvml_text(pf["nvml"]),
-                ]
-            )
-        output.table(
-            ["Physical GPU", "NUMA", "VFs", "In use", "Creatable", "NVML"],
-            sriov_rows,
+        return
+    output.table(
+        [
+            "Parent",
+            "Product",
+            "NUMA",
+            "Type",
+            "Type name",
+            "Details",
+            "Free",
+            "Used",
+        ],
+        rows,
+    )
+
+
+def _print_sriov(cards: list[dict[str, Any]]) -> None:
+    """The NVIDIA SR-IOV cards (nothing when there are none)."""
+    if not cards:
+        return
+    print("\nNVIDIA SR-IOV GPUs (one vGPU per VF)")
+    rows = []
+    for pf in cards:
+        in_use = Counter(
+            vf["current_type"] for vf in pf["vfs"] if vf["current_type"]
         )
+        creatable = sorted(
+            {t["id"] for vf in pf["vfs"] for t in vf["creatable"]}
+        )
+        rows.append(
+            [
+                pf["address"],
+                pf["numa_node"],
+                len(pf["vfs"]),
+                [
+                    f"{naming.sriov_type_id(t)} x{n}"
+                    for t, n in sorted(in_use.items())
+                ],
+                [naming.sriov_type_id(t) for t in creatable],
+                _nvml_text(pf["nvml"]),
+            ]
+        )
+    output.table(
+        ["Physical GPU", "NUMA", "VFs", "In use", "Creatable", "NVML"],
+        rows,
+    )
+
+
+def _print_gpus(gpus: list[dict[str, Any]]) -> None:
+    """Every GPU on the host and what the library does with it."""
     print("\nGPUs on the host")
-    if data["gpus"]:
-        output.table(
-            ["Address", "Vendor", "Device", "Driver", "VFs", "Role", "Note"],
+    if not gpus:
+        print("none")
+        return
+    output.table(
+        ["Address", "Vendor", "Device", "Driver", "VFs", "Role", "Note"],
+        [
             [
-                [
-                    g["address"],
-                    g["vendor"],
-                    g["product_id"],
-                    g["driver"],
-                    g["vfs"] or "",
-                    g["role"],
-                    g["note"],
-                ]
-                for g in data["gpus"]
-            ],
-        )
-    else:
-        print("none")
-    print("\nmdevs")
-    if not data["mdevs"]:
-        print("none")
-    for problem in problems:
-        print(f"WARNING: {problem}", file=sys.stderr)
-    if not data["mdevs"]:
-        return 0
-    spelled = {p["name"]: p["config_name"] for p in data["parents"]}
+                g["address"],
+                g["vendor"],
+                g["product_id"],
+                g["driver"],
+                g["vfs"] or "",
+                g["role"],
+                g["note"],
+            ]
+            for g in gpus
+        ],
+    )
+
+
+def _print_mdevs(
+    mdevs: list[dict[str, Any]], parents: list[dict[str, Any]]
+) -> None:
+    """Every mdev, its parent as the configuration spells it."""
+    spelled = {p["name"]: p["config_name"] for p in parents}
     output.table(
         ["UUID", "Type", "Parent", "State", "Guest", "Made by"],
         [
@@ -273,7 +296,6 @@ def run(context: Context) -> int:
                 m["guest"]["name"] if m["guest"] else None,
                 m["made_by"] or "unknown",
             ]
-            for m in data["mdevs"]
+            for m in mdevs
         ],
     )
-    return 0
