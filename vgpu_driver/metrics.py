@@ -141,12 +141,12 @@ class HostCollector:
 
     def collect(self) -> Iterator[Metric]:
         plans = self.driver.last_plans
-        held: dict[str, Any] | None
         gone = GaugeMetricFamily(
             f"{PREFIX}_guest_devices_gone",
             "mdevs guests' domains name that are not on the host: those "
             "guests lost their vGPU ('vgpu-driver audit' names them).",
         )
+        held: dict[str, Any] | None
         try:
             inventory = self.driver.discover(guests=True)
             present = {m.uuid for m in inventory.mdevs}
@@ -162,67 +162,13 @@ class HostCollector:
             held = self.driver.held_devices(inventory)
         except VgpuDriverError:  # the records: see records_readable
             held = None
-        families = {
-            name: GaugeMetricFamily(
-                f"{PREFIX}_provider_{name}", text, labels=PROVIDER_LABELS
-            )
-            for name, text in (
-                ("total", "Devices the provider reports (inventory total)."),
-                ("reserved", "Devices reserved: taking no new guests."),
-                ("used", "Devices guests use or binds have claimed."),
-                ("free", "Devices a new guest could get now."),
-                (
-                    "capacity_limited",
-                    "1 when the total is held below what the host lists, "
-                    "because what the card holds cannot be proven.",
-                ),
-                ("unschedulable", "1 when the provider takes no new guest."),
-            )
-        }
-        for plan in plans:
-            labels = [
-                plan.name,
-                plan.device,
-                plan.type_id,
-                plan.resource_class,
-            ]
-            values = {
-                "total": plan.total,
-                "reserved": plan.reserved,
-                "capacity_limited": 1 if plan.limit else 0,
-                "unschedulable": 1 if plan.reason else 0,
-            }
-            if held is not None:  # what is used needs the records
-                counts = held.get(plan.device)
-                used = counts[plan.type_id] if counts else 0
-                values["used"] = used
-                values["free"] = max(0, plan.total - plan.reserved - used)
-            for name, value in values.items():
-                families[name].add_metric(labels, value)
-        causes = GaugeMetricFamily(
-            f"{PREFIX}_provider_unschedulable_cause",
-            "1 for why a provider takes no new guest: driver_down, "
-            "gpu_fault (NVML), device_gone, operations_failing, "
-            "max_instances, other_manager, outside_nova or other (the log "
-            "has the full reason).",
-            labels=[*PROVIDER_LABELS, "cause"],
-        )
-        for plan in plans:
-            cause = health.cause_of(plan.reason)
-            if cause is not None:
-                causes.add_metric(
-                    [
-                        plan.name,
-                        plan.device,
-                        plan.type_id,
-                        plan.resource_class,
-                        cause,
-                    ],
-                    1,
-                )
-        yield from families.values()
-        yield causes
+        yield from _provider_figures(plans, held)
+        yield _unschedulable_causes(plans)
         yield gone
+        yield from self._records()
+
+    def _records(self) -> Iterator[Metric]:
+        """The claims in flight, and whether the records can be read."""
         claims = GaugeMetricFamily(
             f"{PREFIX}_claims_in_flight",
             "Devices claimed by binds whose guests are not defined yet.",
@@ -239,6 +185,77 @@ class HostCollector:
             readable.add_metric([], 0)
         yield claims
         yield readable
+
+
+def _provider_figures(
+    plans: list[ProviderPlan], held: dict[str, Any] | None
+) -> Iterator[Metric]:
+    """Each provider's total, reserved, used and free devices (the last
+    two only when the records could be read: ``held``), and whether it
+    is capacity-limited or takes no new guest."""
+    families = {
+        name: GaugeMetricFamily(
+            f"{PREFIX}_provider_{name}", text, labels=PROVIDER_LABELS
+        )
+        for name, text in (
+            ("total", "Devices the provider reports (inventory total)."),
+            ("reserved", "Devices reserved: taking no new guests."),
+            ("used", "Devices guests use or binds have claimed."),
+            ("free", "Devices a new guest could get now."),
+            (
+                "capacity_limited",
+                "1 when the total is held below what the host lists, "
+                "because what the card holds cannot be proven.",
+            ),
+            ("unschedulable", "1 when the provider takes no new guest."),
+        )
+    }
+    for plan in plans:
+        labels = [
+            plan.name,
+            plan.device,
+            plan.type_id,
+            plan.resource_class,
+        ]
+        values = {
+            "total": plan.total,
+            "reserved": plan.reserved,
+            "capacity_limited": 1 if plan.limit else 0,
+            "unschedulable": 1 if plan.reason else 0,
+        }
+        if held is not None:  # what is used needs the records
+            counts = held.get(plan.device)
+            used = counts[plan.type_id] if counts else 0
+            values["used"] = used
+            values["free"] = max(0, plan.total - plan.reserved - used)
+        for name, value in values.items():
+            families[name].add_metric(labels, value)
+    yield from families.values()
+
+
+def _unschedulable_causes(plans: list[ProviderPlan]) -> Metric:
+    causes = GaugeMetricFamily(
+        f"{PREFIX}_provider_unschedulable_cause",
+        "1 for why a provider takes no new guest: driver_down, "
+        "gpu_fault (NVML), device_gone, operations_failing, "
+        "max_instances, other_manager, outside_nova or other (the log "
+        "has the full reason).",
+        labels=[*PROVIDER_LABELS, "cause"],
+    )
+    for plan in plans:
+        cause = health.cause_of(plan.reason)
+        if cause is not None:
+            causes.add_metric(
+                [
+                    plan.name,
+                    plan.device,
+                    plan.type_id,
+                    plan.resource_class,
+                    cause,
+                ],
+                1,
+            )
+    return causes
 
 
 class SyncCollector:
