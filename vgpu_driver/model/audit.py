@@ -39,7 +39,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from vgpu_driver.model import health
-from vgpu_driver.model.device import HostInventory
+from vgpu_driver.model.device import Guest, HostInventory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,63 +71,96 @@ def audit(
     classes, or None when Placement could not be read (those checks are
     then skipped). ``ours``: the devices the library made (None: all);
     another manager's free mdevs are no finding: they are left alone."""
-    findings: list[Finding] = []
     guests = {g.uuid: g for g in inventory.guests}
-    claimed_for = {c["instance"] for c in claims.values()}
     used = {**inventory.mdev_users(), **inventory.pci_users()}
-
+    findings: list[Finding] = []
     if allocations is not None:
-        for consumer, held in sorted(allocations.items()):
-            units = sum(held.values())
-            if consumer not in guests and consumer not in claimed_for:
-                findings.append(
-                    Finding(
-                        "allocation_without_guest",
-                        consumer,
-                        f"holds {units} device(s) on "
-                        + ", ".join(sorted(device_of.get(r, r) for r in held))
-                        + " but no guest of that uuid is defined and "
-                        "nothing is claimed for it; heal or delete the "
-                        "allocation (nova-manage placement audit)",
-                    )
-                )
-        for uuid, guest in sorted(guests.items()):
-            if not guest.nova and uuid not in allocations:
-                continue  # no allocation to heal (see _outside_nova)
-            on_device: Counter[str] = Counter(
-                parent_of[d]
-                for d in (*guest.mdevs, *guest.pci_devices)
-                if d in parent_of
-            )
-            held_here: Counter[str] = Counter()
-            for rp, units in allocations.get(uuid, {}).items():
-                held_here[device_of.get(rp, rp)] += units
-            for device, count in sorted(on_device.items()):
-                if held_here[device] < count:
-                    findings.append(
-                        Finding(
-                            "guest_device_without_allocation",
-                            uuid,
-                            f"guest {guest.name} uses {count} device(s) on "
-                            f"{device} but its consumer holds "
-                            f"{held_here[device]} there; heal its allocation "
-                            "(nova-manage placement heal_allocations)",
-                        )
-                    )
-        for device_id, claim in sorted(claims.items()):
-            instance = claim["instance"]
-            if instance not in guests and instance not in allocations:
-                findings.append(
-                    Finding(
-                        "claim_of_gone_instance",
-                        device_id,
-                        f"claimed for instance {instance} "
-                        f"({claim['purpose']}), which has no guest and no "
-                        "allocation on this host",
-                        fixable=True,
-                    )
-                )
+        findings += _allocations_unmatched(
+            guests, claims, allocations, device_of, parent_of
+        )
+    findings += _orphaned_free_mdevs(inventory, used, claims, configured, ours)
+    findings += _vf_types_unrecorded(inventory, used, vf_types)
+    named = {c["instance"] for c in claims.values()} | set(allocations or {})
+    findings += _outside_nova(inventory, named)
+    findings += _gone_and_down(inventory)
+    return findings
 
+
+def _allocations_unmatched(
+    guests: Mapping[str, Guest],
+    claims: Mapping[str, Mapping[str, Any]],
+    allocations: Mapping[str, Mapping[str, int]],
+    device_of: Mapping[str, str],
+    parent_of: Mapping[str, str],
+) -> list[Finding]:
+    """Placement's allocations against the guests and the claims: an
+    allocation with neither, a guest using more than it holds, a claim
+    whose instance has neither guest nor allocation."""
+    findings: list[Finding] = []
+    claimed_for = {c["instance"] for c in claims.values()}
+    for consumer, held in sorted(allocations.items()):
+        units = sum(held.values())
+        if consumer not in guests and consumer not in claimed_for:
+            findings.append(
+                Finding(
+                    "allocation_without_guest",
+                    consumer,
+                    f"holds {units} device(s) on "
+                    + ", ".join(sorted(device_of.get(r, r) for r in held))
+                    + " but no guest of that uuid is defined and "
+                    "nothing is claimed for it; heal or delete the "
+                    "allocation (nova-manage placement audit)",
+                )
+            )
+    for uuid, guest in sorted(guests.items()):
+        if not guest.nova and uuid not in allocations:
+            continue  # no allocation to heal (see _outside_nova)
+        on_device: Counter[str] = Counter(
+            parent_of[d]
+            for d in (*guest.mdevs, *guest.pci_devices)
+            if d in parent_of
+        )
+        held_here: Counter[str] = Counter()
+        for rp, units in allocations.get(uuid, {}).items():
+            held_here[device_of.get(rp, rp)] += units
+        for device, count in sorted(on_device.items()):
+            if held_here[device] < count:
+                findings.append(
+                    Finding(
+                        "guest_device_without_allocation",
+                        uuid,
+                        f"guest {guest.name} uses {count} device(s) on "
+                        f"{device} but its consumer holds "
+                        f"{held_here[device]} there; heal its allocation "
+                        "(nova-manage placement heal_allocations)",
+                    )
+                )
+    for device_id, claim in sorted(claims.items()):
+        instance = claim["instance"]
+        if instance not in guests and instance not in allocations:
+            findings.append(
+                Finding(
+                    "claim_of_gone_instance",
+                    device_id,
+                    f"claimed for instance {instance} "
+                    f"({claim['purpose']}), which has no guest and no "
+                    "allocation on this host",
+                    fixable=True,
+                )
+            )
+    return findings
+
+
+def _orphaned_free_mdevs(
+    inventory: HostInventory,
+    used: Mapping[str, str],
+    claims: Mapping[str, Mapping[str, Any]],
+    configured: Mapping[str, str],
+    ours: Collection[str] | None,
+) -> list[Finding]:
+    """Free, unclaimed mdevs of the library's of a type their parent no
+    longer serves (another manager's are left alone)."""
+    findings = []
     for mdev in inventory.mdevs:
         if mdev.uuid in used or mdev.uuid in claims:
             continue
@@ -144,7 +177,17 @@ def audit(
                     fixable=True,
                 )
             )
+    return findings
 
+
+def _vf_types_unrecorded(
+    inventory: HostInventory,
+    used: Mapping[str, str],
+    vf_types: Mapping[str, int],
+) -> list[Finding]:
+    """Typed VFs guests use whose type the record would not restore
+    after a reboot."""
+    findings = []
     for pf in inventory.pfs:
         for vf in pf.vfs:
             if (
@@ -163,9 +206,6 @@ def audit(
                         fixable=True,
                     )
                 )
-    named = {c["instance"] for c in claims.values()} | set(allocations or {})
-    findings += _outside_nova(inventory, named)
-    findings += _gone_and_down(inventory)
     return findings
 
 
