@@ -48,7 +48,6 @@ Moves = dict[str, Any]
 class WholePass:
     """What a whole pass planned and wrote, and what it read."""
 
-    root: str  # the compute node's provider uuid
     inventory: HostInventory  # the reading planned
     claims: Claimed  # the claims counted
     owned: frozenset[str] | None  # the devices the library made
@@ -146,7 +145,6 @@ class WholeHost:
         self.traits.save_or_retry(saved)
         self.other_writers.wrote(plans, traits.config)
         return WholePass(
-            root.uuid,
             inventory,
             read.claims,
             read.owned,
