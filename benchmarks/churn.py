@@ -134,6 +134,25 @@ def guest_churn(
     return {"changed": changed, "idle": idle, "nova": nova_idle(uri), **wall}
 
 
+def modelled(
+    shape: tuple[int, int, int],
+    tmp: Path,
+    remote: Callable[[str], str] | None,
+) -> tuple[str, MdevConnection, Service]:
+    """A dense host on a connection that makes and removes mdevs as
+    libvirt and the kernel do (:class:`~vgpu_driver.sim.mdev_libvirt.
+    MdevConnection`; served by a daemon at the URI ``remote`` gives),
+    and this library on it as a service runs it."""
+    description = dense(shape[0], shape[1] + FREE, shape[2])
+    uri, sysfs = hostdesc.materialize(description, tmp)
+    if remote is not None:
+        readable_by_daemon(tmp)
+        uri = remote(uri)
+    conn = MdevConnection(uri, description, sysfs=Path(sysfs))
+    conf = conf_for(description.config, tmp)
+    return uri, conn, Service(uri, sysfs, conf, tmp, conn=conn)
+
+
 def spawn_churn(
     shape: tuple[int, int, int],
     tmp: Path,
@@ -143,15 +162,7 @@ def spawn_churn(
     guest defined) and deleted, through the calls the Nova integration
     makes, on the modelled connection (a bind finding no free mdev makes
     one). ``remote``: served by a daemon, at the URI it gives."""
-    description = dense(shape[0], shape[1] + FREE, shape[2])
-    uri, sysfs = hostdesc.materialize(description, tmp)
-    if remote is not None:
-        readable_by_daemon(tmp)
-        uri = remote(uri)
-    conn = MdevConnection(uri, description, sysfs=Path(sysfs))
-    service = Service(
-        uri, sysfs, conf_for(description.config, tmp), tmp, conn=conn
-    )
+    uri, conn, service = modelled(shape, tmp, remote)
     driver, tree = service.driver, service.tree
     instance = str(uuid.uuid4())
     # the devices each spawn was given, and the free mdevs after each
@@ -217,14 +228,7 @@ def mdev_churn(
     MdevConnection` answers those calls as libvirt and the kernel do
     (its sysfs directory, its parent's room) and the adapter reads the
     rest from the test driver."""
-    description = dense(shape[0], shape[1] + FREE, shape[2])
-    uri, sysfs = hostdesc.materialize(description, tmp)
-    if remote is not None:
-        readable_by_daemon(tmp)
-        uri = remote(uri)
-    conn = MdevConnection(uri, description, sysfs=Path(sysfs))
-    conf = conf_for(description.config, tmp)
-    service = Service(uri, sysfs, conf, tmp, conn=conn)
+    uri, conn, service = modelled(shape, tmp, remote)
     parent = service.driver.discover().parents[0]
     made: list[str] = []
     # the first pGPU's reserved units after each change (another
