@@ -7,7 +7,9 @@ same pass, a full pass)."""
 from __future__ import annotations
 
 import dataclasses
+import random
 import uuid
+from collections import Counter
 
 from tests.unit.test_binding import hand_made_domain_xml
 from tests.unit.test_refresh_sequences import _Host, _tree
@@ -33,6 +35,18 @@ def _plan(host, parent):
     return plan
 
 
+def _on_first_parent(seed, tmp_path):
+    """A host, its tree, its first parent, that parent's plan and an
+    allocation of one unit on its provider."""
+    host = _Host(random.Random(seed), tmp_path)
+    tree = host.service.tree
+    parent = host.parents[0].name
+    before = _plan(host, parent)
+    provider = tree.data(before.name).uuid
+    wanted = {provider: {"resources": {before.resource_class: 1}}}
+    return host, tree, parent, before, wanted
+
+
 def _full_pass_agrees(host):
     plans, providers = list(host.driver.last_plans), _tree(host.service.tree)
     host.driver._refresher._fingerprint = None  # plan the whole host
@@ -42,7 +56,6 @@ def _full_pass_agrees(host):
 
 
 def test_what_a_guest_outside_nova_uses_is_reserved(tmp_path):
-    import random
 
     host = _Host(random.Random(0), tmp_path)
     tree = host.service.tree
@@ -81,8 +94,6 @@ def test_a_guest_outside_nova_and_a_device_change_in_one_pass(tmp_path):
     """A guest outside Nova takes a free mdev of one parent while another
     manager makes an mdev on the other, between two refreshes: the pass
     that plans the parent changed alone would miss the first."""
-    import random
-
     from vgpu_driver.sim.mdev_libvirt import mdev_xml
 
     host = _Host(random.Random(1), tmp_path)
@@ -154,21 +165,12 @@ def test_a_guest_without_metadata_the_caller_names_is_nova_s(
     is Nova's whatever its XML says (its event plans nothing); one it
     names after it was counted outside Nova is given back at the next
     refresh."""
-    import random
-    from collections import Counter
-
     from tests.unit.test_structural_costs import counting
     from vgpu_driver.service import whole_host
 
-    host = _Host(random.Random(2), tmp_path)
-    tree = host.service.tree
-    parent = host.parents[0].name
-    before = _plan(host, parent)
-    provider = tree.data(before.name).uuid
+    host, tree, parent, before, wanted = _on_first_parent(2, tmp_path)
     instance = str(uuid.uuid4())
-    [device] = host.driver.allocate_mdevs(
-        instance, {provider: {"resources": {before.resource_class: 1}}}
-    )
+    [device] = host.driver.allocate_mdevs(instance, wanted)
     host.driver.update_provider_tree(tree, "bench")
     plans: Counter[str] = Counter()
     counting(monkeypatch, whole_host, "plan_providers", plans)
@@ -196,14 +198,7 @@ def test_an_instance_released_is_no_longer_named(tmp_path):
     are the instances on the host (not every one ever bound), and a
     guest without metadata left behind by a release, read again, is
     outside Nova (its device has no allocation any more)."""
-    import random
-
-    host = _Host(random.Random(3), tmp_path)
-    tree = host.service.tree
-    parent = host.parents[0].name
-    before = _plan(host, parent)
-    provider = tree.data(before.name).uuid
-    wanted = {provider: {"resources": {before.resource_class: 1}}}
+    host, tree, parent, before, wanted = _on_first_parent(3, tmp_path)
     named = host.driver._refresher.named
     at_start = set(named.uuids)  # the guests init_host was given
     for _ in range(5):  # spawned and deleted: nothing left named
@@ -261,10 +256,92 @@ def test_a_guest_s_event_looks_at_that_guest_alone():
             generation=2,
             guest_changes=(1, ((gone.uuid, then, after),)),
         )
-        assert outside_changed(before, now, named) is told
+        assert outside_changed(before, now, named, named) is told
         assert named.looked <= 1
     # a reading that does not say which guests changed: every one
     named = _Counted()
     unsaid = dataclasses.replace(now, guest_changes=None)
-    assert outside_changed(before, unsaid, named)
+    assert outside_changed(before, unsaid, named, named)
     assert named.looked == 399
+
+
+def test_a_named_guest_without_metadata_deleted_plans_nothing(
+    tmp_path, monkeypatch
+):
+    """Deleting an instance whose guest carries no metadata (Nova's fake
+    libvirt, an adopted instance) as Nova does: undefined, told, its
+    devices released (its name forgotten). The plan made while it ran
+    counted it Nova's, and it is gone now: nothing outside Nova changed,
+    and the refresh plans no provider. One whose guest was left behind,
+    read again once libvirt tells of it, is outside Nova: planned
+    again."""
+    from tests.unit.test_structural_costs import counting
+    from vgpu_driver.service import touched, whole_host
+
+    host, tree, parent, before, wanted = _on_first_parent(4, tmp_path)
+    plans: Counter[str] = Counter()
+    counting(monkeypatch, whole_host, "plan_providers", plans)
+    counting(monkeypatch, touched, "plan_providers", plans)
+
+    def spawn() -> tuple[str, str]:
+        instance = str(uuid.uuid4())
+        [device] = host.driver.allocate_mdevs(instance, wanted)
+        xml = hand_made_domain_xml(instance, instance[:8], [device.id])
+        host.conn.defineXML(xml)  # as Nova's fake libvirt keeps it
+        host.driver.domain_event(instance, True)
+        host.driver.guest_defined(instance)
+        host.driver.update_provider_tree(tree, "bench")
+        return instance, xml
+
+    instance, _xml = spawn()
+    assert _plan(host, parent).reserved == before.reserved
+    plans.clear()
+    host.conn.lookupByUUIDString(instance).undefine()
+    host.driver.domain_event(instance, False)
+    host.driver.guest_undefined(instance)
+    host.driver.release_mdevs(instance)
+    host.driver.update_provider_tree(tree, "bench")
+    assert plans == Counter()
+    assert _plan(host, parent).reserved == before.reserved
+    _full_pass_agrees(host)
+    # released, its guest left defined: outside Nova from then on
+    left, _xml = spawn()
+    plans.clear()
+    host.driver.release_mdevs(left)
+    host.driver.update_provider_tree(tree, "bench")
+    assert plans == Counter()
+    host.driver.domain_event(left, True)
+    host.driver.update_provider_tree(tree, "bench")
+    assert _plan(host, parent).reserved == before.reserved + 1
+    assert sum(plans.values()) >= 1
+    _full_pass_agrees(host)
+
+
+def test_names_are_judged_as_they_were_when_the_last_reading_was():
+    """The names a refresh judges the last reading with are those of its
+    day: a name given and forgotten since is as it was before the first
+    change; a change made while a refresh judged (after its mark) is
+    kept for the next one, those before it are let go."""
+    from vgpu_driver.service.named import NamedInstances
+
+    named = NamedInstances()
+    named.name(["a", "b"])
+    named.judged(named.mark())
+    assert "a" in named.then() and "c" not in named.then()
+    named.forget("a")
+    named.name(["c"])
+    named.forget("c")  # given and forgotten since: never named then
+    then = named.then()
+    assert "a" in then and "a" not in named
+    assert "c" not in then and "c" not in named
+    assert "b" in then and "b" in named
+    mark = named.mark()
+    named.name(["d"])  # while that refresh judged
+    named.judged(mark)
+    then = named.then()
+    assert set(then.before) == {"d"}
+    assert "d" not in then and "d" in named and "a" not in then
+    named.judged(named.mark())
+    assert not named.then().before
+    named.name(["b"])  # named already: no change to judge
+    assert not named.then().before

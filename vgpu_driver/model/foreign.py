@@ -15,7 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Container, Iterable
 
 from vgpu_driver.model import naming
-from vgpu_driver.model.device import HostInventory, Mdev, PhysicalFunction
+from vgpu_driver.model.device import (
+    Guest,
+    HostInventory,
+    Mdev,
+    PhysicalFunction,
+)
 
 
 class Busy:
@@ -131,23 +136,45 @@ def outside_nova(
     return found
 
 
+def outside_of(
+    inventory: HostInventory, uuid: str, named: Container[str]
+) -> frozenset[str]:
+    """The devices guest ``uuid`` uses outside Nova in ``inventory``
+    (none when it is not there, carries Nova's metadata or is
+    ``named``). Looks at the guests without metadata alone."""
+    if uuid in named:
+        return frozenset()
+    for guest in inventory.unmarked_guests():
+        if guest.uuid == uuid:
+            return _outside(guest, named)
+    return frozenset()
+
+
+def _outside(guest: Guest | None, named: Container[str]) -> frozenset[str]:
+    if guest is None or guest.nova or guest.uuid in named:
+        return frozenset()
+    return frozenset((*guest.mdevs, *guest.pci_devices))
+
+
 def outside_changed(
-    before: HostInventory, now: HostInventory, named: Container[str]
+    before: HostInventory,
+    now: HostInventory,
+    then: Container[str],
+    named: Container[str],
 ) -> bool:
     """Did what guests outside Nova use change from reading ``before``
-    to ``now``? Told by the guests changed between them where the
-    reading says which (a guest's event: no guest else is looked at)."""
+    (under the names ``then`` of its day) to ``now`` (under ``named``)?
+    Told by the guests changed between them where the reading says which
+    (a guest's event: no guest else is looked at). A name given or
+    forgotten for a guest that did not change is
+    :meth:`~vgpu_driver.service.named.NamedInstances.crossed`'s."""
     changes = now.guest_changes
     if changes is not None and changes[0] == before.generation:
         return any(
-            guest is not None
-            and not guest.nova
-            and guest.uuid not in named
-            and bool(guest.mdevs or guest.pci_devices)
-            for _uuid, then, after in changes[1]
-            for guest in (then, after)
+            _outside(old, then) != _outside(new, named)
+            for _uuid, old, new in changes[1]
         )
-    return outside_users(before, named) != outside_users(now, named)
+    return outside_users(before, then) != outside_users(now, named)
 
 
 def unaccounted(

@@ -53,13 +53,14 @@ def same_but_guests(
     claims: Claimed,
     owned: frozenset[str] | None,
     seen: Callable[[], Mapping[str, tuple[str, str]]],
-    named: Container[str],
+    named: tuple[Container[str], Container[str]],
 ) -> RefreshFingerprint | None:
     """``last`` taking in ``inventory`` and ``claims`` when they differ
     from its own in what guests use alone, and that cannot change the
     plan (see the module's doc); None otherwise. Whether guests matter
     is asked once per reading of the devices, not once per change
-    (``seen``: gives the mdevs seen, asked for then alone)."""
+    (``seen``: gives the mdevs seen, asked for then alone; ``named``:
+    the caller's instances when ``last`` was judged, and now)."""
     if (
         last.inventory.generation == inventory.generation
         and last.claims == claims
@@ -71,7 +72,7 @@ def same_but_guests(
         return None
     if owned is None or owned != last.owned:
         return None
-    if outside_changed(last.inventory, inventory, named):
+    if outside_changed(last.inventory, inventory, *named):
         return None  # what a guest outside Nova uses is reserved
     free = last.guests_free
     if free is None:

@@ -97,13 +97,11 @@ class Refresher:
 
     def name_instances(self, uuids: Iterable[str]) -> None:
         """The caller's instances (see :mod:`.named`)."""
-        last = self._fingerprint
-        self.named.name(uuids, last.inventory if last is not None else None)
+        self.named.name(uuids)
 
     def forget_instance(self, uuid: str) -> None:
         """The caller released the instance's devices (see :mod:`.named`)."""
-        last = self._fingerprint
-        self.named.forget(uuid, last.inventory if last is not None else None)
+        self.named.forget(uuid)
 
     def update_provider_tree(
         self, tree: Any, nodename: str, allocations: Allocations | None
@@ -124,16 +122,21 @@ class Refresher:
             # the claims are read once a pass (on disk, under the records'
             # lock): what the plan counts is what the pass remembers
             claims = tuple(self.binder.claimed_devices())
-            if self.named.stale:  # a guest counted outside Nova is Nova's
-                self.named.stale = False
-                self._fingerprint = None
+            mark = self.named.mark()
+            last = self._fingerprint
+            if last is not None and self.named.crossed(
+                last.inventory, inventory
+            ):
+                self._fingerprint = None  # a guest named or forgotten
             if allocations is None and self._unchanged(
                 tree, nodename, inventory, claims
             ):
+                self.named.judged(mark)
                 return self.last_plans
             if allocations is None:
                 touched = self._plan_touched(tree, nodename, inventory, claims)
                 if touched is not None:
+                    self.named.judged(mark)
                     return touched
             # units allocated on the node's own provider are pre-reshape
             # allocations (known even when the pass stops for a reshape)
@@ -163,6 +166,7 @@ class Refresher:
                 frozenset(p.name for p in plans),
                 done.owned,
             )
+            self.named.judged(mark)
             return plans
 
     def _plan_touched(
@@ -262,7 +266,12 @@ class Refresher:
         ):
             owned = self.binder.owned()
         now = same_but_guests(
-            last, inventory, claims, owned, self.seen.snapshot, self.named
+            last,
+            inventory,
+            claims,
+            owned,
+            self.seen.snapshot,
+            (self.named.then(), self.named),
         )
         if now is None or not tree_holds(tree, nodename, last):
             return False
