@@ -19,6 +19,7 @@ import pytest
 from benchmarks.common import conf_for, dense
 from benchmarks.service import FREE, Service
 from tests.unit.test_binding import hand_made_domain_xml
+from vgpu_driver.exception import DeviceCapacityExhausted
 from vgpu_driver.sim import description as hostdesc
 from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
 
@@ -33,11 +34,17 @@ def _tree(tree):
 class _Host:
     """What happens on the host, at random."""
 
-    def __init__(self, rng: random.Random, tmp: Path) -> None:
-        description = dense(2, 6 + FREE, 4)
+    def __init__(
+        self, rng: random.Random, tmp: Path, making: bool = False
+    ) -> None:
+        """``making``: no free mdev, and those released removed (each
+        bind makes its mdev, each release removes it)."""
+        description = dense(2, 4 if making else 6 + FREE, 4)
         uri, sysfs = hostdesc.materialize(description, tmp)
         self.conn = MdevConnection(uri, description, sysfs=Path(sysfs))
         conf = conf_for(description.config, tmp)
+        if making:
+            conf.set_override("remove_unused_mdevs", True, "devices")
         self.service = Service(uri, sysfs, conf, tmp, conn=self.conn)
         self.driver = self.service.driver
         self.parents = self.driver.discover().parents
@@ -73,9 +80,17 @@ class _Host:
             plan = self.rng.choice(plans)
             provider = self.service.tree.data(plan.name).uuid
             instance = self.uuid()
-            devices = self.driver.allocate_mdevs(
-                instance, {provider: {"resources": {plan.resource_class: 1}}}
-            )
+            try:
+                devices = self.driver.allocate_mdevs(
+                    instance,
+                    {provider: {"resources": {plan.resource_class: 1}}},
+                )
+            except DeviceCapacityExhausted:
+                # the test asks past what Placement would allocate (or
+                # another manager took the room since the last refresh):
+                # Nova reschedules
+                self.done["bind refused"] += 1
+                return
             # never another manager's, nor one a guest or a bind has
             taken = {m.uuid for m in self.theirs} | set(self.by_hand.values())
             for ids in self.bound.values():
@@ -109,6 +124,11 @@ class _Host:
             del self.bound[instance]
             self.done["release"] += 1
 
+    def spawn(self) -> None:
+        """Nova's spawn: bound and defined, no refresh between."""
+        self.bind()
+        self.define()
+
     def by_hand_define(self) -> None:
         free = sorted(self.driver.free_mdevs())
         if free:
@@ -129,12 +149,27 @@ class _Host:
             self.done["by_hand_undefine"] += 1
 
 
-@pytest.mark.parametrize("seed", range(4))
+def _view_agrees(driver):
+    """The binder's view, followed, is the one built whole."""
+    free = driver.free_mdevs()
+    used = driver.instance_devices()
+    driver._refresher.reading._taken = None  # build it whole
+    driver.discover(rescan_guests=True)
+    assert driver.free_mdevs() == free
+    assert driver.instance_devices() == used
+
+
+@pytest.mark.parametrize(
+    ("seed", "making"), [(s, False) for s in range(4)] + [(4, True), (5, True)]
+)
 def test_a_refresh_of_the_parents_changed_is_a_refresh_of_the_host(
-    tmp_path, seed
+    tmp_path, seed, making
 ):
+    """``making``: each bind makes its mdev and each release removes it
+    (a refresh after a spawn or a delete sees a device and a guest
+    change at once)."""
     rng = random.Random(seed)
-    host = _Host(rng, tmp_path)
+    host = _Host(rng, tmp_path, making)
     driver, tree = host.driver, host.service.tree
     happenings = [
         host.make,
@@ -142,6 +177,7 @@ def test_a_refresh_of_the_parents_changed_is_a_refresh_of_the_host(
         host.bind,
         host.define,
         host.release,
+        host.spawn,
         host.by_hand_define,
         host.by_hand_undefine,
     ]
@@ -149,14 +185,41 @@ def test_a_refresh_of_the_parents_changed_is_a_refresh_of_the_host(
     for _step in range(60):
         happening = rng.choice(happenings)
         happening()
+        if rng.random() < 0.25:  # several changes between two refreshes
+            continue
         driver.update_provider_tree(tree, "bench")
-        if rng.random() < 0.3:  # several changes between two comparisons
+        if rng.random() < 0.3:  # several refreshes between comparisons
             continue
         plans, providers = list(driver.last_plans), _tree(tree)
+        _view_agrees(driver)
         driver._refresher._fingerprint = None  # plan the whole host
         driver.update_provider_tree(tree, "bench")
         assert driver.last_plans == plans
         assert _tree(tree) == providers
         compared += 1
     assert compared > 10
-    assert set(host.done) >= {h.__name__ for h in happenings}
+    assert set(host.done) >= {"make", "gone", "bind", "define", "release"}
+
+
+def test_a_spawn_failed_before_its_guest_leaves_no_mdev_removed_free(
+    tmp_path, caplog
+):
+    """``remove_unused_mdevs``: a bind made an mdev, a refresh followed
+    its parent (the mdev claimed, in no guest yet), the spawn failed and
+    Nova released the instance (the mdev removed). The next bind on that
+    parent makes one again: it does not hand out the mdev removed (it
+    failed on a bare KeyError)."""
+    host = _Host(random.Random(0), tmp_path, making=True)
+    driver, tree = host.driver, host.service.tree
+    plan = next(p for p in driver.last_plans if p.total > p.reserved)
+    provider = tree.data(plan.name).uuid
+    wanted = {provider: {"resources": {plan.resource_class: 1}}}
+    instance = str(uuid.uuid4())
+    [made] = driver.allocate_mdevs(instance, wanted)
+    assert made.created
+    driver.update_provider_tree(tree, "bench")
+    driver.release_mdevs(instance)  # no reading between: the next bind
+    assert made.id not in driver.free_mdevs()
+    [again] = driver.allocate_mdevs(str(uuid.uuid4()), wanted)
+    assert again.created and again.id != made.id
+    assert "vanished" not in caplog.text  # not even chosen, then dropped

@@ -66,6 +66,10 @@ class NodeDevices:
         self._parent_ids: dict[str, int] = {}  # name -> the object's id
         # parents whose mdevs sysfs and libvirt did not agree on yet
         self._pending: set[str] = set()
+        # parents the adapter made or removed an mdev on since the last
+        # reading: followed at the next (their room may be back where it
+        # was: another manager's mdev made there would go unseen)
+        self._ours: set[str] = set()
         self._placed_among: set[str] = set()  # parent names, last placed
         self._mdev_list: list[Mdev] = []
         self._implied: list[Parent] = []
@@ -100,15 +104,16 @@ class NodeDevices:
             ids = {p.name: id(p) for p in parents}
             last = self._parent_ids
             changed = {n for n, i in ids.items() if last.get(n) != i}
+            changed |= self._pending | (self._ours & ids.keys())
             relist = ids.keys() != last.keys() or (
-                bool(changed or self._pending)
-                and not self._follow(conn, changed | self._pending)
+                bool(changed) and not self._follow(conn, changed)
             )
         if relist:
             parents = self._relist(conn, parents, wanted, bus)
             self.listed_at = now
             self.sysfs.forget_probes()
         assert parents is not None
+        self._ours = set()
         self._parent_ids = {p.name: id(p) for p in parents}
         parents.extend(self.reader.sysfs_only(parents, bus or []))
         if self.dirty or relist:
@@ -136,11 +141,13 @@ class NodeDevices:
     def keep(self, mdev: Mdev) -> None:
         """An mdev made or changed through the adapter."""
         self.mdevs.put(mdev.name, mdev)
+        self._ours.add(mdev.parent)
         self.dirty = True
 
     def drop(self, mdev: Mdev) -> None:
         """An mdev removed through the adapter."""
         self.mdevs.pop(mdev.name)
+        self._ours.add(mdev.parent)
         self.dirty = True
 
     # -- listing -------------------------------------------------------

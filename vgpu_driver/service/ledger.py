@@ -80,6 +80,7 @@ class Ledger:
         # devices guests let go of, recorded under the lock, to hand back
         # to the host once it is left
         self._handing_back: list[tuple[str, BoundDevice]] = []
+        self.handed_back = 0  # devices handed back so, ever (a count)
 
     @property
     def claims(self) -> Claims:
@@ -121,6 +122,7 @@ class Ledger:
         # go of (recorded as release claims under the lock)
         for instance, device in handing_back:
             self.finish_release(instance, [device])
+            self.handed_back += 1
 
     @contextlib.contextmanager
     def peeked(self) -> Iterator[None]:
@@ -271,13 +273,7 @@ class Ledger:
                 view.groups,
                 view.plain_vfs(),
             )
-            gone = [
-                d
-                for d in chosen
-                if d.kind == "mdev"
-                and not d.created
-                and not self.host.mdev_exists(view.mdevs[d.id])
-            ]
+            gone = _vanished(self.host, view, chosen)
             if not gone:
                 return chosen
             for device in gone:
@@ -348,4 +344,20 @@ class Ledger:
         if mdev is not None:
             self.host.remove_mdev(mdev)
             with self.lock:
-                self.view.mdevs.pop(device.id, None)
+                # off the free list too: a claimed mdev the view followed
+                # there (claims are busy, not off the list) is gone
+                self.view.forget_mdev(device.id)
+
+
+def _vanished(
+    host: Host, view: DeviceView, chosen: list[BoundDevice]
+) -> list[BoundDevice]:
+    """The free mdevs ``chosen`` that are no longer there (one lookup
+    each; one the view no longer has is gone)."""
+    return [
+        d
+        for d in chosen
+        if d.kind == "mdev"
+        and not d.created
+        and (d.id not in view.mdevs or not host.mdev_exists(view.mdevs[d.id]))
+    ]

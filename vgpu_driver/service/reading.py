@@ -67,7 +67,21 @@ class HostReading:
     ) -> HostInventory:
         """Read the host. ``guests=False``: guests never read so far stay
         unread (``guests_known`` False); nothing that needs them (the
-        binder's view, the record of mdevs seen) is touched then."""
+        binder's view, the record of mdevs seen) is touched then. Where
+        taking the reading in handed devices back to the host (a guest
+        let go of an mdev removed once unused, of a VF cleared), the
+        host as it is then is read again: what a caller plans is never
+        what the library just changed."""
+        ledger = self.binder.ledger
+        handed = ledger.handed_back
+        inventory = self._take(rescan_guests, guests)
+        if ledger.handed_back != handed:
+            inventory = self._take(False, guests)
+        return inventory
+
+    def _take(self, rescan_guests: bool, guests: bool) -> HostInventory:
+        """Read the host and take the reading in (the binder's view, the
+        mdevs seen)."""
         # Guests defined by another process are re-read when that process
         # changed the claims (it ended a claim because the guest has it).
         rescan = rescan_guests or self.binder.view_is_stale()
