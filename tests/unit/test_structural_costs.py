@@ -641,10 +641,8 @@ def test_a_spawn_and_a_delete_cost_a_refresh_no_call_and_no_plan(
     then undefined, told, ``guest_undefined`` and released. The refresh
     after each makes the idle refresh's calls and no other, plans
     nothing, builds no view, whatever the number of mdevs and guests;
-    and the mdev is in use after the spawn, free after the delete. The
-    guest carries Nova's metadata, as every guest Nova defines does (one
-    without it, released, plans the host again: it may be a guest left
-    outside Nova)."""
+    and the mdev is in use after the spawn, free after the delete (a
+    spawn that makes its mdev: ``test_devices_and_guests_at_once``)."""
     from vgpu_driver.model import device_view
     from vgpu_driver.service import touched, whole_host
 

@@ -9,8 +9,10 @@ cheapest way that gives what reading the whole host would give:
 * nothing changed: the very same reading (the same generation);
 * the guests alone changed: the last reading with those guests put in
   place (``HostInventory.with_guests``);
-* the node devices alone changed (an mdev made or removed): the last
-  reading with those devices (:func:`~vgpu_driver.model.device_changes.
+* the node devices changed (an mdev made or removed), alone or with
+  the guests the host said changed (a spawn whose bind made its mdev, a
+  delete that removed it): the last reading with those devices (and
+  guests) (:func:`~vgpu_driver.model.device_changes.
   node_devices_changed`), the kernel's modules as last read (an mdev is
   no module event);
 * otherwise the whole reading, sorted (the modules read again).
@@ -98,30 +100,14 @@ class Readings:
         drivers |= {p.driver for p in found.pfs}
         again = drivers == self._drivers
         self._drivers = drivers
-        if (
-            again
-            and last is not None
-            and guests.diff == ()
-            and guests.known == last.guests_known
-        ):
-            # the guests the same: did the node devices alone change?
-            made = node_devices_changed(
-                last,
-                (
-                    found.parents,
-                    changed,
-                    found.pfs,
-                    found.nvml,
-                    found.plain,
-                    last.driver_versions,
-                    last.modules,
-                ),
-                self._generation + 1,
-            )
+        if again and last is not None and guests.known == last.guests_known:
+            made = self._devices_alone(last, found, changed, guests)
             if made is not None:
-                if not made.device_changes or not made.device_changes[1]:
+                if made.device_changes and made.device_changes[1]:
+                    return self._new(made)
+                if not guests.diff:
                     return last  # the same: the same generation
-                return self._new(made)
+                return self._guests_alone(last, guests)
         reading = sort_inventory(
             found.parents,
             found.mdevs,
@@ -136,6 +122,41 @@ class Readings:
         if last is not None and reading == last:
             return last  # read again, the same: the same generation
         return self._new(reading.with_generation(self._generation + 1))
+
+    def _devices_alone(
+        self,
+        last: HostInventory,
+        found: Devices,
+        changed: tuple[Collection[Mdev], Collection[Mdev]],
+        guests: KnownGuests,
+    ) -> HostInventory | None:
+        """``last`` with the node devices changed (and the guests the
+        host said changed, when they did: a spawn whose bind made its
+        mdev, a delete that removed it), both said from ``last``'s
+        generation; None when anything else changed."""
+        base, told = last, None
+        if guests.diff:
+            now = resort_guests(last.guests, guests.diff)
+            if now is None or not last.guests_known:
+                return None
+            told = (last.generation, guests.diff)
+            base = last.with_guests(now, True, last.generation, told)
+        elif guests.diff is None:
+            return None  # every guest read again: the whole reading
+        return node_devices_changed(
+            base,
+            (
+                found.parents,
+                changed,
+                found.pfs,
+                found.nvml,
+                found.plain,
+                last.driver_versions,
+                last.modules,
+            ),
+            self._generation + 1,
+            told,
+        )
 
     def _guests_alone(
         self, last: HostInventory, guests: KnownGuests

@@ -26,6 +26,7 @@ from vgpu_driver.model.device import (
     _FIELDS,
     DEVICE_INDEXES,
     GUEST_INDEXES,
+    GuestChanges,
     HostInventory,
     Mdev,
     Parent,
@@ -45,6 +46,7 @@ def with_devices(
     gone: Collection[Mdev],
     generation: int,
     pfs: Sequence[PhysicalFunction] | None = None,
+    guest_changes: GuestChanges | None = None,
 ) -> HostInventory | None:
     """``last`` with ``parents`` and ``pfs`` (the same names, in the same
     order, as :func:`~vgpu_driver.model.device.sort_inventory` orders
@@ -52,7 +54,10 @@ def with_devices(
     the next ``generation``; everything else (guests, drivers, NVML) as
     it is. None when the parents or the cards are not the same names or
     an mdev does not match what ``last`` holds (the caller builds the
-    reading whole)."""
+    reading whole). ``guest_changes``: those ``last`` was made with from
+    the reading before it, when it was (the guests and the node devices
+    changed together: both are said from the same reading, see
+    :func:`node_devices_changed`)."""
     changed = _changed(parents, last.parents)
     cards = _changed(pfs, last.pfs) if pfs is not None else []
     if changed is None or cards is None:
@@ -87,7 +92,7 @@ def with_devices(
         parents=tuple(parents),
         mdevs=tuple(mdevs),
         generation=generation,
-        guest_changes=None,
+        guest_changes=guest_changes,
         device_changes=(last.generation, frozenset(touched)),
     )
     reading = object.__new__(HostInventory)
@@ -239,12 +244,16 @@ def node_devices_changed(
         Iterable[str] | None,
     ],
     generation: int,
+    guest_changes: GuestChanges | None = None,
 ) -> HostInventory | None:
     """What a reader read (parents, the mdevs it added and dropped since
     ``last``, SR-IOV functions, NVML, plain SR-IOV GPUs, driver versions,
     modules, as :func:`~vgpu_driver.model.device.sort_inventory` takes
     them), made from ``last`` with :func:`with_devices` when, the guests
-    being the same, its node devices alone changed; None otherwise."""
+    being the same, its node devices alone changed; None otherwise.
+    ``last`` may be the reading before with the guests changed put in
+    place (under its generation, never handed out): ``guest_changes``
+    says which, and the reading made says both from that generation."""
     parents, (added, gone), pfs, nvml, plain, versions, modules = read
     if (
         nvml != last.nvml
@@ -261,6 +270,7 @@ def node_devices_changed(
         gone,
         generation,
         pfs=sorted(pfs, key=_BY_NAME),
+        guest_changes=guest_changes,
     )
 
 

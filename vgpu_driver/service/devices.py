@@ -36,7 +36,8 @@ def follow(
 ) -> bool:
     """The mdevs seen and the view follow the parents and cards
     ``touched`` from ``taken`` (which the view was built from or
-    followed) to ``now`` (whose other devices and guests are the same).
+    followed) to ``now`` (whose other devices are the same; guests the
+    host said changed with them are followed after, by the caller).
     False, with nothing done, for an mdev whose parent is not listed, a
     typed VF a guest uses whose type is not recorded (the full path
     records it), before the library took stock of the host, and when the

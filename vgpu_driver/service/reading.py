@@ -129,15 +129,19 @@ class HostReading:
 
     def _follow(self, taken: HostInventory, now: HostInventory) -> bool:
         """The record of mdevs seen and the binder's view follow what
-        changed from ``taken`` to ``now``, when its guests alone or the
-        node devices the host names alone changed. False: take ``now``
+        changed from ``taken`` to ``now``: the node devices the host
+        names, then the guests it says changed with them (a spawn whose
+        bind made its mdev), or its guests alone. False: take ``now``
         whole."""
         touched = touched_parents(taken, now)
         if touched is not None:
-            return devices.follow(
+            if not devices.follow(
                 self.binder.ledger, self.seen, taken, now, touched
-            )
-        if not now.same_devices(taken):
+            ):
+                return False
+            if now.guest_changes is None:
+                return True
+        elif not now.same_devices(taken):
             return False
         diff = guest_changes(taken, now)
         seen = self.seen

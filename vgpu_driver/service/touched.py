@@ -17,6 +17,9 @@ parents. So the pass plans the parents touched alone when:
   parent is);
 * the claims and the devices the library made differ (if at all) on the
   parents and cards touched alone;
+* the guests the host said changed with the devices (a spawn whose bind
+  made its mdev, a delete that removed it), if any, use mdevs of the
+  parents touched alone;
 
 and keeps that plan when its providers are the same ones, carrying the
 same traits (only totals, reservations and their reasons changed).
@@ -73,6 +76,10 @@ def parents_to_plan(
             return None
         if parent is not None and parent.physical_function:
             return None
+    if now.guest_changes is not None and not _guests_on(
+        last.inventory, now, touched
+    ):
+        return None
     if claims != last.claims and any(
         parent not in touched
         for _device, parent, _type in set(claims) ^ set(last.claims)
@@ -83,6 +90,27 @@ def parents_to_plan(
     ):
         return None
     return touched
+
+
+def _guests_on(
+    before: HostInventory, now: HostInventory, touched: Collection[str]
+) -> bool:
+    """The guests changed with the node devices (a spawn whose bind made
+    its mdev, a delete that removed it) use, before and now, mdevs of
+    the parents ``touched`` alone: planning those plans what they
+    changed."""
+    told = now.guest_changes
+    if told is None or told[0] != before.generation:
+        return False
+    mdevs = {m.uuid for name in touched for m in before.mdevs_of(name)} | {
+        m.uuid for name in touched for m in now.mdevs_of(name)
+    }
+    return all(
+        not guest.pci_devices and mdevs.issuperset(guest.mdevs)
+        for _uuid, *pair in told[1]
+        for guest in pair
+        if guest is not None
+    )
 
 
 def _made_on(

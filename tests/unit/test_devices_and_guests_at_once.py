@@ -1,0 +1,132 @@
+"""Nova's spawn where no free mdev waits (its bind makes one), and its
+delete with ``remove_unused_mdevs`` (the mdev removed): the refresh
+after each sees a node device and a guest change at once. It plans the
+parent touched alone and follows the binder's view there, whatever the
+number of mdevs and guests, and agrees with a refresh of the whole
+host (#24: a spawn on a host filling up is the common change)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from benchmarks.common import conf_for, dense
+from benchmarks.service import Service
+from tests.unit.test_binding import hand_made_domain_xml
+from tests.unit.test_refresh_sequences import _view_agrees
+from tests.unit.test_structural_costs import counting
+from vgpu_driver.model import device_view
+from vgpu_driver.service import touched, whole_host
+from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim.guest_xml import render_guest
+from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
+from vgpu_driver.sim.specs import GuestSpec
+
+
+def _making(tmp_path, shape):
+    """A dense host with no free mdev, unused ones removed."""
+    description = dense(*shape)
+    uri, sysfs = hostdesc.materialize(description, tmp_path)
+    conn = MdevConnection(uri, description, sysfs=Path(sysfs))
+    conf = conf_for(description.config, tmp_path)
+    conf.set_override("remove_unused_mdevs", True, "devices")
+    return conn, Service(uri, sysfs, conf, tmp_path, conn=conn)
+
+
+def _whole_host_agrees(driver, tree):
+    plans = list(driver.last_plans)
+    _view_agrees(driver)
+    driver._refresher._fingerprint = None  # plan the whole host
+    driver.update_provider_tree(tree, "bench")
+    assert driver.last_plans == plans
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 16), (8, 256, 256)])
+def test_a_spawn_that_makes_its_mdev_plans_its_parent_alone(
+    tmp_path, monkeypatch, shape
+):
+    conn, service = _making(tmp_path, shape)
+    driver, tree = service.driver, service.tree
+    whole: Counter[str] = Counter()
+    alone: Counter[str] = Counter()
+    counting(monkeypatch, whole_host, "plan_providers", whole)
+    counting(monkeypatch, touched, "plan_providers", alone)
+    counting(monkeypatch, device_view.DeviceView, "of", whole)
+    plan = next(p for p in driver.last_plans if p.total > p.reserved)
+    instance = str(uuid.uuid4())
+    wanted = {tree.data(plan.name).uuid: {"resources": {"VGPU": 1}}}
+    [device] = driver.allocate_mdevs(instance, wanted)
+    assert device.created  # no free mdev: made
+    spec = GuestSpec(uuid=instance, name="spawned", mdevs=[device.id])
+    conn.defineXML(render_guest(spec))
+    driver.domain_event(instance, True)
+    driver.guest_defined(instance)
+    driver.update_provider_tree(tree, "bench")
+    assert whole == Counter() and alone == Counter({"plan_providers": 1})
+    assert driver.instance_devices()[instance]["in_use"] == [device.id]
+    conn.lookupByUUIDString(instance).undefine()
+    driver.domain_event(instance, False)
+    driver.guest_undefined(instance)
+    driver.release_mdevs(instance)
+    driver.update_provider_tree(tree, "bench")
+    assert whole == Counter() and alone == Counter({"plan_providers": 2})
+    assert device.id not in {m.uuid for m in driver.discover().mdevs}
+    assert device.id not in driver.free_mdevs()
+    _whole_host_agrees(driver, tree)
+
+
+def test_a_guest_gone_elsewhere_with_the_spawn_plans_the_host(
+    tmp_path, monkeypatch
+):
+    """A guest on another parent undefined in the same interval as a
+    spawn that made its mdev: planning the spawn's parent alone would
+    miss what that guest let go of: the whole host is planned."""
+    conn, service = _making(tmp_path, (2, 16, 16))
+    driver, tree = service.driver, service.tree
+    plans = driver.last_plans
+    reading = driver.discover()
+    other = plans[1].device
+    mdevs = {m.uuid for m in reading.mdevs_of(other)}
+    gone = next(g for g in reading.guests if set(g.mdevs) & mdevs)
+    instance = str(uuid.uuid4())
+    wanted = {tree.data(plans[0].name).uuid: {"resources": {"VGPU": 1}}}
+    [device] = driver.allocate_mdevs(instance, wanted)
+    spec = GuestSpec(uuid=instance, name="spawned", mdevs=[device.id])
+    conn.defineXML(render_guest(spec))
+    driver.domain_event(instance, True)
+    driver.guest_defined(instance)
+    domain = conn.lookupByUUIDString(gone.uuid)
+    domain.destroy()  # as Nova deletes: stopped, then undefined
+    domain.undefine()
+    driver.domain_event(gone.uuid, False)
+    whole: Counter[str] = Counter()
+    counting(monkeypatch, whole_host, "plan_providers", whole)
+    driver.update_provider_tree(tree, "bench")
+    assert whole == Counter({"plan_providers": 1})
+    _whole_host_agrees(driver, tree)
+
+
+def test_an_mdev_made_and_a_guest_defined_on_it_by_hand_at_once(tmp_path):
+    """Another manager makes an mdev and a guest outside Nova is defined
+    on it between two refreshes: the binder's view follows the parent
+    and then the guest (the mdev in that guest's use, reserved), as a
+    view built whole has it."""
+    conn, service = _making(tmp_path, (2, 16, 16))
+    driver, tree = service.driver, service.tree
+    parent = driver.discover().parents[0]
+    before = next(p for p in driver.last_plans if p.device == parent.name)
+    made = str(uuid.uuid4())
+    conn.nodeDeviceCreateXML(
+        mdev_xml(parent.name, parent.types[0].id, made), 0
+    )
+    guest = str(uuid.uuid4())
+    conn.defineXML(hand_made_domain_xml(guest, guest[:8], [made]))
+    driver.domain_event(guest, True)
+    driver.update_provider_tree(tree, "bench")
+    assert driver.instance_devices()[guest]["in_use"] == [made]
+    after = next(p for p in driver.last_plans if p.device == parent.name)
+    assert after.reserved == before.reserved + 1
+    _whole_host_agrees(driver, tree)
