@@ -11,6 +11,10 @@ service (records on, as a service runs it).
   ``domain_event`` and ``guest_defined``), then a refresh; deleted again
   (undefined, told, ``guest_undefined`` and ``release_mdevs``), then a
   refresh. The change every compute host sees most;
+* **spawn, mdev made / delete, mdev removed** (the same, on hosts with
+  no free mdev and ``remove_unused_mdevs``): each bind makes its mdev,
+  each release removes it: a node device and a guest changed between
+  two refreshes, as on a host filling up;
 * **VF typed / cleared** (libvirt's test driver, L40 SR-IOV hosts): one
   free VF given the enabled type in sysfs (by another manager), then a
   refresh; cleared again, then a refresh;
@@ -74,6 +78,7 @@ from vgpu_driver.sim.specs import GuestSpec
 SHAPES = [(1, 16, 16), (4, 128, 128), (16, 512, 512)]
 CARDS = [1, 4, 16]
 RUNS = [15]  # repetitions of each change (--runs)
+MAKING = ("spawn+make", "delete+remove")  # the spawn rows, mdevs made
 # wall ms of the last pairs() run: after each change, then idle, in turn
 WALL: list[float] = []
 Runner = Callable[[Path], dict[str, Any]]
@@ -138,18 +143,22 @@ def modelled(
     shape: tuple[int, int, int],
     tmp: Path,
     remote: Callable[[str], str] | None,
+    making: bool = False,
 ) -> tuple[str, MdevConnection, Service]:
     """A dense host on a connection that makes and removes mdevs as
     libvirt and the kernel do (:class:`~vgpu_driver.sim.mdev_libvirt.
     MdevConnection`; served by a daemon at the URI ``remote`` gives),
-    and this library on it as a service runs it."""
-    description = dense(shape[0], shape[1] + FREE, shape[2])
+    and this library on it as a service runs it. ``making``: no free
+    mdev, unused ones removed (each bind makes its mdev)."""
+    description = dense(shape[0], shape[1] + (0 if making else FREE), shape[2])
     uri, sysfs = hostdesc.materialize(description, tmp)
     if remote is not None:
         readable_by_daemon(tmp)
         uri = remote(uri)
     conn = MdevConnection(uri, description, sysfs=Path(sysfs))
     conf = conf_for(description.config, tmp)
+    if making:
+        conf.set_override("remove_unused_mdevs", True, "devices")
     return uri, conn, Service(uri, sysfs, conf, tmp, conn=conn)
 
 
@@ -157,12 +166,14 @@ def spawn_churn(
     shape: tuple[int, int, int],
     tmp: Path,
     remote: Callable[[str], str] | None = None,
+    making: bool = False,
 ) -> dict[str, Any]:
     """Nova's own change: an instance spawned (its devices bound, its
     guest defined) and deleted, through the calls the Nova integration
     makes, on the modelled connection (a bind finding no free mdev makes
-    one). ``remote``: served by a daemon, at the URI it gives."""
-    uri, conn, service = modelled(shape, tmp, remote)
+    one; ``making``: none waits, and a release removes it). ``remote``:
+    served by a daemon, at the URI it gives."""
+    uri, conn, service = modelled(shape, tmp, remote, making)
     driver, tree = service.driver, service.tree
     instance = str(uuid.uuid4())
     # the devices each spawn was given, and the free mdevs after each
@@ -306,7 +317,7 @@ def row(label: str, found: dict[str, Any], half: int | None = None) -> str:
     added = statistics.median(changed) - statistics.median(idle)
     beside = spread(nova) if nova else "-"
     line = (
-        f"{label:>22} | {spread(changed):>18} {spread(idle):>18} "
+        f"{label:>24} | {spread(changed):>18} {spread(idle):>18} "
         f"{ratio:>6.2f}x {added:>+6.2f} | {beside:>20}"
     )
     if "changed_wall" in found and half is not None:
@@ -326,6 +337,7 @@ def over_daemon(shapes: list[tuple[int, int, int]]) -> None:
         for kinds, run in (
             (("guest gone", "guest back"), guest_churn),
             (("spawn", "delete"), spawn_churn),
+            (MAKING, partial(spawn_churn, making=True)),
             (("mdev made", "mdev gone"), mdev_churn),
         ):
             for shape in shapes:
@@ -357,7 +369,7 @@ def main() -> None:
         "(medians); Nova's periodic on the same host beside"
     )
     print(
-        f"{'case':>22} | {'after change':>18} {'idle':>18} {'ratio':>7} "
+        f"{'case':>24} | {'after change':>18} {'idle':>18} {'ratio':>7} "
         f"{'added':>6} | {'nova periodic':>20}"
         + (f" | {'wall ratio':>7}" if args.daemon else "")
     )
@@ -374,6 +386,10 @@ def main() -> None:
     for shape in shapes:
         label = "/".join(map(str, shape))
         cases.append((("spawn", "delete"), label, partial(spawn_churn, shape)))
+    for shape in shapes:
+        label = "/".join(map(str, shape))
+        making = partial(spawn_churn, shape, making=True)
+        cases.append((MAKING, label, making))
     for n in cards:
         cases.append(
             (("VF typed", "VF cleared"), f"{n}x32", partial(vf_churn, n))

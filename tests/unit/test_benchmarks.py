@@ -167,3 +167,18 @@ def test_the_spawn_rows_time_refreshes_after_real_spawns_and_deletes(
     spawned, deleted = found["free"][0::2], found["free"][1::2]
     assert len(spawned) == len(deleted) == 2
     assert all(s == d - 1 for s, d in zip(spawned, deleted, strict=True))
+
+
+def test_the_making_spawn_rows_make_and_remove_an_mdev_each_time(
+    tmp_path, monkeypatch
+):
+    """With no free mdev and ``remove_unused_mdevs``, each spawn timed
+    made its mdev (never one seen before) and each delete removed it:
+    the refreshes timed followed a device and a guest change at once."""
+    from benchmarks import churn
+
+    monkeypatch.setattr(churn, "RUNS", [2])
+    found = churn.spawn_churn((1, 4, 4), tmp_path, making=True)
+    made = [devices[0] for devices in found["bound"]]
+    assert len(made) == len(set(made)) == 2
+    assert found["free"] == [0, 0, 0, 0]  # none free, spawned or deleted
