@@ -1,0 +1,65 @@
+"""tools/mutate.py plants each fault once and tells the ones no test
+catches: on a module of four lines, with a test that misses the edge."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "mutate.py"
+
+MODULE = '''"""A docstring the tool leaves alone."""
+
+
+def clamp(x: int, low: int, high: int) -> int:
+    if x < low:
+        return low
+    return min(x, high)
+'''
+
+TESTS = """from pkg.m import clamp
+
+
+def test_clamp():
+    assert clamp(-1, 0, 3) == 0
+    assert clamp(5, 0, 3) == 3
+    assert clamp(2, 0, 3) == 2
+"""
+
+
+def tool():
+    spec = importlib.util.spec_from_file_location("mutate_tool", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["mutate_tool"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_fault_no_test_catches_is_told_with_its_line(tmp_path, capsys):
+    mutate = tool()
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "m.py").write_text(MODULE)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_m.py").write_text(TESTS)
+    kinds = sorted(f.kind for f, _text, _line in mutate.mutants(MODULE))
+    # x < low flipped, the if forced both ways, min swapped, two returns
+    assert kinds == sorted(
+        ["compare", "if-true", "if-false", "call"] + ["return-none"] * 2
+    )
+    where = ["--workers", "1", "--root", str(tmp_path)]
+    status = mutate.main(["pkg/m.py", "--tests", "tests", "--then", *where])
+    out = capsys.readouterr().out
+    # x <= low: clamp(0, 0, 3) is 0 either way, and no test asks anyway
+    assert "survived #3 line 5 compare: if x < low:" in out
+    assert out.count("survived") == 1
+    assert "pkg/m.py: 5 of 6 mutants killed" in out
+    assert status == 1
+    assert (tmp_path / "pkg" / "m.py").read_text() == MODULE  # untouched
+    # (an equivalent mutant: x == low returns low both ways, a test
+    # cannot kill it and the sweep's note says so); the others alone:
+    others = ["--only", "0,4", *where]
+    assert (
+        mutate.main(["pkg/m.py", "--tests", "tests", "--then", *others]) == 0
+    )

@@ -1,0 +1,310 @@
+"""Mutation testing: does a test fail when the code it guards is wrong?
+
+Each mutant is the module with one small fault planted: a comparison
+flipped (``==``/``!=``, ``<``/``<=``, ``in``/``not in``, ``is``/``is
+not``), ``and``/``or`` swapped, a ``not`` dropped, ``+``/``-`` swapped,
+an integer moved by one, a boolean constant flipped, ``min``/``max`` or
+``any``/``all`` swapped, an ``if`` forced either way, a value returned
+as None. Docstrings and annotations are left alone, and a fault that
+leaves the source unchanged is not a mutant.
+
+Each mutant runs the tests given (``--tests``, the module's own, first)
+then the rest (``--then``, default ``tests/unit``), stopping at the first
+failure, in copies of the work tree (``--workers`` at once). A mutant
+no test kills is printed with its line: a test is missing, or the
+fault cannot change behaviour (an equivalent mutant: say so where the
+sweep is noted).
+
+    .venv/bin/python tools/mutate.py vgpu_driver/model/trait.py \\
+        --tests tests/unit/test_traits.py [--workers 2] [--only 12,40]
+
+Exit status 1 when a mutant survived.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FLIPPED: dict[type[ast.cmpop], type[ast.cmpop]] = {
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+}
+SWAPPED_CALLS = {"min": "max", "max": "min", "any": "all", "all": "any"}
+IGNORED = shutil.ignore_patterns(
+    ".git", ".venv", ".nova-venv", "__pycache__", "*_cache", "build"
+)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault: the ``index``-th node of an ``ast.walk`` of the
+    module, what is done to it, and (for a comparison) which operator."""
+
+    index: int
+    kind: str
+    operator: int = 0
+
+
+def _left_alone(tree: ast.AST) -> set[int]:
+    """The ids of docstring constants and of annotation nodes."""
+    ids: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(body, list)
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            ids.add(id(body[0].value))
+        for field in ("annotation", "returns"):
+            annotation = getattr(node, field, None)
+            if annotation is not None:
+                ids.update(id(n) for n in ast.walk(annotation))
+    return ids
+
+
+def faults(tree: ast.AST) -> Iterator[Fault]:
+    skip = _left_alone(tree)
+    for index, node in enumerate(ast.walk(tree)):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Compare):
+            for k, op in enumerate(node.ops):
+                if type(op) in FLIPPED:
+                    yield Fault(index, "compare", k)
+        elif isinstance(node, ast.BoolOp):
+            yield Fault(index, "and-or")
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            yield Fault(index, "not")
+        elif isinstance(node, ast.BinOp) and isinstance(
+            node.op, (ast.Add, ast.Sub)
+        ):
+            yield Fault(index, "plus-minus")
+        elif isinstance(node, ast.Constant) and type(node.value) in (
+            bool,
+            int,
+        ):
+            yield Fault(index, "constant")
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in SWAPPED_CALLS
+        ):
+            yield Fault(index, "call")
+        elif isinstance(node, ast.If):
+            yield Fault(index, "if-true")
+            yield Fault(index, "if-false")
+        elif isinstance(node, ast.Return) and not (
+            node.value is None
+            or (
+                isinstance(node.value, ast.Constant)
+                and node.value.value is None
+            )
+        ):
+            yield Fault(index, "return-none")
+
+
+def _returns_none(node: ast.Return) -> bool:
+    value = node.value
+    return value is None or (
+        isinstance(value, ast.Constant) and value.value is None
+    )
+
+
+class _Unwrap(ast.NodeTransformer):
+    """``not x`` -> ``x`` for the one node given."""
+
+    def __init__(self, target: ast.UnaryOp) -> None:
+        self.target = target
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        self.generic_visit(node)
+        return node.operand if node is self.target else node
+
+
+def planted(source: str, fault: Fault) -> tuple[str, int]:
+    """The module's source with ``fault`` planted, and its line."""
+    tree = ast.parse(source)
+    node = list(ast.walk(tree))[fault.index]
+    line = getattr(node, "lineno", 0)
+    if isinstance(node, ast.Compare):
+        node.ops[fault.operator] = FLIPPED[type(node.ops[fault.operator])]()
+    elif isinstance(node, ast.BoolOp):
+        node.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+    elif isinstance(node, ast.UnaryOp):
+        tree = _Unwrap(node).visit(tree)
+    elif isinstance(node, ast.BinOp):
+        node.op = ast.Sub() if isinstance(node.op, ast.Add) else ast.Add()
+    elif isinstance(node, ast.Constant):
+        value = node.value
+        assert isinstance(value, int)  # bool or int (see faults)
+        node.value = (not value) if isinstance(value, bool) else value + 1
+    elif isinstance(node, ast.Call):
+        assert isinstance(node.func, ast.Name)
+        node.func.id = SWAPPED_CALLS[node.func.id]
+    elif isinstance(node, ast.If):
+        node.test = ast.Constant(fault.kind == "if-true")
+    elif isinstance(node, ast.Return):
+        node.value = ast.Constant(None)
+    ast.fix_missing_locations(tree)
+    return ast.unparse(tree), line
+
+
+def mutants(source: str) -> list[tuple[Fault, str, int]]:
+    """Every fault that changes the source: (fault, source, line)."""
+    unchanged = ast.unparse(ast.parse(source))
+    found = []
+    for fault in faults(ast.parse(source)):
+        text, line = planted(source, fault)
+        if text != unchanged:
+            found.append((fault, text, line))
+    return found
+
+
+def killed(
+    copy: Path, module: str, text: str, tests: list[str], timeout: float
+) -> str:
+    """'killed', 'survived' or 'timeout' (counted as killed: the fault
+    hung a test)."""
+    path = copy / module
+    original = path.read_text()
+    path.write_text(text)
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        *tests,
+    ]
+    try:
+        done = subprocess.run(
+            command, cwd=copy, capture_output=True, timeout=timeout
+        )
+        return "killed" if done.returncode else "survived"
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    finally:
+        path.write_text(original)
+
+
+def sweep(
+    root: Path,
+    module: str,
+    tests: list[str],
+    workers: int,
+    only: set[int] | None = None,
+    timeout: float = 600,
+    told: Callable[[int, Fault, int, str], None] | None = None,
+) -> list[tuple[int, Fault, int, str]]:
+    """(number, fault, line, result) of each mutant of ``module``;
+    ``told``: called with each as it is known."""
+    source = (root / module).read_text()
+    found = mutants(source)
+    chosen = [
+        (n, fault, text, line)
+        for n, (fault, text, line) in enumerate(found)
+        if only is None or n in only
+    ]
+    copies: queue.Queue[Path] = queue.Queue()
+    with tempfile.TemporaryDirectory(prefix="mutate-") as top:
+        for k in range(workers):
+            copy = Path(top) / f"w{k}"
+            shutil.copytree(root, copy, ignore=IGNORED, symlinks=True)
+            copies.put(copy)
+
+        def one(
+            item: tuple[int, Fault, str, int],
+        ) -> tuple[int, Fault, int, str]:
+            number, fault, text, line = item
+            copy = copies.get()
+            try:
+                return (
+                    number,
+                    fault,
+                    line,
+                    killed(copy, module, text, tests, timeout),
+                )
+            finally:
+                copies.put(copy)
+
+        results = []
+        with ThreadPoolExecutor(workers) as pool:
+            for result in pool.map(one, chosen):
+                if told is not None:
+                    told(*result)
+                results.append(result)
+        return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    parser.add_argument("module", help="a path under the work tree")
+    parser.add_argument(
+        "--tests", nargs="*", default=[], help="the module's own tests"
+    )
+    parser.add_argument(
+        "--then", nargs="*", default=["tests/unit"], help="the rest"
+    )
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument(
+        "--only", help="mutant numbers, comma separated (from a sweep)"
+    )
+    parser.add_argument("--root", type=Path, default=ROOT)
+    args = parser.parse_args(argv)
+    only = {int(n) for n in args.only.split(",")} if args.only else None
+    lines = (args.root / args.module).read_text().splitlines()
+    started = time.monotonic()
+
+    def told(number: int, fault: Fault, line: int, result: str) -> None:
+        if result == "survived":
+            text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+            print(f"survived #{number} line {line} {fault.kind}: {text}")
+            sys.stdout.flush()
+
+    results = sweep(
+        args.root,
+        args.module,
+        [*args.tests, *args.then],
+        max(1, args.workers),
+        only,
+        told=told,
+    )
+    survived = [r for r in results if r[3] == "survived"]
+    print(
+        f"{args.module}: {len(results) - len(survived)} of {len(results)} "
+        f"mutants killed in {time.monotonic() - started:.0f} s"
+    )
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    sys.exit(main())
