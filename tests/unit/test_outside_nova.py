@@ -328,6 +328,7 @@ def test_names_are_judged_as_they_were_when_the_last_reading_was():
     named.name(["a", "b"])
     named.judged(named.mark())
     assert "a" in named.then() and "c" not in named.then()
+    assert named.then() is named  # no change since: the names as they are
     named.forget("a")
     named.name(["c"])
     named.forget("c")  # given and forgotten since: never named then
@@ -342,6 +343,6 @@ def test_names_are_judged_as_they_were_when_the_last_reading_was():
     assert set(then.before) == {"d"}
     assert "d" not in then and "d" in named and "a" not in then
     named.judged(named.mark())
-    assert not named.then().before
+    assert named.then() is named
     named.name(["b"])  # named already: no change to judge
-    assert not named.then().before
+    assert named.then() is named

@@ -26,7 +26,7 @@ refresh lets go of those made before it began judging (:meth:`mark`,
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.foreign import outside_of
@@ -84,17 +84,20 @@ class NamedInstances:
     def mark(self) -> int:
         """Where a refresh begins judging: the changes up to here are
         those :meth:`judged` lets go of."""
-        with self._lock:
-            return self._number
+        return self._number  # (one read: no lock)
 
     def judged(self, mark: int) -> None:
         """A reading judged with the names as they were at ``mark`` is
         the one the next refresh is judged against."""
+        if not self._changes:
+            return  # (every refresh of a steady host: no lock)
         with self._lock:
             self._changes = [c for c in self._changes if c[0] > mark]
 
-    def then(self) -> NamedThen:
+    def then(self) -> Container[str]:
         """The names as the reading last judged was judged with."""
+        if not self._changes:
+            return self  # the same
         with self._lock:
             before: dict[str, bool] = {}
             for _number, uuid, named in self._changes:
@@ -107,6 +110,8 @@ class NamedInstances:
         Nova in one reading (under the names of its day) and not in the
         other? Only the guests of those names are looked at."""
         then = self.then()
+        if not isinstance(then, NamedThen):
+            return False  # no name given or forgotten since
         return any(
             outside_of(before, uuid, then) != outside_of(now, uuid, self)
             for uuid in then.before
