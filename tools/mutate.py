@@ -221,15 +221,17 @@ def sweep(
     only: set[int] | None = None,
     timeout: float = 600,
     told: Callable[[int, Fault, int, str], None] | None = None,
+    lines: set[int] | None = None,
 ) -> list[tuple[int, Fault, int, str]]:
-    """(number, fault, line, result) of each mutant of ``module``;
-    ``told``: called with each as it is known."""
+    """(number, fault, line, result) of each mutant of ``module`` (those
+    numbered ``only``, on ``lines``, when given); ``told``: called with
+    each as it is known."""
     source = (root / module).read_text()
     found = mutants(source)
     chosen = [
         (n, fault, text, line)
         for n, (fault, text, line) in enumerate(found)
-        if only is None or n in only
+        if (only is None or n in only) and (lines is None or line in lines)
     ]
     copies: queue.Queue[Path] = queue.Queue()
     with tempfile.TemporaryDirectory(prefix="mutate-") as top:
@@ -262,6 +264,15 @@ def sweep(
         return results
 
 
+def _ranges(text: str) -> set[int]:
+    """``40-80,120`` -> {40, ..., 80, 120}."""
+    found: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        found.update(range(int(first), int(last or first) + 1))
+    return found
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.splitlines()[0] if __doc__ else None
@@ -277,9 +288,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", help="mutant numbers, comma separated (from a sweep)"
     )
+    parser.add_argument(
+        "--lines", help="line ranges, as 40-80,120 (the code changed)"
+    )
     parser.add_argument("--root", type=Path, default=ROOT)
     args = parser.parse_args(argv)
     only = {int(n) for n in args.only.split(",")} if args.only else None
+    wanted = _ranges(args.lines) if args.lines else None
     lines = (args.root / args.module).read_text().splitlines()
     started = time.monotonic()
 
@@ -296,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         max(1, args.workers),
         only,
         told=told,
+        lines=wanted,
     )
     survived = [r for r in results if r[3] == "survived"]
     print(

@@ -58,8 +58,13 @@ def test_a_fault_no_test_catches_is_told_with_its_line(tmp_path, capsys):
     assert status == 1
     assert (tmp_path / "pkg" / "m.py").read_text() == MODULE  # untouched
     # (an equivalent mutant: x == low returns low both ways, a test
-    # cannot kill it and the sweep's note says so); the others alone:
+    # cannot kill it and the sweep's note says so); the others alone, by
+    # number or by line:
     others = ["--only", "0,4", *where]
     assert (
         mutate.main(["pkg/m.py", "--tests", "tests", "--then", *others]) == 0
     )
+    assert "2 of 2 mutants killed" in capsys.readouterr().out
+    lines = ["--lines", "6-7", *where]
+    assert mutate.main(["pkg/m.py", "--tests", "tests", "--then", *lines]) == 0
+    assert "3 of 3 mutants killed" in capsys.readouterr().out
