@@ -346,3 +346,55 @@ def test_names_are_judged_as_they_were_when_the_last_reading_was():
     assert named.then() is named
     named.name(["b"])  # named already: no change to judge
     assert named.then() is named
+
+
+def test_a_guest_outside_nova_moved_to_another_pgpu_moves_its_reservation(
+    tmp_path,
+):
+    """A guest outside Nova defined again on another pGPU's mdev: the
+    first pGPU's unit is given back, the other's reserved (told by the
+    guest's event alone)."""
+    host = _Host(random.Random(5), tmp_path)
+    tree = host.service.tree
+    first, second = (p.name for p in host.parents[:2])
+    before = {p: _plan(host, p).reserved for p in (first, second)}
+    guest = str(uuid.uuid4())
+    xml = hand_made_domain_xml(guest, guest[:8], _free_on(host, first)[:1])
+    host.conn.defineXML(xml)
+    host.driver.domain_event(guest, True)
+    host.driver.update_provider_tree(tree, "bench")
+    assert _plan(host, first).reserved == before[first] + 1
+    moved = _free_on(host, second)[:1]
+    host.conn.defineXML(hand_made_domain_xml(guest, guest[:8], moved))
+    host.driver.domain_event(guest, True)
+    host.driver.update_provider_tree(tree, "bench")
+    assert _plan(host, first).reserved == before[first]
+    assert _plan(host, second).reserved == before[second] + 1
+    _full_pass_agrees(host)
+
+
+def test_naming_one_of_two_guests_without_metadata_gives_back_its_own():
+    """Two guests without metadata on one reading; the caller names the
+    second: that one crossed the line (its devices), the first did
+    not."""
+    from vgpu_driver.model.foreign import outside_of
+    from vgpu_driver.service.named import NamedInstances
+
+    a, b = (str(uuid.UUID(int=i)) for i in (1, 2))
+    reading = HostInventory(
+        guests=(
+            Guest(a, "a", mdevs=("m1",), nova=False),
+            Guest(b, "b", mdevs=("m2",), nova=False),
+        ),
+        generation=1,
+    )
+    named = NamedInstances()
+    assert outside_of(reading, b, named) == frozenset({"m2"})
+    assert outside_of(reading, "absent", named) == frozenset()
+    named.name([b])
+    assert outside_of(reading, b, named) == frozenset()
+    assert outside_of(reading, b, named.then()) == frozenset({"m2"})
+    assert named.crossed(reading, reading)
+    named.judged(named.mark())
+    named.name([str(uuid.UUID(int=3))])  # no guest of that name
+    assert not named.crossed(reading, reading)

@@ -78,3 +78,72 @@ def test_a_reading_taken_whole_after_one_followed_is_newer(tmp_path):
     assert whole.guest_changes is None and whole.device_changes is None
     assert RTX in health.unhealthy(whole)
     assert first.generation < followed.generation < whole.generation
+
+
+def _read_again(tmp_path):
+    """A dense host's adapter, read once, and what it read, as the next
+    discovery hands it over with nothing changed."""
+    from benchmarks.common import dense
+    from vgpu_driver.host.readings import Devices
+    from vgpu_driver.sim import description as hostdesc
+
+    uri, sysfs = hostdesc.materialize(dense(2, 8, 6), tmp_path)
+    host = helpers.LibvirtHost(uri, sysfs)
+    last = host.discover(rescan_guests=True)
+    found = Devices(
+        list(last.parents),
+        list(last.mdevs),
+        list(last.pfs),
+        list(last.plain_gpus),
+        last.nvml,
+    )
+    return host.readings, last, found
+
+
+def test_node_devices_said_changed_that_did_not_with_a_guest_gone(tmp_path):
+    """The adapter says its mdevs changed (made and removed again since
+    the last reading, say) and a guest went: a reading without that
+    guest, saying so; with no guest gone, the same reading."""
+    from vgpu_driver.host.readings import KnownGuests
+
+    readings, last, found = _read_again(tmp_path)
+    gone = last.guests[0]
+    rest = last.guests[1:]
+    diff = ((gone.uuid, gone, None),)
+    reading = readings.take(
+        found, False, ((), ()), KnownGuests(True, rest, diff)
+    )
+    assert reading.guests == rest
+    assert reading.generation == last.generation + 1
+    assert reading.guest_changes == (last.generation, diff)
+    same = readings.take(found, False, ((), ()), KnownGuests(True, rest, ()))
+    assert same is reading
+
+
+def test_a_guest_change_that_does_not_match_reads_the_guests_whole(
+    tmp_path,
+):
+    """A guest change the last reading cannot take (the guest it says
+    was there is another) beside an mdev made: every guest is taken as
+    the adapter has them, sorted."""
+    import dataclasses
+
+    from vgpu_driver.host.readings import KnownGuests
+
+    readings, last, found = _read_again(tmp_path)
+    first, *rest = last.guests
+    made = dataclasses.replace(
+        last.mdevs[0], uuid="f" * 8 + last.mdevs[0].uuid[8:]
+    )
+    found.mdevs.append(made)
+    wrong = dataclasses.replace(first, name="not-as-read")
+    diff = ((first.uuid, wrong, None),)
+    reading = readings.take(
+        found,
+        False,
+        ((made,), ()),
+        KnownGuests(True, list(reversed(rest)), diff),
+    )
+    assert reading.guests == tuple(rest)
+    assert made in reading.mdevs
+    assert reading.guest_changes is None and reading.device_changes is None

@@ -103,10 +103,11 @@ class Readings:
         if again and last is not None and guests.known == last.guests_known:
             made = self._devices_alone(last, found, changed, guests)
             if made is not None:
-                if made.device_changes and made.device_changes[1]:
+                assert made.device_changes is not None
+                if made.device_changes[1]:
                     return self._new(made)
-                if not guests.diff:
-                    return last  # the same: the same generation
+                # no node device changed after all: the guests alone, if
+                # any (none: the same reading, the same generation)
                 return self._guests_alone(last, guests)
         reading = sort_inventory(
             found.parents,
@@ -137,8 +138,8 @@ class Readings:
         base, told = last, None
         if guests.diff:
             now = resort_guests(last.guests, guests.diff)
-            if now is None or not last.guests_known:
-                return None
+            if now is None:
+                return None  # a change that does not match: sort all
             told = (last.generation, guests.diff)
             base = last.with_guests(now, True, last.generation, told)
         elif guests.diff is None:

@@ -80,7 +80,7 @@ class Ledger:
         # devices guests let go of, recorded under the lock, to hand back
         # to the host once it is left
         self._handing_back: list[tuple[str, BoundDevice]] = []
-        self.handed_back = 0  # devices handed back so, ever (a count)
+        self.handed_back = 0  # devices handed back so far (compared only)
 
     @property
     def claims(self) -> Claims:
