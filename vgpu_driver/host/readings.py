@@ -141,7 +141,7 @@ class Readings:
             if now is None:
                 return None  # a change that does not match: sort all
             told = (last.generation, guests.diff)
-            base = last.with_guests(now, True, last.generation, told)
+            base = last.with_guests(now, True, last.generation, told, True)
         elif guests.diff is None:
             return None  # every guest read again: the whole reading
         return node_devices_changed(
@@ -169,6 +169,7 @@ class Readings:
             if diff is not None and guests.known and last.guests_known
             else None
         )
+        matched = now is not None  # the last reading's, with ``diff``
         if now is None:
             now = sort_guests(guests.everyone)
         if now == last.guests and guests.known == last.guests_known:
@@ -179,6 +180,7 @@ class Readings:
                 guests.known,
                 self._generation + 1,
                 (last.generation, diff) if diff is not None else None,
+                matched,
             )
         )
 

@@ -11,7 +11,7 @@ import functools
 import operator
 from collections.abc import Iterable
 
-from vgpu_driver.model import naming
+from vgpu_driver.model import guest_indexes, naming
 from vgpu_driver.model.nvml import NvmlReading
 from vgpu_driver.model.sriov import (
     PhysicalFunction,
@@ -164,10 +164,14 @@ class HostInventory:
         guests_known: bool,
         generation: int,
         changes: GuestChanges | None,
+        matched: bool = False,
     ) -> HostInventory:
         """This reading, the next ``generation``, with ``guests`` (as
         :func:`sort_guests` orders them) changed by ``changes``; the
-        rest, already in order, as it is."""
+        rest, already in order, as it is. ``matched``: ``guests`` are
+        this reading's with ``changes`` made, no other (the indexes of
+        who uses what are made from this reading's, see
+        :mod:`~vgpu_driver.model.guest_indexes`)."""
         # what dataclasses.replace does, at a fraction of its cost (a
         # refresh after a guest's event makes one), keeping the indexes
         # of the devices, which are the same
@@ -183,6 +187,13 @@ class HostInventory:
             guest_changes=changes,
             device_changes=None,
         )
+        if matched and changes is not None and self.guests_known:
+            # who uses what, made from this reading's by those changed
+            state.update(
+                guest_indexes.carried(
+                    self.__dict__, self.guests, self.mdevs, changes[1]
+                )
+            )
         reading = object.__new__(HostInventory)
         reading.__dict__.update(state)
         return reading

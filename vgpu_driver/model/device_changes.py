@@ -33,6 +33,7 @@ from vgpu_driver.model.device import (
     PhysicalFunction,
     PlainSriovGpu,
 )
+from vgpu_driver.model.guest_indexes import SINGLE
 from vgpu_driver.model.nvml import NvmlReading
 
 _BY_UUID = operator.attrgetter("uuid")
@@ -152,7 +153,7 @@ def _indexes_after(
 # carried as they are: the indexes of the guests (the same), and of the
 # devices but those made from the parents' objects and the mdevs (the
 # cards' is carried, then updated)
-_CARRIED = (DEVICE_INDEXES | GUEST_INDEXES) - {
+_CARRIED = (DEVICE_INDEXES | GUEST_INDEXES | set(SINGLE.values())) - {
     "_parents_by_name",
     "_gpu_of",
     "_gpu_members",
