@@ -1,0 +1,86 @@
+"""The names the library derives and the values it accepts, each held to
+what Placement, os-traits and Python's own uuid say."""
+
+from __future__ import annotations
+
+import random
+import uuid
+
+import pytest
+
+from vgpu_driver.model import naming
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_child_provider_s_uuid_is_uuid5_of_its_root_and_name(seed):
+    rng = random.Random(seed)
+    root = uuid.UUID(int=rng.getrandbits(128))
+    name = f"node-{seed}_pci_0000_{rng.randrange(256):02x}_00_0"
+    expected = str(uuid.uuid5(root, name))
+    assert naming.child_provider_uuid(str(root), name) == expected
+    # another spelling of the same root: the same uuid, by uuid's parser
+    for spelling in (str(root).upper(), root.hex, f"{{{root}}}"):
+        assert naming.child_provider_uuid(spelling, name) == expected
+
+
+def test_a_root_that_is_no_uuid_is_refused_as_uuid_refuses_it():
+    with pytest.raises(ValueError):
+        naming.child_provider_uuid("not-a-uuid", "n_pci_0000_84_00_0")
+    with pytest.raises(ValueError):  # 36 characters, four dashes, not hex
+        naming.child_provider_uuid("zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz", "n")
+
+
+def test_mdev_class_values():
+    assert naming.resource_class_for(" vgpu ") == "VGPU"
+    assert naming.resource_class_for("mlx5") == "CUSTOM_MLX5"
+    assert (
+        naming.resource_class_for("CUSTOM_NVIDIA_A100") == "CUSTOM_NVIDIA_A100"
+    )
+    assert naming.resource_class_for("VCPU") is None  # a standard class
+    assert naming.resource_class_for("custom_") is None  # the prefix alone
+    assert naming.resource_class_for("a-b") is None  # not Placement's
+    longest = "CUSTOM_" + "X" * (naming.MAX_NAME_LENGTH - len("CUSTOM_"))
+    assert naming.resource_class_for(longest) == longest
+    assert naming.resource_class_for(longest + "X") is None
+    assert naming.resource_class_for("x" * 248) == "CUSTOM_" + "X" * 248
+    assert naming.resource_class_for("x" * 249) is None
+
+
+def test_custom_traits_are_at_most_255_characters_of_placement_s_alphabet():
+    longest = "CUSTOM_" + "A" * 248
+    assert naming.is_valid_trait(longest)
+    assert not naming.is_valid_trait(longest + "A")
+    assert not naming.is_valid_trait("CUSTOM_lower")
+    assert naming.is_valid_trait("HW_GPU_RESOLUTION_W1920H1080")
+    assert not naming.is_valid_trait("HW_GPU_NOT_A_TRAIT")
+
+
+def test_a_libvirt_pci_name_gives_its_address_and_nothing_else_does():
+    assert naming.canonical_pci_address("pci_0000_84_00_0") == "0000:84:00.0"
+    assert naming.canonical_pci_address("pci_0001_C8_00_0") == "0001:c8:00.0"
+    assert naming.canonical_pci_address("mtty") is None
+    assert naming.canonical_pci_address("css_0_0_0023") is None
+
+
+def test_a_second_type_s_provider_name_gives_its_device_and_type_back():
+    name = naming.type_provider_name("node", "pci_0000_41_00_0", "nvidia-1157")
+    assert name == "node_pci_0000_41_00_0__nvidia-1157"
+    short = name.removeprefix("node_")
+    assert naming.provider_device(short) == ("pci_0000_41_00_0", "nvidia-1157")
+    assert naming.provider_device("pci_0000_41_00_0") == (
+        "pci_0000_41_00_0",
+        None,
+    )
+
+
+def test_a_vgpu_live_migrates_between_the_same_host_drivers_only():
+    ours = {naming.host_driver_trait("nvidia", "570.124.03"), "CUSTOM_X"}
+    same = {naming.host_driver_trait("nvidia", "570.124.03")}
+    other = {naming.host_driver_trait("nvidia", "550.54.14")}
+    assert naming.driver_mismatch(ours, same) is None
+    assert naming.driver_mismatch(ours, {"CUSTOM_X"}) is None  # unknown
+    assert naming.driver_mismatch({"CUSTOM_X"}, other) is None  # unknown
+    why = naming.driver_mismatch(ours, other)
+    assert why is not None
+    assert "CUSTOM_VGPU_HOST_NVIDIA_570_124_03" in why
+    assert "CUSTOM_VGPU_HOST_NVIDIA_550_54_14" in why
