@@ -205,3 +205,30 @@ def test_an_index_is_not_carried_through_a_change_it_does_not_hold():
     assert users_after({"a": "g1"}, [("g2", None, two)], "mdevs") is None
     moved = [("g1", one, None), ("g2", None, two)]  # gone first, then given
     assert users_after({"a": "g1"}, moved, "mdevs") == {"a": "g2"}
+
+
+def test_who_uses_what_is_carried_from_copy_to_copy():
+    """A reading made from one made from the last carries the indexes on
+    (each guest's event after another: none is built whole again)."""
+    guests = sort_guests(
+        [Guest(f"g{i}", f"n{i}", mdevs=(u,)) for i, u in enumerate("ab")]
+    )
+    before = HostInventory(parents=(PARENT,), mdevs=MDEVS, guests=guests)
+    before.mdev_users(), before.absent_in_use()
+    gone = (("g0", guests[0], None),)
+    once = before.with_guests(guests[1:], True, 2, (1, gone), True)
+    back = (("g0", None, guests[0]),)
+    twice = once.with_guests(guests, True, 3, (2, back), True)
+    for reading in (once, twice):
+        assert {"_mdev_users", "_absent_users"} <= vars(reading).keys()
+    assert twice.mdev_users() == {"a": "g0", "b": "g1"}
+    assert twice.absent_in_use() == frozenset()
+
+
+def test_a_guest_defined_and_gone_between_two_readings_changes_nothing():
+    """(uuid, None, None): a guest defined and undefined again since the
+    last reading; the guests around where it would sort stay."""
+    one, two, three = sorted(_guests(3, 11), key=lambda g: g.uuid)
+    guests = sort_guests([one, three])
+    assert resort_guests(guests, [(two.uuid, None, None)]) == guests
+    assert resort_guests(guests, [("0" * 36, None, None)]) == guests
