@@ -232,3 +232,33 @@ def test_a_guest_defined_and_gone_between_two_readings_changes_nothing():
     guests = sort_guests([one, three])
     assert resort_guests(guests, [(two.uuid, None, None)]) == guests
     assert resort_guests(guests, [("0" * 36, None, None)]) == guests
+
+
+def test_guests_not_made_from_this_reading_s_are_indexed_whole():
+    """A copy whose guests the caller did not make from this reading's by
+    the changes it gives (a full sort after a change that did not match)
+    builds who uses what from its own guests."""
+    g1 = Guest("g1", "one", mdevs=("a",))
+    g2 = Guest("g2", "two", mdevs=("b",))
+    before = HostInventory(parents=(PARENT,), mdevs=MDEVS, guests=(g1,))
+    before.mdev_users(), before.absent_in_use()
+    said = (("g3", None, Guest("g3", "three", mdevs=("c",))),)
+    after = before.with_guests((g2,), True, 2, (1, said))
+    assert after.mdev_users() == {"b": "g2"}
+    assert after.absent_in_use() == frozenset()
+
+
+def test_a_reading_and_what_it_is_made_of_cannot_be_changed():
+    """Readings are shared by every caller (their indexes too): none of
+    their parts takes an assignment."""
+    guest = Guest("g1", "one", mdevs=("a",))
+    reading = HostInventory(parents=(PARENT,), mdevs=MDEVS, guests=(guest,))
+    for thing, field in (
+        (reading, "guests"),
+        (guest, "mdevs"),
+        (PARENT, "driver"),
+        (PARENT.types[0], "available"),
+        (MDEVS[0], "parent"),
+    ):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(thing, field, None)
