@@ -71,6 +71,7 @@ from benchmarks.common import (
 from benchmarks.nova_compare import Nova, timed
 from benchmarks.service import FREE, Service
 from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.guest_xml import render_guest
 from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
 from vgpu_driver.sim.specs import GuestSpec
@@ -129,7 +130,7 @@ def guest_churn(
 
     def change(step: int) -> None:
         if step % 2 == 0:
-            service.conn.lookupByUUIDString(guest).undefine()
+            guest_xml.delete(service.conn.lookupByUUIDString(guest))
         else:
             service.conn.defineXML(xml)
         service.driver.domain_event(guest, step % 2 == 1)
@@ -194,7 +195,7 @@ def spawn_churn(
             driver.domain_event(instance, True)
             driver.guest_defined(instance)
         else:
-            conn.lookupByUUIDString(instance).undefine()
+            guest_xml.delete(conn.lookupByUUIDString(instance))
             driver.domain_event(instance, False)
             driver.guest_undefined(instance)
             driver.release_mdevs(instance)

@@ -46,6 +46,7 @@ from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.provider_tree import ProviderTree
 from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim import guest_xml
 
 SHAPES = [(1, 16, 16), (4, 128, 128), (16, 512, 512), (64, 2048, 2048)]
 QUICK = SHAPES[:2]
@@ -111,7 +112,7 @@ class Service:
         libvirt does it), told as events; then the refresh, timed."""
         guest = self.conn.lookupByUUIDString(self.guests[0])
         xml = guest.XMLDesc(0)
-        guest.undefine()
+        guest_xml.delete(guest)
         self.driver.domain_event(self.guests[0], False)
         self.conn.defineXML(xml)
         self.driver.domain_event(self.guests[0], True)

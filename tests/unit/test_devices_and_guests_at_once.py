@@ -21,6 +21,7 @@ from tests.unit.test_structural_costs import counting
 from vgpu_driver.model import device_view
 from vgpu_driver.service import touched, whole_host
 from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.guest_xml import render_guest
 from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
 from vgpu_driver.sim.specs import GuestSpec
@@ -67,7 +68,7 @@ def test_a_spawn_that_makes_its_mdev_plans_its_parent_alone(
     driver.update_provider_tree(tree, "bench")
     assert whole == Counter() and alone == Counter({"plan_providers": 1})
     assert driver.instance_devices()[instance]["in_use"] == [device.id]
-    conn.lookupByUUIDString(instance).undefine()
+    guest_xml.delete(conn.lookupByUUIDString(instance))
     driver.domain_event(instance, False)
     driver.guest_undefined(instance)
     driver.release_mdevs(instance)
@@ -101,7 +102,7 @@ def test_a_guest_gone_elsewhere_with_the_spawn_plans_the_host(
     driver.guest_defined(instance)
     domain = conn.lookupByUUIDString(gone.uuid)
     domain.destroy()  # as Nova deletes: stopped, then undefined
-    domain.undefine()
+    guest_xml.delete(domain)
     driver.domain_event(gone.uuid, False)
     whole: Counter[str] = Counter()
     counting(monkeypatch, whole_host, "plan_providers", whole)

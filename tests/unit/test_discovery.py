@@ -21,6 +21,7 @@ from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model import check
 from vgpu_driver.model.config import DeviceConfig, TypeConfig
 from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim import guest_xml
 
 
 def test_steady_refresh_costs_one_call_per_parent_whatever_the_mdevs(
@@ -537,7 +538,7 @@ def test_a_guest_undefined_while_the_guests_are_listed_is_passed_over(
             gone = real.lookupByUUIDString(victim)
             if gone.isActive():
                 gone.destroy()
-            gone.undefine()
+            guest_xml.delete(gone)
             return domains
 
     host = LibvirtHost(uri, sysfs, opener=lambda _uri: Racing())

@@ -161,3 +161,45 @@ def test_a_new_connection_refusing_the_watch_is_read_all_the_same(
     assert "Could not watch domain events" in caplog.text
     host.discover()
     assert refusing.registered == [-1]  # not asked again on it
+
+
+def test_a_running_guest_undefined_keeps_its_mdev_until_it_stops(host):
+    """``virsh undefine`` of a running guest leaves it running, transient,
+    and libvirt sends UNDEFINED: its mdev stays in use until the guest
+    stops (STOPPED, and the domain is gone). A guest that is gone when
+    the event is applied is forgotten, with the one call that found it
+    gone; one the library already forgot costs no call."""
+    host, conn = host
+    conn.defineXML(_guest(with_mdev=True))
+    domain = conn.lookupByUUIDString(UUID)
+    domain.create()
+    host.domain_event(UUID, True)
+    assert host.discover().mdev_users()[FREE] == UUID
+    domain.undefine()  # still running, transient
+    host.domain_event(UUID, False)
+    host.calls.clear()
+    assert host.discover().mdev_users()[FREE] == UUID
+    assert host.calls["listAllDomains"] == 0  # that guest alone re-read
+    domain.destroy()  # transient: gone
+    host.domain_event(UUID, True)  # STOPPED
+    assert FREE not in host.discover().mdev_users()
+    # defined, read, then undefined while stopped: one call finds it gone
+    conn.defineXML(_guest(with_mdev=True))
+    host.domain_event(UUID, True)
+    assert host.discover().mdev_users()[FREE] == UUID
+    conn.lookupByUUIDString(UUID).undefine()
+    host.domain_event(UUID, False)
+    host.calls.clear()
+    assert FREE not in host.discover().mdev_users()
+    assert host.calls["domain.XMLDesc"] == 1, host.calls
+    assert host.calls["lookupByUUIDString"] == 0, host.calls
+    # forgotten by the caller first (Nova's own delete): no call
+    conn.defineXML(_guest(with_mdev=True))
+    host.domain_event(UUID, True)
+    host.discover()
+    conn.lookupByUUIDString(UUID).undefine()
+    host.forget_guest(UUID)
+    host.domain_event(UUID, False)
+    host.calls.clear()
+    assert FREE not in host.discover().mdev_users()
+    assert "domain.XMLDesc" not in host.calls, host.calls

@@ -29,6 +29,7 @@ from vgpu_driver.model.device_view import DeviceView, follow_parents
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.service import refresh, tree_writer, whole_host
 from vgpu_driver.service.touched import held_on, parents_to_plan
+from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.mdev_libvirt import mdev_xml, no_device
 from vgpu_driver.sim.simulated import SimulatedHost
 
@@ -794,7 +795,7 @@ def test_an_mdev_made_alone_reads_no_module_and_other_changes_do(
     assert not reads
     _made_by_them(conn, parent)
     guest = conn.listAllDomains()[0]
-    guest.undefine()
+    guest_xml.delete(guest)
     host.forget_guest(guest.UUIDString())
     now = host.discover(rescan_guests=True)
     assert len(reads) == 1

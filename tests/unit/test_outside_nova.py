@@ -15,6 +15,7 @@ from tests.unit.test_binding import hand_made_domain_xml
 from tests.unit.test_refresh_sequences import _Host, _tree
 from vgpu_driver.model.device import Guest, HostInventory
 from vgpu_driver.model.foreign import outside_changed, unaccounted
+from vgpu_driver.sim import guest_xml
 
 
 def _free_on(host, parent):
@@ -72,7 +73,7 @@ def test_what_a_guest_outside_nova_uses_is_reserved(tmp_path):
     assert _plan(host, parent).reserved == before.reserved + 2
     assert _plan(host, parent).total == before.total
     _full_pass_agrees(host)
-    host.conn.lookupByUUIDString(theirs).undefine()
+    guest_xml.delete(host.conn.lookupByUUIDString(theirs))
     host.driver.domain_event(theirs, False)
     host.driver.update_provider_tree(tree, "bench")
     assert _plan(host, parent) == before
@@ -296,7 +297,7 @@ def test_a_named_guest_without_metadata_deleted_plans_nothing(
     instance, _xml = spawn()
     assert _plan(host, parent).reserved == before.reserved
     plans.clear()
-    host.conn.lookupByUUIDString(instance).undefine()
+    guest_xml.delete(host.conn.lookupByUUIDString(instance))
     host.driver.domain_event(instance, False)
     host.driver.guest_undefined(instance)
     host.driver.release_mdevs(instance)

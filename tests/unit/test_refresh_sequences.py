@@ -21,6 +21,7 @@ from benchmarks.service import FREE, Service
 from tests.unit.test_binding import hand_made_domain_xml
 from vgpu_driver.exception import DeviceCapacityExhausted
 from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
 
 
@@ -116,7 +117,7 @@ class _Host:
         if self.bound:
             instance = self.rng.choice(sorted(self.bound))
             if instance in self.defined:
-                self.conn.lookupByUUIDString(instance).undefine()
+                guest_xml.delete(self.conn.lookupByUUIDString(instance))
                 self.driver.domain_event(instance, False)
                 self.driver.guest_undefined(instance)
                 self.defined.discard(instance)
@@ -143,7 +144,7 @@ class _Host:
     def by_hand_undefine(self) -> None:
         if self.by_hand:
             guest = self.rng.choice(sorted(self.by_hand))
-            self.conn.lookupByUUIDString(guest).undefine()
+            guest_xml.delete(self.conn.lookupByUUIDString(guest))
             self.driver.domain_event(guest, False)
             del self.by_hand[guest]
             self.done["by_hand_undefine"] += 1

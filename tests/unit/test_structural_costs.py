@@ -17,6 +17,7 @@ from vgpu_driver.records import store as records_store
 from vgpu_driver.records.claims import ClaimsRecord
 from vgpu_driver.records.journal import Journal
 from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.guest_xml import render_guest
 from vgpu_driver.sim.specs import GuestSpec
 
@@ -41,7 +42,7 @@ def defined_again_as_it_was(host, driver, uuid):
     conn = host.connection()
     guest = conn.lookupByUUIDString(uuid)
     xml = guest.XMLDesc(0)
-    guest.undefine()
+    guest_xml.delete(guest)
     conn.defineXML(xml)
     driver.domain_event(uuid, False)
     driver.domain_event(uuid, True)
@@ -78,7 +79,7 @@ def test_a_guest_seen_gone_and_defined_again_costs_one_call(
     for guest in guests[:2]:
         domain = conn.lookupByUUIDString(guest)
         xmls[guest] = domain.XMLDesc(0)
-        domain.undefine()
+        guest_xml.delete(domain)
         driver.domain_event(guest, False)
         driver.update_provider_tree(tree, "n")  # seen gone
     conn.defineXML(xmls[guests[1]])
@@ -117,7 +118,7 @@ def test_a_guest_event_on_a_new_connection_looks_the_domain_up(tmp_path):
     assert host.calls["lookupByUUIDString"] == 1
     gone = conns[-1].lookupByUUIDString(guests[1])
     gone.destroy()  # (a running domain undefined stays, transient)
-    gone.undefine()
+    guest_xml.delete(gone)
     host.domain_event(guests[1], True)  # (a late "defined")
     assert guests[1] not in {g.uuid for g in host.discover().guests}
 
@@ -275,7 +276,7 @@ def test_a_domain_defined_again_as_it_was_changes_no_reading(
     monkeypatch.setattr(HostInventory, "with_guests", counted_guests)
     defined_again_as_it_was(host, driver, guests[0])
     assert host.discover().generation == before and built == [0]
-    host.connection().lookupByUUIDString(guests[0]).undefine()
+    guest_xml.delete(host.connection().lookupByUUIDString(guests[0]))
     driver.domain_event(guests[0], False)
     assert host.discover().generation != before and built == [1]
 
@@ -368,7 +369,7 @@ def test_a_guest_gone_and_back_builds_no_view_and_no_plan(
     domain = conn.lookupByUUIDString(guests[0])
     xml = domain.XMLDesc(0)
     [mdev] = driver.instance_devices()[guests[0]]["in_use"]
-    domain.undefine()
+    guest_xml.delete(domain)
     driver.domain_event(guests[0], False)
     assert driver.update_provider_tree(tree, "n") == plans
     assert mdev in driver.free_mdevs()
@@ -389,7 +390,7 @@ def test_where_guests_count_a_guest_gone_plans_again(tmp_path, monkeypatch):
     )
     counts: Counter[str] = Counter()
     counting(monkeypatch, whole_host, "plan_providers", counts)
-    host.connection().lookupByUUIDString(guests[0]).undefine()
+    guest_xml.delete(host.connection().lookupByUUIDString(guests[0]))
     driver.domain_event(guests[0], False)
     plans = driver.update_provider_tree(tree, "n")
     assert counts == Counter({"plan_providers": 1})
@@ -669,7 +670,7 @@ def test_a_spawn_and_a_delete_cost_a_refresh_no_call_and_no_plan(
     assert driver.update_provider_tree(tree, "n") == plans
     assert Counter(host.calls) == idle
     assert driver.instance_devices()[instance]["in_use"] == [device.id]
-    conn.lookupByUUIDString(instance).undefine()
+    guest_xml.delete(conn.lookupByUUIDString(instance))
     driver.domain_event(instance, False)
     driver.guest_undefined(instance)
     driver.release_mdevs(instance)

@@ -211,15 +211,16 @@ class Guests:
     def take_changes(self) -> list[tuple[str, Guest | None]]:
         """Apply the waiting domain events: each domain defined is re-read,
         each one undefined forgotten, unless it was re-read since the
-        event (that reading is newer). Returns (uuid, the guest now or
-        None) for each applied."""
+        event (that reading is newer); one undefined that used a device
+        is re-read too (see :meth:`_holds_devices`). Returns (uuid, the
+        guest now or None) for each applied."""
         events = self._take_events()
         changes: list[tuple[str, Guest | None]] = []
         if self.known is not None:  # else the first scan reads all
             for uuid, (seq, defined) in events.items():
                 if self._read_at.get(uuid, -1) > seq:
                     continue  # read since: that reading is newer
-                if defined:
+                if defined or self._holds_devices(uuid):
                     changes.append((uuid, self.refresh(uuid)))
                 else:
                     self.forget(uuid)
@@ -228,6 +229,15 @@ class Guests:
         # only costs a read again)
         self._read_at.clear()
         return changes
+
+    def _holds_devices(self, uuid: str) -> bool:
+        """Does the guest, as known, use a device? Undefined while running
+        (``virsh undefine``), it runs on, transient, and keeps them until
+        it stops: such a guest is read again on UNDEFINED, not forgotten
+        (one call; none for a guest the caller forgot first, as Nova's
+        delete does)."""
+        guest = None if self.known is None else self.known.get(uuid)
+        return guest is not None and bool(guest.mdevs or guest.pci_devices)
 
     def _take_events(self) -> dict[str, tuple[int, bool]]:
         """The waiting events, the last one per domain."""

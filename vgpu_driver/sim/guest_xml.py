@@ -18,6 +18,7 @@ type mdev"). Values (names, sizes, addresses) are made up per guest.
 from __future__ import annotations
 
 import zlib
+from typing import Any
 from xml.sax.saxutils import escape
 
 from vgpu_driver.sim.specs import GuestSpec
@@ -133,3 +134,12 @@ def _pci(address: str) -> str:
         f"<address domain='0x{domain}' bus='0x{bus}' slot='0x{slot}' "
         f"function='0x{function}'/></source></hostdev>"
     )
+
+
+def delete(domain: Any) -> None:
+    """A guest deleted as Nova deletes one: stopped first when it runs,
+    then undefined. A running guest undefined alone runs on, transient,
+    with its devices (the guests of a test-driver host file run)."""
+    if domain.isActive():
+        domain.destroy()
+    domain.undefine()
