@@ -2,8 +2,8 @@
 service (records on, as a service runs it).
 
 * **guest gone / back** (libvirt's test driver, dense mdev hosts): one
-  guest undefined, told through ``domain_event``, then a refresh; then
-  defined again and a refresh. Both are real changes: its mdev is free,
+  guest stopped and undefined (as Nova deletes one), told through
+  ``domain_event``, then a refresh; then defined again and a refresh. Both are real changes: its mdev is free,
   then in use again;
 * **spawn / delete** (libvirt's test driver, dense mdev hosts): an
   instance spawned as Nova's integration does it (``allocate_mdevs`` on

@@ -14,8 +14,8 @@ guest), in one process, on libvirt's test driver:
   records yet (**first start**: every record written and fsynced);
 * **idle**: a steady refresh when nothing changed; beside Nova's
   periodic (which never reads guests);
-* **guest event**: one guest undefined and defined again per refresh,
-  told through ``domain_event`` as the Nova integration's lifecycle
+* **guest event**: one guest stopped, undefined and defined again per
+  refresh, told through ``domain_event`` as the Nova integration's lifecycle
   callback does; the ratio to idle is what a busy host pays;
 * **bind**: one bind of a free mdev, records on (a durable write),
   wall time; beside Nova's ``_allocate_mdevs`` on the same host (which
@@ -108,7 +108,7 @@ class Service:
         )
 
     def guest_event(self) -> tuple[float, float]:
-        """One guest undefined and defined again (outside the timing, as
+        """One guest stopped, undefined and defined again (outside the timing, as
         libvirt does it), told as events; then the refresh, timed."""
         guest = self.conn.lookupByUUIDString(self.guests[0])
         xml = guest.XMLDesc(0)
