@@ -18,7 +18,10 @@ sweep is noted).
     .venv/bin/python tools/mutate.py vgpu_driver/model/trait.py \\
         --tests tests/unit/test_traits.py [--workers 2] [--only 12,40]
 
-Exit status 1 when a mutant survived.
+The tests are first run with no fault planted, in a copy: if they fail
+there, every mutant would count as killed, so the sweep stops (exit
+status 2) and prints pytest's last lines. Exit status 1 when a mutant
+survived.
 """
 
 from __future__ import annotations
@@ -184,14 +187,30 @@ def mutants(source: str) -> list[tuple[Fault, str, int]]:
     return found
 
 
-def killed(
-    copy: Path, module: str, text: str, tests: list[str], timeout: float
-) -> str:
-    """'killed', 'survived' or 'timeout' (counted as killed: the fault
-    hung a test)."""
-    path = copy / module
-    original = path.read_text()
-    path.write_text(text)
+class BaselineFailed(Exception):
+    """The tests fail in a copy of the work tree with no fault planted:
+    every mutant would count as killed."""
+
+
+def copy_of(root: Path, copy: Path) -> None:
+    """The work tree at ``copy``, as a git clone of ``root`` (tests that
+    read the history, as reno's do, find it there; nothing is written to
+    ``root``'s repository) with the uncommitted changes laid over; a
+    plain copy where ``root`` is not a git work tree."""
+    if (root / ".git").exists():
+        subprocess.run(
+            ["git", "clone", "-q", "--shared", str(root), str(copy)],
+            check=True,
+            capture_output=True,
+        )
+    shutil.copytree(
+        root, copy, ignore=IGNORED, symlinks=True, dirs_exist_ok=True
+    )
+
+
+def run_tests(
+    copy: Path, tests: list[str], timeout: float
+) -> subprocess.CompletedProcess[bytes]:
     command = [
         sys.executable,
         "-m",
@@ -202,10 +221,30 @@ def killed(
         "no:cacheprovider",
         *tests,
     ]
+    return subprocess.run(
+        command, cwd=copy, capture_output=True, timeout=timeout
+    )
+
+
+def baseline(copy: Path, tests: list[str], timeout: float) -> None:
+    """The tests pass in ``copy`` as it is, or :class:`BaselineFailed`
+    (with pytest's last lines)."""
+    done = run_tests(copy, tests, timeout)
+    if done.returncode:
+        tail = done.stdout.decode(errors="replace").strip().splitlines()
+        raise BaselineFailed("\n".join(tail[-12:]))
+
+
+def killed(
+    copy: Path, module: str, text: str, tests: list[str], timeout: float
+) -> str:
+    """'killed', 'survived' or 'timeout' (counted as killed: the fault
+    hung a test)."""
+    path = copy / module
+    original = path.read_text()
+    path.write_text(text)
     try:
-        done = subprocess.run(
-            command, cwd=copy, capture_output=True, timeout=timeout
-        )
+        done = run_tests(copy, tests, timeout)
         return "killed" if done.returncode else "survived"
     except subprocess.TimeoutExpired:
         return "timeout"
@@ -237,8 +276,10 @@ def sweep(
     with tempfile.TemporaryDirectory(prefix="mutate-") as top:
         for k in range(workers):
             copy = Path(top) / f"w{k}"
-            shutil.copytree(root, copy, ignore=IGNORED, symlinks=True)
+            copy_of(root, copy)
             copies.put(copy)
+        # a test failing with no fault planted would "kill" every mutant
+        baseline(Path(top) / "w0", tests, timeout)
 
         def one(
             item: tuple[int, Fault, str, int],
@@ -304,15 +345,22 @@ def main(argv: list[str] | None = None) -> int:
             print(f"survived #{number} line {line} {fault.kind}: {text}")
             sys.stdout.flush()
 
-    results = sweep(
-        args.root,
-        args.module,
-        [*args.tests, *args.then],
-        max(1, args.workers),
-        only,
-        told=told,
-        lines=wanted,
-    )
+    try:
+        results = sweep(
+            args.root,
+            args.module,
+            [*args.tests, *args.then],
+            max(1, args.workers),
+            only,
+            told=told,
+            lines=wanted,
+        )
+    except BaselineFailed as exc:
+        print(
+            "the tests fail with no fault planted, in a copy of the work "
+            f"tree: no mutant can be judged; fix them first\n{exc}"
+        )
+        return 2
     survived = [r for r in results if r[3] == "survived"]
     print(
         f"{args.module}: {len(results) - len(survived)} of {len(results)} "

@@ -68,3 +68,55 @@ def test_a_fault_no_test_catches_is_told_with_its_line(tmp_path, capsys):
     lines = ["--lines", "6-7", *where]
     assert mutate.main(["pkg/m.py", "--tests", "tests", "--then", *lines]) == 0
     assert "3 of 3 mutants killed" in capsys.readouterr().out
+
+
+def _package(root: Path, tests: str = TESTS) -> None:
+    (root / "pkg").mkdir()
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "m.py").write_text(MODULE)
+    (root / "tests").mkdir()
+    (root / "tests" / "test_m.py").write_text(tests)
+
+
+def test_tests_failing_with_no_fault_planted_stop_the_sweep(tmp_path, capsys):
+    """A test that fails in the copies whatever the module holds would
+    count every mutant killed: the sweep says so and judges none."""
+    mutate = tool()
+    _package(tmp_path, TESTS + "\n\ndef test_broken():\n    assert 1 == 2\n")
+    where = ["--workers", "1", "--root", str(tmp_path)]
+    status = mutate.main(["pkg/m.py", "--tests", "tests", "--then", *where])
+    out = capsys.readouterr().out
+    assert status == 2
+    assert "the tests fail with no fault planted" in out
+    assert "test_broken" in out
+    assert "mutants killed" not in out
+
+
+def test_the_copies_of_a_git_work_tree_have_its_history(tmp_path, capsys):
+    """Tests that read the repository's history (reno's release notes)
+    pass in the copies: each is a clone, with the work tree's uncommitted
+    changes laid over it."""
+    import subprocess
+
+    mutate = tool()
+    _package(tmp_path)
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c"]
+    git += ["user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    # committed: a test that needs the history; not committed: a change
+    (tmp_path / "tests" / "test_history.py").write_text(
+        "import subprocess\n\n\ndef test_history():\n"
+        "    out = subprocess.run(['git', 'log', '--format=%s'],\n"
+        "                         capture_output=True, check=True)\n"
+        "    assert out.stdout.decode().split() == ['one']\n"
+    )
+    where = ["--workers", "1", "--root", str(tmp_path), "--only", "0"]
+    status = mutate.main(["pkg/m.py", "--tests", "tests", "--then", *where])
+    assert "1 of 1 mutants killed" in capsys.readouterr().out
+    assert status == 0
+    log = subprocess.run(
+        [*git, "log", "--format=%s"], capture_output=True, check=True
+    )
+    assert log.stdout.decode().split() == ["one"]  # root's untouched
