@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sysconfig
 import tempfile
 from pathlib import Path
 
@@ -55,7 +56,9 @@ print(json.dumps({"bound": [d.id for d in devices], "released": released}))
 
 
 def as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
-    site = ROOT / ".venv" / "lib" / "python3.11" / "site-packages"
+    # the packages of the interpreter running the tests (the work tree's
+    # .venv, wherever the tree is: a copy of it too)
+    site = sysconfig.get_paths()["purelib"]
     return subprocess.run(
         [str(SYSTEM_PYTHON), *args],
         capture_output=True,

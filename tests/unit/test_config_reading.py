@@ -1,0 +1,156 @@
+"""How the loader reads what oslo.config holds: a value oslo cannot
+convert, options nothing reads (in files and in a ``--config-dir``),
+both spellings of a type's group, a ConfigOpts never called on a command
+line or holding only some groups, and the ``--nova-node`` files read as
+nova.conf."""
+
+from __future__ import annotations
+
+from oslo_config import cfg
+
+from vgpu_driver import conf as vconf
+from vgpu_driver.cmd import context
+from vgpu_driver.conf import devices, loader
+
+
+def _warned(config):
+    return {(w.section, w.option): str(w) for w in config.warnings}
+
+
+def test_a_value_oslo_cannot_convert_says_why_without_oslo_s_preamble(
+    make_conf,
+):
+    conf = make_conf("[devices]\nfailed_device_retry_interval = abc\n")
+    _, [problem] = loader.read_device_config(conf)
+    assert (problem.section, problem.option) == (
+        "devices",
+        "failed_device_retry_interval",
+    )
+    assert problem.message == (
+        "cannot be read: invalid literal for int() with base 10: 'abc'; "
+        "fix the value"
+    )
+
+
+def test_an_unread_option_in_devices_is_warned_other_groups_are_not(
+    make_conf,
+):
+    conf = make_conf(
+        """
+        [devices]
+        enabled_mdev_types = nvidia-35
+        enabled_mdev_type = nvidia-36
+        zzz = 1
+        [libvirt]
+        virt_type = kvm
+        [placement]
+        region_name = RegionOne
+        [mdev_nvidia-35]
+        device_addresses = 0000:84:00.0
+        """
+    )
+    config, problems = loader.read_device_config(conf)
+    assert problems == []
+    warned = _warned(config)
+    assert set(warned) == {
+        ("devices", "enabled_mdev_type"),
+        ("devices", "zzz"),
+    }
+    assert (
+        "did you mean enabled_mdev_types?"
+        in warned[("devices", "enabled_mdev_type")]
+    )
+    # nothing close: the options the group has are named
+    assert "known options: " in warned[("devices", "zzz")]
+    assert "enabled_mdev_types" in warned[("devices", "zzz")]
+    assert "unknown option in " in warned[("devices", "zzz")]
+
+
+def test_an_option_nothing_reads_in_a_config_dir_file_is_a_warning(tmp_path):
+    directory = tmp_path / "nova.conf.d"
+    directory.mkdir()
+    (directory / "10-vgpu.conf").write_text(
+        "[devices]\nenabled_mdev_types = nvidia-35\n"
+        "[mdev_nvidia-35]\ndevice_adresses = 0000:84:00.0\n"
+    )
+    conf = cfg.ConfigOpts()
+    vconf.register_opts(conf)
+    conf(["--config-dir", str(directory)], default_config_files=[])
+    config, _ = loader.read_device_config(conf)
+    assert set(_warned(config)) == {("mdev_nvidia-35", "device_adresses")}
+
+
+def test_both_spellings_of_a_type_s_group_show_the_new_one(make_conf):
+    """[mdev_<type>] is read when both it and the legacy [vgpu_<type>]
+    are there: errors name it, not the one ignored."""
+    conf = make_conf(
+        """
+        [devices]
+        enabled_mdev_types = nvidia-35
+        [vgpu_nvidia-35]
+        device_addresses = 0000:84:00.0
+        [mdev_nvidia-35]
+        device_addresses = 0000:85:00.0
+        """
+    )
+    config, _ = loader.read_device_config(conf)
+    [found] = config.types
+    assert found.group == "mdev_nvidia-35"
+    assert found.addresses == ("0000:85:00.0",)
+    legacy = make_conf(
+        """
+        [devices]
+        enabled_mdev_types = nvidia-35
+        [vgpu_nvidia-35]
+        device_addresses = 0000:84:00.0
+        """
+    )
+    [found] = loader.read_device_config(legacy)[0].types
+    assert found.group == "vgpu_nvidia-35"
+
+
+def test_a_conf_never_called_on_a_command_line_is_read():
+    """A caller's ConfigOpts with its values set in code (as a test's
+    CONF): no files to look into, and no traceback."""
+    conf = cfg.ConfigOpts()
+    vconf.register_opts(conf)
+    conf.set_override("enabled_mdev_types", ["nvidia-35"], "devices")
+    config, problems = loader.read_device_config(conf)
+    assert problems == [] and config.warnings == ()
+    assert [t.type_id for t in config.types] == ["nvidia-35"]
+
+
+def test_a_conf_holding_the_devices_group_alone_is_read(tmp_path):
+    """A caller that registers ``[devices]`` and nothing else of ours:
+    the groups it lacks are not read."""
+    path = tmp_path / "nova.conf"
+    path.write_text("[devices]\nenabled_mdev_types = nvidia-35\n")
+    conf = cfg.ConfigOpts()
+    devices.register_opts(conf)
+    conf(["--config-file", str(path)], default_config_files=[])
+    config, problems = loader.read_device_config(conf)
+    assert problems == []
+    assert [t.type_id for t in config.types] == ["nvidia-35"]
+
+
+def test_files_given_with_nova_node_are_judged_as_nova_conf(tmp_path):
+    """``--nova-node``: the files are a compute node's nova.conf, so a
+    value Nova refuses at start is an error, not a warning."""
+    path = tmp_path / "nova.conf"
+    path.write_text(
+        "[devices]\nenabled_mdev_types = nvidia-35\n"
+        "[mdev_nvidia-35]\nmdev_class = mlx5\n"
+    )
+    found = {}
+    for extra in ([], ["--nova-node", "compute-1"]):
+        conf = cfg.ConfigOpts()
+        vconf.register_opts(conf)
+        context.register_cli_opts(conf)
+        conf(["--config-file", str(path), *extra], default_config_files=[])
+        config, problems = loader.read_device_config(conf)
+        found[bool(extra)] = (
+            [p.option for p in problems],
+            [w.option for w in config.warnings],
+        )
+    assert found[False] == ([], ["mdev_class"])
+    assert found[True] == (["mdev_class"], [])
