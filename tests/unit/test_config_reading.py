@@ -154,3 +154,33 @@ def test_files_given_with_nova_node_are_judged_as_nova_conf(tmp_path):
         )
     assert found[False] == ([], ["mdev_class"])
     assert found[True] == (["mdev_class"], [])
+
+
+def test_placement_options_registered_first_by_nova_are_kept(tmp_path):
+    """Inside nova-compute, Nova has registered ``[placement]`` with its
+    own deprecated names (keystoneauth's options again would clash):
+    ours keeps theirs, and a deprecated name Nova reads still reads."""
+    from keystoneauth1 import loading as ks_loading
+
+    path = tmp_path / "nova.conf"
+    path.write_text("[placement]\nca_file = /etc/ssl/ca.pem\n")
+    conf = cfg.ConfigOpts()
+    conf.register_group(cfg.OptGroup("placement"))
+    old = cfg.DeprecatedOpt("ca_file", group="placement")
+    ks_loading.register_session_conf_options(
+        conf, "placement", deprecated_opts={"cafile": [old]}
+    )
+    ks_loading.register_auth_conf_options(conf, "placement")
+    vconf.register_opts(conf)
+    conf(["--config-file", str(path)], default_config_files=[])
+    assert conf.placement.cafile == "/etc/ssl/ca.pem"
+    assert conf.placement.refresh_interval == 300  # ours, added
+
+
+def test_the_placement_group_has_no_option_nova_s_lacks():
+    """keystoneauth's adapter options without their deprecated ones, as
+    Nova registers them: no ``interface`` (``valid_interfaces`` reads)."""
+    conf = cfg.ConfigOpts()
+    vconf.register_opts(conf)
+    assert "valid_interfaces" in conf.placement
+    assert "interface" not in conf.placement
