@@ -274,6 +274,9 @@ def sweep(
     ]
     copies: queue.Queue[Path] = queue.Queue()
     with tempfile.TemporaryDirectory(prefix="mutate-") as top:
+        # readable by other users, as the work tree is: a test runs the
+        # service as one (tests/unit/test_non_root.py)
+        os.chmod(top, 0o755)
         for k in range(workers):
             copy = Path(top) / f"w{k}"
             copy_of(root, copy)
