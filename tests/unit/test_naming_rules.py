@@ -84,3 +84,18 @@ def test_a_vgpu_live_migrates_between_the_same_host_drivers_only():
     assert why is not None
     assert "CUSTOM_VGPU_HOST_NVIDIA_570_124_03" in why
     assert "CUSTOM_VGPU_HOST_NVIDIA_550_54_14" in why
+
+
+def test_what_device_addresses_may_call_a_parent():
+    """A pGPU by its address or libvirt name; a VF parent also by its
+    GPU's address (all its VFs); a parent with no PCI address (mtty) by
+    its name alone: never a None among them."""
+    from vgpu_driver.model.device import Parent
+
+    assert Parent("mtty", None).keys == ("mtty",)
+    gpu = Parent("pci_0000_84_00_0", "0000:84:00.0")
+    assert gpu.keys == ("0000:84:00.0", "pci_0000_84_00_0")
+    vf = Parent(
+        "pci_0000_3b_00_4", "0000:3b:00.4", physical_function="0000:3b:00.0"
+    )
+    assert vf.keys == ("0000:3b:00.4", "pci_0000_3b_00_4", "0000:3b:00.0")
