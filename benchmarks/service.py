@@ -227,7 +227,7 @@ def main() -> None:
         "ms min/median/max; records on; ratios of medians. start = "
         "init_host + first refresh (Nova: periodic + the guest scan of "
         "every spawn), each after a garbage collection, as a start is "
-        "(nova warm: Nova's without it, right after its last run); event = refresh after one guest undefined and "
+        "(nova warm: Nova's without it, right after its last run); event = refresh after one guest stopped, undefined and "
         "defined again; bind = wall ms of one bind (records fsynced)"
     )
     header = (
