@@ -20,6 +20,7 @@ from oslo_config import fixture as config_fixture  # noqa: E402
 
 from tests import helpers  # noqa: E402
 from vgpu_driver import conf as vconf  # noqa: E402
+from vgpu_driver import exception as vgpu_exception  # noqa: E402
 from vgpu_driver.nova.adapter import NovaAdapter  # noqa: E402
 from vgpu_driver.sim import description as hostdesc  # noqa: E402
 
@@ -133,6 +134,11 @@ def test_a_live_migration_of_a_type_not_enabled_is_refused_as_nova_does(nova):
     assert "Source mdev types ['nvidia-11'] are not supported" in str(
         caught.value
     )
+    # one of two types enabled here is not enough
+    both = {str(uuid.uuid4()): "nvidia-11", str(uuid.uuid4()): "nvidia-36"}
+    with pytest.raises(nova_exception.MigrationPreCheckError) as caught:
+        adapter.claim_for_live_migration("i-1", both, {})
+    assert "['nvidia-11', 'nvidia-36'] are not supported" in str(caught.value)
 
 
 def _run(*args):
@@ -490,11 +496,18 @@ def test_lost_claims_hold_a_spawn_in_flight_read_from_placement(
             rp = tree.data(f"{NODE}_pci_0000_86_00_0").uuid
             spawning = str(uuid.uuid4())
             helpers.allocate(client, spawning, rp)
+            # claims intact: a start holds nothing, Placement not asked
+            intact = adapter.init_host([])
             adapter.driver.state.path("claims").write_text("{ damaged")
             done = adapter.init_host([])
         finally:
             for name in overrides:
                 CONF.clear_override(name, group="placement")
+    assert "held_in_flight" not in intact
+    # lost again with Placement gone: nothing held, said as an empty list
+    adapter.driver.state.path("claims").write_text("{ damaged")
+    again = adapter.init_host([])
+    assert again["records_moved_aside"] and again["held_in_flight"] == []
     assert done["records_moved_aside"]
     assert done["held_in_flight"] == [f"{spawning}: {FREE_ON_86}"]
     assert FREE_ON_86 not in adapter.free_mdevs(None)
@@ -714,6 +727,17 @@ def test_nova_compute_itself_serves_the_metrics_when_asked(tmp_path):
             text = answer.read().decode()
         assert "vgpu_driver_provider_total{" in text
         assert "vgpu_driver_refresh_seconds_count 1.0" in text
+        # no address: this host's loopback, not every interface
+        conf.config(metrics_listen=":0", group="devices")
+        local = NovaAdapter(CONF, NODE, lambda: connection, sysfs_root=sysfs)
+        assert local.driver.served_at.startswith("127.0.0.1:")
+        # an address without its port: nova-compute stops, told which
+        # option and what to write
+        conf.config(metrics_listen="127.0.0.1", group="devices")
+        with pytest.raises(vgpu_exception.ConfigInvalid) as caught:
+            NovaAdapter(CONF, NODE, lambda: connection, sysfs_root=sysfs)
+        assert "metrics_listen" in str(caught.value)
+        assert "ADDRESS:PORT" in str(caught.value)
         connection.close()
     finally:
         conf.cleanUp()
