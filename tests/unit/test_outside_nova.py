@@ -399,3 +399,7 @@ def test_naming_one_of_two_guests_without_metadata_gives_back_its_own():
     named.judged(named.mark())
     named.name([str(uuid.UUID(int=3))])  # no guest of that name
     assert not named.crossed(reading, reading)
+    # two names changed at once, one of them crossing: crossed
+    named.forget(b)
+    named.name([str(uuid.UUID(int=4))])
+    assert named.crossed(reading, reading)
