@@ -3,8 +3,8 @@ service (records on, as a service runs it).
 
 * **guest gone / back** (libvirt's test driver, dense mdev hosts): one
   guest stopped and undefined (as Nova deletes one), told through
-  ``domain_event``, then a refresh; then defined again and a refresh. Both are real changes: its mdev is free,
-  then in use again;
+  ``domain_event``, then a refresh; then defined again and a refresh.
+  Both are real changes: its mdev is free, then in use again;
 * **spawn / delete** (libvirt's test driver, dense mdev hosts): an
   instance spawned as Nova's integration does it (``allocate_mdevs`` on
   a pGPU's provider, a free mdev reused; its guest defined, told through
@@ -72,7 +72,6 @@ from benchmarks.nova_compare import Nova, timed
 from benchmarks.service import FREE, Service
 from vgpu_driver.sim import description as hostdesc
 from vgpu_driver.sim import guest_xml
-from vgpu_driver.sim.guest_xml import render_guest
 from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
 from vgpu_driver.sim.specs import GuestSpec
 
@@ -191,7 +190,7 @@ def spawn_churn(
             devices = [d.id for d in driver.allocate_mdevs(instance, wanted)]
             bound.append(devices)
             spec = GuestSpec(uuid=instance, name="spawned", mdevs=devices)
-            conn.defineXML(render_guest(spec))
+            conn.defineXML(guest_xml.render_guest(spec))
             driver.domain_event(instance, True)
             driver.guest_defined(instance)
         else:

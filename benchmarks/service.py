@@ -15,8 +15,8 @@ guest), in one process, on libvirt's test driver:
 * **idle**: a steady refresh when nothing changed; beside Nova's
   periodic (which never reads guests);
 * **guest event**: one guest stopped, undefined and defined again per
-  refresh, told through ``domain_event`` as the Nova integration's lifecycle
-  callback does; the ratio to idle is what a busy host pays;
+  refresh, told through ``domain_event`` as the Nova integration's
+  lifecycle callback does; the ratio to idle is what a busy host pays;
 * **bind**: one bind of a free mdev, records on (a durable write),
   wall time; beside Nova's ``_allocate_mdevs`` on the same host (which
   scans every guest to find a free mdev).
@@ -108,8 +108,9 @@ class Service:
         )
 
     def guest_event(self) -> tuple[float, float]:
-        """One guest stopped, undefined and defined again (outside the timing, as
-        libvirt does it), told as events; then the refresh, timed."""
+        """One guest stopped, undefined and defined again (outside the
+        timing, as libvirt does it), told as events; then the refresh,
+        timed."""
         guest = self.conn.lookupByUUIDString(self.guests[0])
         xml = guest.XMLDesc(0)
         guest_xml.delete(guest)

@@ -120,13 +120,7 @@ def faults(tree: ast.AST) -> Iterator[Fault]:
         elif isinstance(node, ast.If):
             yield Fault(index, "if-true")
             yield Fault(index, "if-false")
-        elif isinstance(node, ast.Return) and not (
-            node.value is None
-            or (
-                isinstance(node.value, ast.Constant)
-                and node.value.value is None
-            )
-        ):
+        elif isinstance(node, ast.Return) and not _returns_none(node):
             yield Fault(index, "return-none")
 
 
