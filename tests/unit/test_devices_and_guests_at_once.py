@@ -132,3 +132,98 @@ def test_an_mdev_made_and_a_guest_defined_on_it_by_hand_at_once(tmp_path):
     after = next(p for p in driver.last_plans if p.device == parent.name)
     assert after.reserved == before.reserved + 1
     _whole_host_agrees(driver, tree)
+
+
+@pytest.mark.parametrize("shape", [(2, 16, 16), (8, 256, 256)])
+def test_a_guest_gone_by_its_event_alone_plans_its_parent_alone(
+    tmp_path, monkeypatch, shape
+):
+    """A guest undefined behind Nova's back, told by its event alone,
+    with ``remove_unused_mdevs``: the refresh lets go of its mdev,
+    removes it and reads the host again. The two readings say their
+    changes as one (the guest gone, then its parent's mdev), so the
+    parent is planned alone, whatever the host's size, as a plan of
+    the whole host has it."""
+    conn, service = _making(tmp_path, shape)
+    driver, tree = service.driver, service.tree
+    reading = driver.discover()
+    guest = reading.guests[0]
+    [mdev] = guest.mdevs
+    parent = next(m.parent for m in reading.mdevs if m.uuid == mdev)
+    before = next(p for p in driver.last_plans if p.device == parent)
+    whole: Counter[str] = Counter()
+    alone: Counter[str] = Counter()
+    counting(monkeypatch, whole_host, "plan_providers", whole)
+    counting(monkeypatch, touched, "plan_providers", alone)
+    guest_xml.delete(conn.lookupByUUIDString(guest.uuid))
+    driver.domain_event(guest.uuid, False)
+    driver.update_provider_tree(tree, "bench")
+    assert whole == Counter() and alone == Counter({"plan_providers": 1})
+    assert mdev not in {m.uuid for m in driver.discover().mdevs}  # removed
+    after = next(p for p in driver.last_plans if p.device == parent)
+    assert (after.total, after.reserved) == (before.total, before.reserved)
+    _whole_host_agrees(driver, tree)
+
+
+def test_guests_gone_on_two_parents_plan_both_alone(tmp_path, monkeypatch):
+    """Guests on two parents gone by their events in one interval: the
+    first reading says both gone, the second both mdevs removed; planned
+    alone, both parents are (neither change is lost in the telling)."""
+    conn, service = _making(tmp_path, (4, 16, 16))
+    driver, tree = service.driver, service.tree
+    reading = driver.discover()
+    parent_of = {m.uuid: m.parent for m in reading.mdevs}
+    first = reading.guests[0]
+    second = next(
+        g
+        for g in reading.guests
+        if parent_of[g.mdevs[0]] != parent_of[first.mdevs[0]]
+    )
+    seen: list[frozenset[str] | None] = []
+    real = touched.parents_to_plan
+    monkeypatch.setattr(
+        "vgpu_driver.service.refresh.parents_to_plan",
+        lambda *a: seen.append(real(*a)) or seen[-1],
+    )
+    for guest in (first, second):
+        guest_xml.delete(conn.lookupByUUIDString(guest.uuid))
+        driver.domain_event(guest.uuid, False)
+    driver.update_provider_tree(tree, "bench")
+    assert seen == [frozenset(parent_of[g.mdevs[0]] for g in (first, second))]
+    _whole_host_agrees(driver, tree)
+
+
+def test_a_guest_gone_from_another_managers_mdev_plans_the_host(
+    tmp_path, monkeypatch
+):
+    """Two guests gone in one interval: one from an mdev of ours (removed
+    once unused), one outside Nova from an mdev another manager made on
+    another parent (kept: not ours to remove). The second reading says
+    the first parent alone changed; the guests the first said gone name
+    the other parent too: the whole host is planned (what a guest let go
+    of there is not the first parent's to plan)."""
+    conn, service = _making(tmp_path, (2, 16, 16))
+    driver, tree = service.driver, service.tree
+    reading = driver.discover()
+    ours = reading.guests[0]
+    parent_of = {m.uuid: m.parent for m in reading.mdevs}
+    other = next(
+        p for p in reading.parents if p.name != parent_of[ours.mdevs[0]]
+    )
+    made = str(uuid.uuid4())
+    conn.nodeDeviceCreateXML(mdev_xml(other.name, other.types[0].id, made), 0)
+    outside = str(uuid.uuid4())
+    conn.defineXML(hand_made_domain_xml(outside, outside[:8], [made]))
+    driver.domain_event(outside, True)
+    driver.update_provider_tree(tree, "bench")
+    whole: Counter[str] = Counter()
+    counting(monkeypatch, whole_host, "plan_providers", whole)
+    for guest in (ours.uuid, outside):
+        guest_xml.delete(conn.lookupByUUIDString(guest))
+        driver.domain_event(guest, False)
+    driver.update_provider_tree(tree, "bench")
+    assert whole == Counter({"plan_providers": 1})
+    now = driver.discover()
+    assert ours.mdevs[0] not in {m.uuid for m in now.mdevs}  # removed
+    assert made in {m.uuid for m in now.mdevs}  # left alone
+    _whole_host_agrees(driver, tree)

@@ -26,6 +26,7 @@ from vgpu_driver.model.device import (
     _FIELDS,
     DEVICE_INDEXES,
     GUEST_INDEXES,
+    Guest,
     GuestChanges,
     HostInventory,
     Mdev,
@@ -275,10 +276,76 @@ def node_devices_changed(
     )
 
 
+def said_since(
+    first: HostInventory, second: HostInventory
+) -> HostInventory | None:
+    """``second`` saying its changes from the reading ``first`` says its
+    own from: two readings taken one after the other in a pass (a guest
+    gone, then the unused mdev it left removed) said as one change, as
+    a pass that planned the reading before ``first`` sees them.
+    ``second`` itself when it is ``first`` (the same generation); None
+    when either does not say what changed, or ``second`` does not say it
+    from ``first``."""
+    if second.generation == first.generation:
+        return second
+    since = _said_from(first)
+    if since is None or _said_from(second) != first.generation:
+        return None
+    guests = _guests_since(first.guest_changes, second.guest_changes)
+    touched = _touched(first) | _touched(second)
+    told = (first.device_changes, second.device_changes) != (None, None)
+    reading = object.__new__(HostInventory)
+    reading.__dict__.update(second.__dict__)
+    reading.__dict__.update(
+        guest_changes=(since, guests) if guests else None,
+        device_changes=(since, touched) if told else None,
+    )
+    return reading
+
+
+def _said_from(reading: HostInventory) -> int | None:
+    """The generation ``reading`` says its changes from (None: it says
+    none, or not both from the same)."""
+    said = {
+        told[0]
+        for told in (reading.guest_changes, reading.device_changes)
+        if told is not None
+    }
+    return said.pop() if len(said) == 1 else None
+
+
+def _touched(reading: HostInventory) -> frozenset[str]:
+    told = reading.device_changes
+    return told[1] if told is not None else frozenset()
+
+
+def _guests_since(
+    first: GuestChanges | None, second: GuestChanges | None
+) -> tuple[tuple[str, Guest | None, Guest | None], ...]:
+    """The guests changed by ``first`` then ``second``: each as it was
+    before the first and is after the second (one defined and gone
+    between is left out)."""
+    diff = {uuid: (before, after) for uuid, before, after in _diff(first)}
+    for uuid, before, after in _diff(second):
+        diff[uuid] = (diff[uuid][0] if uuid in diff else before, after)
+    return tuple(
+        (uuid, before, after)
+        for uuid, (before, after) in diff.items()
+        if before is not None or after is not None
+    )
+
+
+def _diff(
+    told: GuestChanges | None,
+) -> tuple[tuple[str, Guest | None, Guest | None], ...]:
+    return told[1] if told is not None else ()
+
+
 __all__ = [
     "following",
     "node_devices_changed",
     "parents_alone",
+    "said_since",
     "touched_parents",
     "with_devices",
 ]

@@ -27,7 +27,7 @@ from vgpu_driver.host.base import Host
 from vgpu_driver.model.binding import Target
 from vgpu_driver.model.check import host_problems
 from vgpu_driver.model.device import HostInventory
-from vgpu_driver.model.device_changes import touched_parents
+from vgpu_driver.model.device_changes import said_since, touched_parents
 from vgpu_driver.records.merged import keep
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.service import devices
@@ -71,12 +71,15 @@ class HostReading:
         taking the reading in handed devices back to the host (a guest
         let go of an mdev removed once unused, of a VF cleared), the
         host as it is then is read again: what a caller plans is never
-        what the library just changed."""
+        what the library just changed (the reading says both changes
+        from the one the first was said from, when both say theirs)."""
         ledger = self.binder.ledger
         handed = ledger.handed_back
         inventory = self._take(rescan_guests, guests)
         if ledger.handed_back != handed:
-            inventory = self._take(False, guests)
+            first, inventory = inventory, self._take(False, guests)
+            # both changes said as one, from the reading the caller had
+            inventory = said_since(first, inventory) or inventory
         return inventory
 
     def _take(self, rescan_guests: bool, guests: bool) -> HostInventory:
