@@ -126,6 +126,7 @@ def _random_reading(rng):
             name=f"g{i}",
             mdevs=tuple(rng.sample(pool, rng.randrange(0, 3))),
             pci_devices=(f"0000:41:00.{i % 8}",) if rng.random() < 0.2 else (),
+            nova=rng.random() < 0.6,  # the others outside Nova
         )
         for i in range(rng.randrange(0, 8))
     ]
@@ -146,6 +147,7 @@ def test_who_uses_what_carried_to_a_copy_is_what_it_would_build(seed):
         generation=1,
     )
     before.mdev_users(), before.pci_users(), before.absent_in_use()
+    before.unmarked_guests()
     known = {g.uuid: g for g in guests}
     changes = []
     for i in range(rng.randrange(1, 4)):
@@ -157,23 +159,34 @@ def test_who_uses_what_carried_to_a_copy_is_what_it_would_build(seed):
             new = None
             if rng.random() < 0.5:  # defined again on other devices
                 picked = tuple(rng.sample(pool, rng.randrange(0, 3)))
-                new = known[old.uuid] = Guest(old.uuid, old.name, picked)
+                new = known[old.uuid] = Guest(
+                    old.uuid, old.name, picked, nova=rng.random() < 0.6
+                )
             changes.append((old.uuid, old, new))
         else:
             picked = tuple(rng.sample(pool, rng.randrange(0, 3)))
             new = Guest(
-                str(uuid.UUID(int=rng.getrandbits(128))), f"n{i}", picked
+                str(uuid.UUID(int=rng.getrandbits(128))),
+                f"n{i}",
+                picked,
+                nova=rng.random() < 0.6,
             )
             known[new.uuid] = new
             changes.append((new.uuid, None, new))
     now = resort_guests(before.guests, changes)
     assert now == sort_guests(known.values())
     after = before.with_guests(now, True, 2, (1, tuple(changes)), True)
-    had = vars(after).keys() & {"_mdev_users", "_pci_users", "_absent_users"}
+    had = vars(after).keys() & {
+        "_mdev_users",
+        "_pci_users",
+        "_absent_users",
+        "_unmarked",
+    }
     whole = HostInventory(parents=(PARENT,), mdevs=tuple(mdevs), guests=now)
     assert after.mdev_users() == whole.mdev_users()
     assert after.pci_users() == whole.pci_users()
     assert after.absent_in_use() == whole.absent_in_use()
+    assert after.unmarked_guests() == whole.unmarked_guests()
     CARRIED[seed] = had
 
 
@@ -190,6 +203,8 @@ def test_the_indexes_were_carried_where_they_could_be():
     carried = [s for s, had in CARRIED.items() if "_mdev_users" in had]
     assert len(carried) >= 20
     assert sum("_absent_users" in CARRIED[s] for s in carried) >= 20
+    # and the guests outside Nova, some of them there to be carried
+    assert sum("_unmarked" in had for had in CARRIED.values()) >= 40
 
 
 def test_an_index_is_not_carried_through_a_change_it_does_not_hold():
@@ -205,6 +220,27 @@ def test_an_index_is_not_carried_through_a_change_it_does_not_hold():
     assert users_after({"a": "g1"}, [("g2", None, two)], "mdevs") is None
     moved = [("g1", one, None), ("g2", None, two)]  # gone first, then given
     assert users_after({"a": "g1"}, moved, "mdevs") == {"a": "g2"}
+
+
+def test_guests_outside_nova_are_not_carried_through_a_change_they_lack():
+    """A guest said gone that the index of guests outside Nova does not
+    hold as it was (absent, or held otherwise), or one said new that it
+    already holds: built whole instead."""
+    from vgpu_driver.model.guest_indexes import _unmarked_after
+
+    out = Guest("g1", "one", mdevs=("a",), nova=False)
+    moved = Guest("g1", "one", mdevs=("b",), nova=False)
+    ours = Guest("g1", "one", mdevs=("a",))
+    bare = Guest("g1", "one", nova=False)  # outside Nova, no device
+    assert _unmarked_after((out,), [("g1", out, None)]) == ()
+    assert _unmarked_after((out,), [("g1", out, moved)]) == (moved,)
+    assert _unmarked_after((out,), [("g1", out, ours)]) == ()
+    assert _unmarked_after((), [("g1", ours, out)]) == (out,)
+    assert _unmarked_after((), [("g1", None, bare)]) == ()
+    assert _unmarked_after((), [("g1", out, None)]) is None
+    assert _unmarked_after((moved,), [("g1", out, None)]) is None
+    assert _unmarked_after((out,), [("g1", None, out)]) is None
+    assert _unmarked_after((out,), [("g1", ours, None)]) is None
 
 
 def test_who_uses_what_is_carried_from_copy_to_copy():

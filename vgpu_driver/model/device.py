@@ -234,9 +234,7 @@ class HostInventory:
 
     @functools.cached_property
     def _unmarked(self) -> tuple[Guest, ...]:
-        return tuple(
-            g for g in self.guests if not g.nova and (g.mdevs or g.pci_devices)
-        )
+        return tuple(filter(guest_indexes.unmarked, self.guests))
 
     @functools.cached_property
     def _absent_users(self) -> frozenset[str]:

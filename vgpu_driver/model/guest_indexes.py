@@ -3,7 +3,8 @@ made from it when guests alone changed (``HostInventory.with_guests``).
 
 A reading indexes its guests' devices (``mdev_users``, ``pci_users``)
 and the mdevs guests use that the host does not have
-(``absent_in_use``), each built once, when first asked: a loop over
+(``absent_in_use``), and the guests outside Nova using devices
+(``unmarked_guests``), each built once, when first asked: a loop over
 every guest, or every mdev. A refresh after a guest's event (or a spawn
 that made its mdev) asks them of a reading that differs from the last
 by a few guests: here they are made from the last reading's by those
@@ -19,7 +20,7 @@ from __future__ import annotations
 import bisect
 import operator
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 if TYPE_CHECKING:
     from vgpu_driver.model.device import Guest, Mdev
@@ -84,11 +85,43 @@ def carried(
         if after is not None:
             found[name] = after
             found[SINGLE[name]] = True
+    if "_unmarked" in had:
+        unmarked = _unmarked_after(had["_unmarked"], changes)
+        if unmarked is not None:
+            found["_unmarked"] = unmarked
     if "_absent_users" in had and "_mdev_users" in found:
         found["_absent_users"] = _absent_after(
             had["_absent_users"], found["_mdev_users"], mdevs, changes
         )
     return found
+
+
+def unmarked(guest: Guest | None) -> TypeGuard[Guest]:
+    """Does ``guest`` use devices with no Nova metadata in its domain?"""
+    return (
+        guest is not None
+        and not guest.nova
+        and bool(guest.mdevs or guest.pci_devices)
+    )
+
+
+def _unmarked_after(
+    had: Sequence[Guest], changes: Changes
+) -> tuple[Guest, ...] | None:
+    """The :func:`unmarked` guests ``had`` (sorted by uuid) once
+    ``changes`` are made, each put in place by bisection; None when a
+    change does not match what ``had`` holds (build it whole)."""
+    found = list(had)
+    for uuid, before, now in changes:
+        at = bisect.bisect_left(found, uuid, key=_BY_UUID)
+        here = at < len(found) and found[at].uuid == uuid
+        if here != unmarked(before) or (here and found[at] != before):
+            return None
+        if here:
+            del found[at]
+        if unmarked(now):
+            found.insert(at, now)
+    return tuple(found)
 
 
 def _absent_after(
