@@ -228,6 +228,23 @@ def claims_on_disk(state: Path) -> dict:
         return dict(record.claims)
 
 
+def made_on_disk(state: Path) -> set[str]:
+    """The devices made, as a new process reads them from ``state``
+    (listed with the claims, and the changes appended since)."""
+    record = ClaimsRecord(StateStore(state))
+    with record.locked():
+        return set(record.made)
+
+
+def record_made(state: Path, made: set[str]) -> None:
+    """Record ``made`` as the devices the library made, under the lock
+    (as another process of the library would)."""
+    record = ClaimsRecord(StateStore(state))
+    with record.locked():
+        record.made = set(made)
+        record.save()
+
+
 def new_tree(nodename: str = "node1") -> ProviderTree:
     """A provider tree holding the compute node's own provider."""
     tree = ProviderTree()

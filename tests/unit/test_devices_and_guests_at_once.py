@@ -227,3 +227,55 @@ def test_a_guest_gone_from_another_managers_mdev_plans_the_host(
     assert ours.mdevs[0] not in {m.uuid for m in now.mdevs}  # removed
     assert made in {m.uuid for m in now.mdevs}  # left alone
     _whole_host_agrees(driver, tree)
+
+
+@pytest.mark.parametrize("shape", [(1, 16, 16), (8, 256, 256)])
+def test_a_bind_that_makes_its_mdev_is_one_durable_write(
+    tmp_path, monkeypatch, shape
+):
+    """The devices made travel with the claims: a bind that makes its
+    mdev appends one entry (the claim, and the one device made since the
+    snapshot, whatever the number of devices made) and flushes it once;
+    a release that removes it appends its decision, then the outcome.
+    Another process reads the device as made, then no longer made."""
+    import os
+
+    from tests.helpers import made_on_disk
+    from tests.unit.test_structural_costs import saves_in_order
+    from vgpu_driver.records.journal import Journal
+
+    _conn, service = _making(tmp_path, shape)
+    driver, tree = service.driver, service.tree
+    state = tmp_path / "vgpu-state"
+    order = saves_in_order(monkeypatch)
+    entries: list[dict] = []
+    append = Journal.append
+    monkeypatch.setattr(
+        Journal,
+        "append",
+        lambda self, base, record: (
+            entries.append(record) or append(self, base, record)
+        ),
+    )
+    flushes: list[str] = []
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+        monkeypatch.setattr(
+            os,
+            name,
+            lambda fd, real=real, name=name: flushes.append(name) or real(fd),
+        )
+    plan = next(p for p in driver.last_plans if p.total > p.reserved)
+    wanted = {tree.data(plan.name).uuid: {"resources": {"VGPU": 1}}}
+    [device] = driver.allocate_mdevs("i1", wanted)
+    assert device.created
+    assert (order, flushes) == (["claims"], ["fdatasync"])
+    assert entries[-1]["made_since"] == {"added": [device.id], "removed": []}
+    assert device.id in made_on_disk(state)
+    order.clear()
+    flushes.clear()
+    driver.release_mdevs("i1")  # no guest: unused, removed
+    assert (order, flushes) == (["claims"] * 2, ["fdatasync"] * 2)
+    assert entries[-1]["made_since"] == {"added": [], "removed": []}
+    assert device.id not in made_on_disk(state)
+    assert device.id not in {m.uuid for m in driver.discover().mdevs}

@@ -49,7 +49,7 @@ def full_disk(monkeypatch):
 
         monkeypatch.setattr(store, "save", lambda key, value: refused(key))
         monkeypatch.setattr(
-            claims_file, "write", lambda epoch, claims: refused("claims")
+            claims_file, "write", lambda epoch, claims, made: refused("claims")
         )
 
     return fill

@@ -164,13 +164,37 @@ def test_two_writers_of_the_placement_record_keep_the_newer_generation(
 def test_a_made_record_that_is_not_a_list_of_ids_is_corrupt(
     make_conf, tmp_path, record
 ):
-    """``made.json`` names the devices this library made (never handed
-    to another manager's care): one that is not a list of device ids is
-    refused, never taken for the ids it happens to hold, and moved aside
-    at init_host."""
+    """The claims list the devices this library made (never handed to
+    another manager's care): a list that is not of device ids is
+    refused, never taken for the ids it happens to hold, and the claims
+    moved aside at init_host."""
     state = tmp_path / "state"
     n = Node(make_conf, state)
     n.driver.allocate_mdevs("i1", n.alloc((PARENT, 1)))
+    written = json.loads((state / "claims.json").read_text())
+    written["made"] = record
+    (state / "claims.json").write_text(json.dumps(written))
+    with pytest.raises(StateRecordCorrupt, match=r"claims\.json"):
+        Node(make_conf, state)  # a refresh of a new driver reads it
+    done = n.driver.init_host()
+    moved = [p for p in done["records_moved_aside"] if "claims.json" in p]
+    assert json.loads(Path(moved[0]).read_text()) == written
+
+
+@pytest.mark.parametrize("record", [[1, 2], {"an-mdev": 1}, "an-mdev"])
+def test_an_earlier_release_s_made_record_not_of_ids_is_corrupt(
+    make_conf, tmp_path, record
+):
+    """Records of the release before this one list the devices made in
+    ``made.json`` alone (its claims snapshot lists none): one that is
+    not a list of device ids is refused and moved aside at init_host."""
+    state = tmp_path / "state"
+    n = Node(make_conf, state)
+    n.driver.allocate_mdevs("i1", n.alloc((PARENT, 1)))
+    written = json.loads((state / "claims.json").read_text())
+    del written["made"]
+    (state / "claims.json").write_text(json.dumps(written))
+    (state / "claims.journal").write_text("")
     (state / "made.json").write_text(json.dumps(record))
     with pytest.raises(StateRecordCorrupt, match=r"made\.json"):
         Node(make_conf, state)  # a refresh of a new driver reads it

@@ -131,7 +131,9 @@ def test_a_bind_and_a_release_are_one_durable_write_each(
     renamed or freed, so no flush of the directory. Past the journal's
     limit, one save writes a snapshot of the claims instead (the file
     fsynced, renamed over the old one, its directory fsynced, in that
-    order) and empties the journal."""
+    order; the devices made listed in it, and in ``made.json`` first,
+    which the release before this one reads) and empties the
+    journal."""
     import stat
 
     from vgpu_driver.records import journal
@@ -173,8 +175,8 @@ def test_a_bind_and_a_release_are_one_durable_write_each(
     monkeypatch.setattr(journal, "LIMIT", 0)
     driver.allocate_mdevs(instance, {rp: {"resources": {"VGPU": 1}}})
     assert (order, steps) == (
-        ["claims"],
-        ["fsync file", "rename", "fsync dir"],
+        ["made", "claims"],
+        ["fsync file", "rename", "fsync dir"] * 2,
     )
     assert os.path.getsize(tmp_path / "vgpu-state" / "claims.journal") == 0
     assert helpers.claims_on_disk(tmp_path / "vgpu-state") == (

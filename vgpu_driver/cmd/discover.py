@@ -14,7 +14,7 @@ from vgpu_driver.conf import devices, loader
 from vgpu_driver.host.pci_scan import scan_gpus
 from vgpu_driver.model import check, gpus, naming, nvml, trait
 from vgpu_driver.model.device import HostInventory, MdevType
-from vgpu_driver.records.claims import MADE_RECORD
+from vgpu_driver.records.claims import made_on_disk
 from vgpu_driver.records.store import StateStore
 
 
@@ -46,10 +46,9 @@ def _made(conf: Any) -> frozenset[str] | None:
     """The devices the library made on this host, as its records say
     (None: no record yet, or it cannot be read)."""
     try:
-        made = StateStore(devices.records_path(conf)).load(MADE_RECORD, None)
+        return made_on_disk(StateStore(devices.records_path(conf)))
     except exception.VgpuDriverError:
         return None
-    return frozenset(made) if isinstance(made, list) else None
 
 
 def _made_by(device_id: str, made: frozenset[str] | None) -> str | None:

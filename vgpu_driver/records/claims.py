@@ -12,7 +12,8 @@ never touches the host.
 The claims are ``claims.json`` (a snapshot, replaced whole) and the
 saves appended since to ``claims.journal`` (:mod:`.journal`): a bind or
 a release is one append and one flush to disk, not the two flushes and
-the freed inode of a file replaced.
+the freed inode of a file replaced. The devices made travel with them
+(:mod:`.claims_file`): a bind that makes its mdev is one append too.
 """
 
 from __future__ import annotations
@@ -22,10 +23,14 @@ import secrets
 from collections.abc import Iterator
 from typing import Any
 
+from oslo_log import log as logging
+
 from vgpu_driver.model.claims import Claims
 from vgpu_driver.records.claims_file import (
     CLAIMS_RECORD,
+    MADE_RECORD,
     ClaimsFile,
+    made_after,
     validate_claims,
 )
 from vgpu_driver.records.store import (
@@ -36,11 +41,8 @@ from vgpu_driver.records.store import (
     validate_str_map,
 )
 
+LOG = logging.getLogger(__name__)
 VF_TYPES_RECORD = "vf-types"
-# the devices this library made: mdev uuids it created, VF addresses it
-# gave a type; any other device is another manager's (an operator's
-# mdevctl, Cyborg...) and is never removed, retyped or handed out
-MADE_RECORD = "made"
 
 
 class ClaimsRecord:
@@ -111,9 +113,10 @@ class ClaimsRecord:
     def _read(self) -> None:
         """Read the records (under the lock)."""
         assert self._file is not None
-        epoch, self.claims = self._file.read()
+        epoch, self.claims, made = self._file.read()
         self._claims_on_disk = _copy(self.claims)
-        vf_types, made = self._others(epoch)
+        vf_types, made_apart = self._others(epoch, made is None)
+        made = made if made is not None else made_apart
         self.vf_types = dict(vf_types)
         self._vf_types_on_disk = dict(self.vf_types)
         self.made_known = made is not None
@@ -138,17 +141,25 @@ class ClaimsRecord:
             and self.made == self._made_on_disk
         )
 
-    def _others(self, epoch: int) -> tuple[dict[str, int], Any]:
-        """The VF types and devices made, as on disk (under the lock).
-        Every save of either also gives the claims record a new random
-        epoch, which is always read: the same epoch as when they were
-        last read or written here means they did not change, and they are
-        not read again (a record moved aside is read again: repair)."""
+    def _others(
+        self, epoch: int, made_apart: bool
+    ) -> tuple[dict[str, int], Any]:
+        """The VF types, and the devices made where the claims do not
+        list them (``made_apart``: a snapshot of an earlier release; its
+        ``made.json``), as on disk (under the lock). Every save of the
+        VF types also gives the claims record a new random epoch, which
+        is always read: the same epoch as when they were last read or
+        written here means they did not change, and they are not read
+        again (a record moved aside is read again: repair)."""
         assert self.state is not None
         if epoch and self._others_epoch == epoch:
             return self._others_value
         vf_types = self.state.load(VF_TYPES_RECORD, {}, _validate_vf_types)
-        made = self.state.load(MADE_RECORD, None, _validate_made)
+        made = (
+            self.state.load(MADE_RECORD, None, _validate_made)
+            if made_apart
+            else None
+        )
         self._others_epoch = epoch
         self._others_value = (dict(vf_types), made)
         return self._others_value
@@ -163,10 +174,10 @@ class ClaimsRecord:
         write that fails leaves what we hold as it was on disk). The
         claims are written last, the commit: a failed write leaves the
         claims (the decisions taken) as they were, never half of what
-        was asked recorded. Before them, the devices made (a device is
-        never claimed as ours on disk before it is recorded as made) and
-        the VF types (a type recorded for a VF no claim names is only
-        set again at a reboot, to a free VF of ours)."""
+        was asked recorded, with the devices made (one write: a device
+        is never claimed as ours on disk before it is recorded as made).
+        Before them, the VF types (a type recorded for a VF no claim
+        names is only set again at a reboot, to a free VF of ours)."""
         claims = self.claims if claims is None else claims
         vf_types = self.vf_types if vf_types is None else vf_types
         if self.state is not None and self._file is not None:
@@ -182,13 +193,8 @@ class ClaimsRecord:
     def _write(self, claims: Claims, vf_types: dict[str, int]) -> None:
         """:meth:`save`'s writes, the claims last."""
         assert self.state is not None and self._file is not None
-        if not self.made_known or self.made != self._made_on_disk:
-            self._others_epoch = 0  # read again should what follows fail
-            self.state.save(MADE_RECORD, sorted(self.made))
-            self._made_on_disk = set(self.made)
-            self.made_known = True
-        # one durable write per bind of an mdev: the VF types only
-        # when they changed
+        # one durable write per bind of an mdev, made or not: the VF
+        # types only when they changed
         if vf_types != self._vf_types_on_disk:
             self._others_epoch = 0
             self.state.save(VF_TYPES_RECORD, vf_types)
@@ -196,8 +202,11 @@ class ClaimsRecord:
         # a fresh random number, not a counter: after a record was
         # moved aside, a reader must never see its old value again
         epoch = secrets.randbits(62) + 1
-        self._file.write(epoch, claims)
+        self._others_epoch = 0  # read again should the write fail
+        self._file.write(epoch, claims, self.made)
         self._claims_on_disk = _copy(claims)
+        self._made_on_disk = set(self.made)
+        self.made_known = True
         self._epoch = epoch
         # what is on disk now, at the epoch just written
         self._others_epoch = epoch
@@ -206,6 +215,28 @@ class ClaimsRecord:
             dict(self._vf_types_on_disk),
             self._made_on_disk,
         )
+
+    def _keep_made(self) -> None:
+        """The claims snapshot cannot be read, nor so the devices made it
+        lists: keep them in ``made.json`` (written with each snapshot,
+        before it) with the changes its journal's last entry says since
+        (an entry's changes are already in a ``made.json`` written
+        after it: adding what is there and removing what is not changes
+        nothing), before both are moved aside (under the lock)."""
+        assert self.state is not None and self._file is not None
+        try:
+            made = self.state.load(MADE_RECORD, None, _validate_made)
+            last = self._file.journal.last(validate_claims)
+        except (StateRecordCorrupt, StateStoreError):
+            return  # nothing better to keep
+        if made is None or last is None:
+            return
+        kept = made_after(frozenset(made), last[1])
+        if kept is not None and kept != set(made):
+            try:
+                self.state.save(MADE_RECORD, sorted(kept))
+            except StateStoreError as exc:
+                LOG.warning("Could not keep the devices made: %s", exc)
 
     def repair(self) -> list[str]:
         """Move unreadable records aside (they are kept) so they can be
@@ -228,6 +259,8 @@ class ClaimsRecord:
                 try:
                     self.state.load(key, {}, validate)
                 except StateRecordCorrupt:
+                    if key == CLAIMS_RECORD:
+                        self._keep_made()
                     where = self.state.quarantine(key)
                     if where is not None:
                         moved.append(str(where))
@@ -239,6 +272,22 @@ class ClaimsRecord:
             if moved:
                 self.stale = True
         return moved
+
+
+def made_on_disk(state: StateStore) -> frozenset[str] | None:
+    """The devices this library made, as its records say now (None: no
+    record yet). A look for a report, without the lock: a snapshot is
+    renamed into place whole, and an entry is read only after the
+    snapshot it follows."""
+    found = ClaimsFile(state)
+    try:
+        made = found.read()[2]
+    finally:
+        found.forget()
+    if made is None:
+        apart = state.load(MADE_RECORD, None, _validate_made)
+        made = frozenset(apart) if apart is not None else None
+    return made
 
 
 _validate_vf_types = validate_str_map(

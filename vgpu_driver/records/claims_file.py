@@ -9,12 +9,23 @@ held open, so its inode is never given to a new file, and its stat
 signature and its journal's are compared. Every save appends to the
 journal or replaces the file. The caller holds the store's lock around
 reads and writes; a look needs none.
+
+The devices the library made travel with the claims: the snapshot
+lists them (``made``), and each entry says which were made and which
+removed since the snapshot (``made_since``). A bind that makes its
+device, or a release that removes one, is then still one append and one
+flush, of what changed, not of every device made; and a device is
+never claimed as ours on disk before it is recorded as made (both are
+one write). A snapshot of an earlier release has no ``made``: the
+devices are then those of ``made.json``, which each snapshot also
+writes (first) for a release before this one to read.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Set
 from typing import Any
 
 from oslo_log import log as logging
@@ -30,6 +41,11 @@ from vgpu_driver.records.store import (
 
 LOG = logging.getLogger(__name__)
 CLAIMS_RECORD = "claims"
+# the devices this library made: mdev uuids it created, VF addresses it
+# gave a type; any other device is another manager's (an operator's
+# mdevctl, Cyborg...) and is never removed, retyped or handed out.
+# Kept with the claims; this record is what a release before it read
+MADE_RECORD = "made"
 
 # the stat signatures of the claims file and of its journal (None: none)
 Look = tuple[tuple[int, ...], "tuple[int, ...] | None"]
@@ -40,8 +56,10 @@ class ClaimsFile:
         self.state = state
         self.journal = Journal(state.directory / f"{CLAIMS_RECORD}{SUFFIX}")
         # the epoch of the snapshot on disk as last read or written (0:
-        # none, or one of the first format: no entry can follow it)
+        # none, or one of the first format: no entry can follow it), and
+        # the devices made it lists (None: of an earlier release, none)
         self._snapshot = 0
+        self._snapshot_made: frozenset[str] | None = None
         # (the look as last read or written here, the claims file open)
         self._seen: tuple[Look, int] | None = None
         self._files = (state.file(CLAIMS_RECORD), os.fspath(self.journal.path))
@@ -51,33 +69,50 @@ class ClaimsFile:
         of each file)?"""
         return self._seen is not None and self._look() == self._seen[0]
 
-    def read(self) -> tuple[int, Claims]:
-        """(epoch, claims) as on disk now (under the lock)."""
-        epoch, claims = self._snapshot_on_disk()
+    def read(self) -> tuple[int, Claims, frozenset[str] | None]:
+        """(epoch, claims, devices made) as on disk now (under the lock);
+        the devices None where the snapshot is of an earlier release
+        (see ``made.json``)."""
+        record = self.state.load(CLAIMS_RECORD, {}, validate_claims)
+        epoch, claims = claims_of(record)
+        made = self._snapshot_made = made_of(record)
         self._snapshot = epoch
         if epoch:
             entry = self.journal.latest(epoch, validate_claims)
             if entry is not None:
                 epoch, claims = claims_of(entry)
+                made = made_after(made, entry)
         self._hold()
-        return epoch, claims
+        return epoch, claims, made
 
-    def write(self, epoch: int, claims: Claims) -> None:
-        """Appended to the journal of the snapshot on disk (one flush);
-        else (no snapshot of this format, no journal, or a full one) a
-        new snapshot, and the journal emptied (under the lock)."""
-        record = {"epoch": epoch, "claims": claims}
-        if not (
-            self._snapshot and self.journal.append(self._snapshot, record)
-        ):
-            self.state.save(CLAIMS_RECORD, record)
-            self._snapshot = epoch
-            try:
-                self.journal.empty()
-            except StateStoreError as exc:
-                # its entries follow an earlier snapshot: never read; the
-                # next save writes a snapshot if there is no journal
-                LOG.warning("Could not empty the claims' journal: %s", exc)
+    def write(self, epoch: int, claims: Claims, made: Set[str]) -> None:
+        """Appended to the journal of the snapshot on disk (one flush),
+        with the devices made and removed since it; else (no snapshot of
+        this format, no journal, or a full one) a new snapshot, and the
+        journal emptied (under the lock)."""
+        record: dict[str, Any] = {"epoch": epoch, "claims": claims}
+        base = self._snapshot_made
+        if self._snapshot and base is not None:
+            since = {
+                "added": sorted(made - base),
+                "removed": sorted(base - made),
+            }
+            if self.journal.append(
+                self._snapshot, {**record, "made_since": since}
+            ):
+                self._hold()
+                return
+        listed = sorted(made)
+        # a release before this one reads the devices made there
+        self.state.save(MADE_RECORD, listed)
+        self.state.save(CLAIMS_RECORD, {**record, "made": listed})
+        self._snapshot, self._snapshot_made = epoch, frozenset(made)
+        try:
+            self.journal.empty()
+        except StateStoreError as exc:
+            # its entries follow an earlier snapshot: never read; the
+            # next save writes a snapshot if there is no journal
+            LOG.warning("Could not empty the claims' journal: %s", exc)
         self._hold()
 
     def journal_readable(self, moved: list[str]) -> bool:
@@ -88,15 +123,11 @@ class ClaimsFile:
         if any(os.path.basename(p).startswith(snapshot) for p in moved):
             return self.journal.is_empty()
         try:
-            base, _ = self._snapshot_on_disk()
-            self.journal.latest(base, validate_claims)
+            record = self.state.load(CLAIMS_RECORD, {}, validate_claims)
+            self.journal.latest(claims_of(record)[0], validate_claims)
         except StateRecordCorrupt:
             return False
         return True
-
-    def _snapshot_on_disk(self) -> tuple[int, Claims]:
-        """(epoch, claims) of ``claims.json`` alone."""
-        return claims_of(self.state.load(CLAIMS_RECORD, {}, validate_claims))
 
     def _look(self) -> Look | None:
         """The stat signatures of the claims file and of its journal;
@@ -146,6 +177,29 @@ def claims_of(record: Any) -> tuple[int, Claims]:
     return 0, dict(record)
 
 
+def made_of(record: Any) -> frozenset[str] | None:
+    """The devices made a claims snapshot lists (None: one of an earlier
+    release lists none)."""
+    if "claims" in record and "epoch" in record and "made" in record:
+        return frozenset(record["made"])
+    return None
+
+
+def made_after(
+    snapshot: frozenset[str] | None, entry: Any
+) -> frozenset[str] | None:
+    """The devices made once an entry's changes since the ``snapshot``
+    it follows are made (None: the snapshot lists none)."""
+    since = entry.get("made_since")
+    if snapshot is None or since is None:
+        return snapshot
+    return (snapshot - set(since["removed"])) | set(since["added"])
+
+
+def _device_ids(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(d, str) for d in value)
+
+
 def validate_claims(record: Any) -> None:
     expect(isinstance(record, dict), "not a JSON object")
     if "claims" in record and "epoch" in record:
@@ -153,6 +207,17 @@ def validate_claims(record: Any) -> None:
             isinstance(record["epoch"], int)
             and isinstance(record["claims"], dict),
             "epoch must be a number and claims an object",
+        )
+        expect(
+            _device_ids(record.get("made", [])),
+            "made must be a list of device ids",
+        )
+        since = record.get("made_since", {"added": [], "removed": []})
+        expect(
+            isinstance(since, dict)
+            and _device_ids(since.get("added"))
+            and _device_ids(since.get("removed")),
+            "made_since must list the device ids added and removed",
         )
         claims = record["claims"]
     else:

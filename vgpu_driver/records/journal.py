@@ -118,6 +118,16 @@ class Journal:
         """The record of the last whole entry, if it follows the snapshot
         of epoch ``base``; else None. Raises StateRecordCorrupt if that
         entry is whole but not of the record's shape."""
+        found = self.last(validate, base)
+        return found[1] if found is not None else None
+
+    def last(
+        self, validate: Validator, base: int | None = None
+    ) -> tuple[int, Any] | None:
+        """(the epoch of the snapshot it follows, its record) of the last
+        whole entry, if any (and if it follows the snapshot of epoch
+        ``base``, when given); raises StateRecordCorrupt as
+        :meth:`latest` does."""
         try:
             text = self._last_whole()
         except (FileNotFoundError, NotADirectoryError):
@@ -132,14 +142,14 @@ class Journal:
                 entry.get("base"), int
             ):
                 raise ValueError("an entry without its snapshot's epoch")
-            if entry["base"] != base:
+            if base is not None and entry["base"] != base:
                 return None  # it follows an earlier snapshot
             validate(entry["record"])
         except (ValueError, TypeError, KeyError, RecursionError) as exc:
             raise StateRecordCorrupt(
                 path=str(self.path), reason=str(exc)
             ) from exc
-        return entry["record"]
+        return entry["base"], entry["record"]
 
     def _last_whole(self) -> bytes | None:
         """The JSON of the last entry whose checksum holds (lines empty,
