@@ -15,6 +15,12 @@ service (records on, as a service runs it).
   no free mdev and ``remove_unused_mdevs``): each bind makes its mdev,
   each release removes it: a node device and a guest changed between
   two refreshes, as on a host filling up;
+* **gone, mdev removed** (the same hosts): the guest of the spawn
+  above deleted behind Nova's back, told by its event alone: the
+  refresh lets go of its mdev and removes it (two durable writes of the
+  records, the decision before the host is touched, and libvirt's
+  calls), then reads the host again; one parent is planned. (Its
+  spawn half is printed again beside it.)
 * **VF typed / cleared** (libvirt's test driver, L40 SR-IOV hosts): one
   free VF given the enabled type in sysfs (by another manager), then a
   refresh; cleared again, then a refresh;
@@ -79,6 +85,8 @@ SHAPES = [(1, 16, 16), (4, 128, 128), (16, 512, 512)]
 CARDS = [1, 4, 16]
 RUNS = [15]  # repetitions of each change (--runs)
 MAKING = ("spawn+make", "delete+remove")  # the spawn rows, mdevs made
+# the same, the guest deleted behind Nova's back (its event alone)
+BY_EVENT = ("spawn+make", "gone+remove")
 # wall ms of the last pairs() run: after each change, then idle, in turn
 WALL: list[float] = []
 Runner = Callable[[Path], dict[str, Any]]
@@ -167,12 +175,15 @@ def spawn_churn(
     tmp: Path,
     remote: Callable[[str], str] | None = None,
     making: bool = False,
+    by_event: bool = False,
 ) -> dict[str, Any]:
     """Nova's own change: an instance spawned (its devices bound, its
     guest defined) and deleted, through the calls the Nova integration
     makes, on the modelled connection (a bind finding no free mdev makes
-    one; ``making``: none waits, and a release removes it). ``remote``:
-    served by a daemon, at the URI it gives."""
+    one; ``making``: none waits, and a release removes it). ``by_event``:
+    the guest deleted behind Nova's back instead, told by its event
+    alone (the refresh lets go of its mdev, and removes it when
+    ``making``). ``remote``: served by a daemon, at the URI it gives."""
     uri, conn, service = modelled(shape, tmp, remote, making)
     driver, tree = service.driver, service.tree
     instance = str(uuid.uuid4())
@@ -196,8 +207,9 @@ def spawn_churn(
         else:
             guest_xml.delete(conn.lookupByUUIDString(instance))
             driver.domain_event(instance, False)
-            driver.guest_undefined(instance)
-            driver.release_mdevs(instance)
+            if not by_event:
+                driver.guest_undefined(instance)
+                driver.release_mdevs(instance)
 
     changed, idle = pairs(change, service.idle)
     free_after.append(len(driver.free_mdevs()))
@@ -338,6 +350,7 @@ def over_daemon(shapes: list[tuple[int, int, int]]) -> None:
             (("guest gone", "guest back"), guest_churn),
             (("spawn", "delete"), spawn_churn),
             (MAKING, partial(spawn_churn, making=True)),
+            (BY_EVENT, partial(spawn_churn, making=True, by_event=True)),
             (("mdev made", "mdev gone"), mdev_churn),
         ):
             for shape in shapes:
@@ -390,6 +403,10 @@ def main() -> None:
         label = "/".join(map(str, shape))
         making = partial(spawn_churn, shape, making=True)
         cases.append((MAKING, label, making))
+    for shape in shapes:
+        label = "/".join(map(str, shape))
+        by_event = partial(spawn_churn, shape, making=True, by_event=True)
+        cases.append((BY_EVENT, label, by_event))
     for n in cards:
         cases.append(
             (("VF typed", "VF cleared"), f"{n}x32", partial(vf_churn, n))

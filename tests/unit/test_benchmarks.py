@@ -182,3 +182,21 @@ def test_the_making_spawn_rows_make_and_remove_an_mdev_each_time(
     made = [devices[0] for devices in found["bound"]]
     assert len(made) == len(set(made)) == 2
     assert found["free"] == [0, 0, 0, 0]  # none free, spawned or deleted
+
+
+def test_the_gone_rows_remove_the_mdev_the_event_freed(tmp_path, monkeypatch):
+    """With ``by_event``, each delete is told by the guest's event alone
+    (no release): the refresh timed after it let go of the mdev and
+    removed it, so each spawn made a new one and none is ever free."""
+    from benchmarks import churn
+    from vgpu_driver.driver import VgpuDriver
+
+    def no_release(self, instance):
+        raise AssertionError("released: not told by the event alone")
+
+    monkeypatch.setattr(VgpuDriver, "release_mdevs", no_release)
+    monkeypatch.setattr(churn, "RUNS", [2])
+    found = churn.spawn_churn((1, 4, 4), tmp_path, making=True, by_event=True)
+    made = [devices[0] for devices in found["bound"]]
+    assert len(made) == len(set(made)) == 2
+    assert found["free"] == [0, 0, 0, 0]
