@@ -21,6 +21,7 @@ from vgpu_driver.exception import DeviceXMLInvalid
 from vgpu_driver.host import nodedev_xml
 from vgpu_driver.host.sysfs import SysfsTree
 from vgpu_driver.model import naming
+from vgpu_driver.model.copies import replaced
 from vgpu_driver.model.device import Mdev, MdevType, Parent
 
 LOG = logging.getLogger(__name__)
@@ -81,10 +82,10 @@ def _rooms_moved(
     types = cached.parent.types
     if [t.available for t in types] != before[1]:
         return None  # the numbers are not the types' in order
-    return dataclasses.replace(
+    return replaced(
         cached.parent,
         types=tuple(
-            t if t.available == n else dataclasses.replace(t, available=n)
+            t if t.available == n else replaced(t, available=n)
             for t, n in zip(types, now[1], strict=True)
         ),
     )

@@ -22,6 +22,7 @@ import operator
 from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
+from vgpu_driver.model.copies import replaced
 from vgpu_driver.model.device import (
     _FIELDS,
     DEVICE_INDEXES,
@@ -294,13 +295,12 @@ def said_since(
     guests = _guests_since(first.guest_changes, second.guest_changes)
     touched = _touched(first) | _touched(second)
     told = (first.device_changes, second.device_changes) != (None, None)
-    reading = object.__new__(HostInventory)
-    reading.__dict__.update(second.__dict__)
-    reading.__dict__.update(
+    # the same content: its indexes hold
+    return replaced(
+        second,
         guest_changes=(since, guests) if guests else None,
         device_changes=(since, touched) if told else None,
     )
-    return reading
 
 
 def _said_from(reading: HostInventory) -> int | None:

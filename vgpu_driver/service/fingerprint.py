@@ -21,6 +21,7 @@ from typing import Any
 
 from vgpu_driver.model import usage
 from vgpu_driver.model.config import DeviceConfig
+from vgpu_driver.model.copies import replaced
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.foreign import foreign_devices, outside_changed
 
@@ -84,12 +85,7 @@ def same_but_guests(
         )
     if not free:
         return None
-    # dataclasses.replace at a fraction of its cost (no __post_init__)
-    now = object.__new__(RefreshFingerprint)
-    now.__dict__.update(
-        last.__dict__, inventory=inventory, claims=claims, guests_free=True
-    )
-    return now
+    return replaced(last, inventory=inventory, claims=claims, guests_free=True)
 
 
 def tree_holds(tree: Any, nodename: str, last: RefreshFingerprint) -> bool:
