@@ -125,3 +125,69 @@ def test_an_entry_is_read_whatever_snapshot_it_follows_only_to_repair(
     assert found is not None and found[0] == base
     assert found[1]["made_since"] == {"added": ["b"], "removed": []}
     assert Journal(journal_of(state)).latest(base + 1, lambda r: None) is None
+
+
+def test_entries_of_the_release_before_say_no_device_changed(state):
+    """That release appended the claims alone: its entries follow a
+    snapshot that lists no device made, whose ``made.json`` says which
+    (and an entry saying none changed since a snapshot that lists them
+    leaves them as listed)."""
+    from vgpu_driver.records.claims_file import made_after
+
+    _made(state, {"a"})
+    snapshot = json.loads((state / "claims.json").read_text())
+    del snapshot["made"]
+    (state / "claims.json").write_text(json.dumps(snapshot))
+    (state / "made.json").write_text(json.dumps(["a", "b"]))
+    entry = {"epoch": 9, "claims": {"b": claim("b", "i1")}}
+    Journal(journal_of(state)).append(snapshot["epoch"], entry)
+    assert _read_made(state) == {"a", "b"}
+    assert made_on_disk(StateStore(state)) == {"a", "b"}
+    record = ClaimsRecord(StateStore(state))
+    with record.locked():
+        assert set(record.claims) == {"b"}
+    assert made_after(frozenset({"a"}), entry) == {"a"}
+    assert (
+        made_after(None, {"made_since": {"added": ["x"], "removed": []}})
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    "since",
+    [
+        ["a"],
+        {"added": ["a"]},
+        {"added": "a", "removed": []},
+        {"added": [], "removed": [1]},
+    ],
+)
+def test_an_entry_whose_changes_are_not_lists_of_ids_is_corrupt(state, since):
+    """An entry's devices made and removed since its snapshot are lists
+    of device ids, both: anything else is refused (moved aside at a
+    repair), never taken for the ids it happens to hold."""
+    from vgpu_driver.records.store import StateRecordCorrupt
+
+    _made(state, {"a"})
+    base = json.loads((state / "claims.json").read_text())["epoch"]
+    entry = {"epoch": 5, "claims": {}, "made_since": since}
+    Journal(journal_of(state)).append(base, entry)
+    with pytest.raises(StateRecordCorrupt, match="made_since"):
+        _read_made(state)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"epoch": 1, "claims": ["a"]},
+        {"epoch": "1", "claims": {}},
+        {"epoch": 1, "claims": {}, "made": "a"},
+    ],
+)
+def test_a_snapshot_not_of_the_claims_shape_is_corrupt(state, record):
+    from vgpu_driver.records.store import StateRecordCorrupt
+
+    state.mkdir()
+    (state / "claims.json").write_text(json.dumps(record))
+    with pytest.raises(StateRecordCorrupt, match=r"claims\.json"):
+        _read_made(state)
