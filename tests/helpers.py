@@ -182,7 +182,7 @@ class FileBackedHost(SimulatedHost):
             self._dump()
             return result
 
-    def discover(self, *, rescan_guests=False, guests=True):
+    def discover(self, *, rescan_guests=False, guests=True, again=False):
         return self._shared(super().discover)
 
     def note_guest(self, guest):

@@ -14,13 +14,20 @@ class Host(Protocol):
     described_types: Callable[[], Collection[str]] | None
 
     def discover(
-        self, *, rescan_guests: bool = False, guests: bool = True
+        self,
+        *,
+        rescan_guests: bool = False,
+        guests: bool = True,
+        again: bool = False,
     ) -> HostInventory:
         """Read the host. Guests are scanned in full only on the first
         call that wants them or when asked; in between the adapter keeps
         them current from :meth:`note_guest` / :meth:`forget_guest` (and
         domain events). ``guests=False``: do not scan them for this call
         if they were never scanned (``guests_known`` is then False).
+        ``again``: read right after the last reading, for what the caller
+        changed through this adapter since (an adapter may take what it
+        did not change as that reading had it).
 
         The reading's ``generation`` changes when, and only when, its
         content does: a caller that sees the generation it saw last may

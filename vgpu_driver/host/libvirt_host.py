@@ -179,7 +179,11 @@ class LibvirtHost:
 
     @host_edge
     def discover(
-        self, *, rescan_guests: bool = False, guests: bool = True
+        self,
+        *,
+        rescan_guests: bool = False,
+        guests: bool = True,
+        again: bool = False,
     ) -> HostInventory:
         with self._lock:
             conn = self.link.get()
@@ -207,6 +211,7 @@ class LibvirtHost:
                     and self.devices.made_unseen(tracker.mdevs_of_changed())
                 ),
                 wanted=wanted,
+                again=again,
             )
             pfs = self.sysfs.sriov_functions()
             plain = self.plain_sriov.gpus()

@@ -87,17 +87,24 @@ class NodeDevices:
         *,
         relist: bool,
         wanted: frozenset[str] | None,
+        again: bool = False,
     ) -> tuple[list[Parent], list[Mdev]]:
         """The parents (those only in sysfs and those implied by their
         mdevs included) and the mdevs. ``relist``: list the mdevs again
-        whatever the policy says."""
+        whatever the policy says. ``again``: right after the last
+        reading, for what the adapter changed since: the XML of the
+        parents it made or removed an mdev on is read, the others are
+        as that reading had them (one call per parent changed, not per
+        parent)."""
         now = time.monotonic()
         relist = relist or now - self.listed_at >= self.relist_interval
         parents: list[Parent] | None = None
         bus = self.sysfs.mdev_bus_listing()
         if not relist:
             listed = self.listing.parents(conn, bus)
-            parents = self._read_parents(listed, wanted)
+            parents = self._read_parents(
+                listed, wanted, self._ours if again else None
+            )
             # a parent whose XML changed (its availableInstances) may have
             # new or fewer mdevs: its own sysfs directory says which (or,
             # where it cannot, every mdev is listed again)
@@ -186,11 +193,22 @@ class NodeDevices:
         return parents if parents_read is None else parents_read
 
     def _read_parents(
-        self, devices: Listed, wanted: frozenset[str] | None
+        self,
+        devices: Listed,
+        wanted: frozenset[str] | None,
+        only: set[str] | None = None,
     ) -> list[Parent]:
+        """``only``: the names of those whose XML is read; the others as
+        last read (read where they never were)."""
         found = []
         for name, device in devices:
-            parent = self._read_parent(device, name, wanted)
+            parent = (
+                None
+                if only is None or name in only
+                else (self.reader.last(name, wanted))
+            )
+            if parent is None:
+                parent = self._read_parent(device, name, wanted)
             if parent is not None:
                 found.append(parent)
         return found

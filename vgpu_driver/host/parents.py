@@ -107,6 +107,12 @@ class ParentReader:
         extras = self._extras.get(name)
         return extras.path if extras else None
 
+    def last(self, name: str, wanted: frozenset[str] | None) -> Parent | None:
+        """The parent ``name`` as last read with ``wanted`` described, if
+        it was."""
+        cached = self._parsed.get(name)
+        return cached.parent if cached and cached.wanted == wanted else None
+
     def read(
         self, name: str, text: str, wanted: frozenset[str] | None
     ) -> Parent | None:

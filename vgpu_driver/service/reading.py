@@ -77,18 +77,23 @@ class HostReading:
         handed = ledger.handed_back
         inventory = self._take(rescan_guests, guests)
         if ledger.handed_back != handed:
-            first, inventory = inventory, self._take(False, guests)
+            first, inventory = inventory, self._take(False, guests, True)
             # both changes said as one, from the reading the caller had
             inventory = said_since(first, inventory) or inventory
         return inventory
 
-    def _take(self, rescan_guests: bool, guests: bool) -> HostInventory:
+    def _take(
+        self, rescan_guests: bool, guests: bool, again: bool = False
+    ) -> HostInventory:
         """Read the host and take the reading in (the binder's view, the
-        mdevs seen)."""
+        mdevs seen). ``again``: right after the last, for what taking it
+        in changed (see :meth:`Host.discover`)."""
         # Guests defined by another process are re-read when that process
         # changed the claims (it ended a claim because the guest has it).
         rescan = rescan_guests or self.binder.view_is_stale()
-        inventory = self.host.discover(rescan_guests=rescan, guests=guests)
+        inventory = self.host.discover(
+            rescan_guests=rescan, guests=guests, again=again
+        )
         with self.lock:
             if not self.warned_addresses:
                 config = self.settings.config

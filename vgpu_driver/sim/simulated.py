@@ -171,10 +171,9 @@ class SimulatedHost:
         with self._lock:
             return self._state.copy()
 
-    def discover(
-        self, *, rescan_guests: bool = False, guests: bool = True
-    ) -> HostInventory:
-        # guests here are always current: nothing to defer
+    def discover(self, **_: bool) -> HostInventory:
+        # guests here are always current, and every device is read from
+        # memory: nothing to defer, no call to spare (Host.discover)
         with self._lock:
             self.operations["discover"] += 1
             reading = inventory_of(self._state)
