@@ -10,7 +10,9 @@ leaves the source unchanged is not a mutant.
 
 Each mutant runs the tests given (``--tests``, the module's own, first)
 then the rest (``--then``, default ``tests/unit``), stopping at the first
-failure, in copies of the work tree (``--workers`` at once). A mutant
+failure, in copies of the work tree (``--workers`` at once); or, with
+``--command``, that command in each copy (a suite with its own runner,
+as Nova's functional tests have: ``tools/nova_functional.py``). A mutant
 no test kills is printed with its line: a test is missing, or the
 fault cannot change behaviour (an equivalent mutant: say so where the
 sweep is noted).
@@ -30,6 +32,7 @@ import argparse
 import ast
 import os
 import queue
+import shlex
 import shutil
 import subprocess
 import sys
@@ -203,34 +206,56 @@ def copy_of(root: Path, copy: Path) -> None:
 
 
 def run_tests(
-    copy: Path, tests: list[str], timeout: float
+    copy: Path,
+    tests: list[str],
+    timeout: float,
+    command: list[str] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-x",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        *tests,
-    ]
+    """pytest on ``tests`` in ``copy``; or ``command`` there, the copy's
+    packages first on ``PYTHONPATH`` (a suite run by its own runner, as
+    Nova's functional tests are, imports the copy's package, not one
+    installed)."""
+    env = None
+    if command is None:
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-x",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *tests,
+        ]
+    else:
+        env = {**os.environ, "PYTHONPATH": str(copy)}
     return subprocess.run(
-        command, cwd=copy, capture_output=True, timeout=timeout
+        command, cwd=copy, capture_output=True, timeout=timeout, env=env
     )
 
 
-def baseline(copy: Path, tests: list[str], timeout: float) -> None:
+def baseline(
+    copy: Path,
+    tests: list[str],
+    timeout: float,
+    command: list[str] | None = None,
+) -> None:
     """The tests pass in ``copy`` as it is, or :class:`BaselineFailed`
     (with pytest's last lines)."""
-    done = run_tests(copy, tests, timeout)
+    done = run_tests(copy, tests, timeout, command)
     if done.returncode:
-        tail = done.stdout.decode(errors="replace").strip().splitlines()
+        said = done.stdout + done.stderr
+        tail = said.decode(errors="replace").strip().splitlines()
         raise BaselineFailed("\n".join(tail[-12:]))
 
 
 def killed(
-    copy: Path, module: str, text: str, tests: list[str], timeout: float
+    copy: Path,
+    module: str,
+    text: str,
+    tests: list[str],
+    timeout: float,
+    command: list[str] | None = None,
 ) -> str:
     """'killed', 'survived' or 'timeout' (counted as killed: the fault
     hung a test)."""
@@ -238,7 +263,7 @@ def killed(
     original = path.read_text()
     path.write_text(text)
     try:
-        done = run_tests(copy, tests, timeout)
+        done = run_tests(copy, tests, timeout, command)
         return "killed" if done.returncode else "survived"
     except subprocess.TimeoutExpired:
         return "timeout"
@@ -255,10 +280,11 @@ def sweep(
     timeout: float = 600,
     told: Callable[[int, Fault, int, str], None] | None = None,
     lines: set[int] | None = None,
+    command: list[str] | None = None,
 ) -> list[tuple[int, Fault, int, str]]:
     """(number, fault, line, result) of each mutant of ``module`` (those
     numbered ``only``, on ``lines``, when given); ``told``: called with
-    each as it is known."""
+    each as it is known; ``command``: run instead of pytest."""
     source = (root / module).read_text()
     found = mutants(source)
     chosen = [
@@ -276,7 +302,7 @@ def sweep(
             copy_of(root, copy)
             copies.put(copy)
         # a test failing with no fault planted would "kill" every mutant
-        baseline(Path(top) / "w0", tests, timeout)
+        baseline(Path(top) / "w0", tests, timeout, command)
 
         def one(
             item: tuple[int, Fault, str, int],
@@ -288,7 +314,7 @@ def sweep(
                     number,
                     fault,
                     line,
-                    killed(copy, module, text, tests, timeout),
+                    killed(copy, module, text, tests, timeout, command),
                 )
             finally:
                 copies.put(copy)
@@ -329,12 +355,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--lines", help="line ranges, as 40-80,120 (the code changed)"
     )
+    parser.add_argument(
+        "--command",
+        help="run this in each copy instead of pytest, the copy first on "
+        "PYTHONPATH (its exit status judges), e.g. Nova's functional suite: "
+        "'.nova-venv/bin/python tools/nova_functional.py' (a relative "
+        "first word is taken from the work tree)",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=600, help="seconds per run"
+    )
     parser.add_argument("--root", type=Path, default=ROOT)
     args = parser.parse_args(argv)
     only = {int(n) for n in args.only.split(",")} if args.only else None
     wanted = _ranges(args.lines) if args.lines else None
     lines = (args.root / args.module).read_text().splitlines()
     started = time.monotonic()
+    command = shlex.split(args.command) if args.command else None
+    if command and not os.path.isabs(command[0]) and "/" in command[0]:
+        command[0] = str(args.root / command[0])
 
     def told(number: int, fault: Fault, line: int, result: str) -> None:
         if result == "survived":
@@ -349,8 +388,10 @@ def main(argv: list[str] | None = None) -> int:
             [*args.tests, *args.then],
             max(1, args.workers),
             only,
+            timeout=args.timeout,
             told=told,
             lines=wanted,
+            command=command,
         )
     except BaselineFailed as exc:
         print(

@@ -120,3 +120,29 @@ def test_the_copies_of_a_git_work_tree_have_its_history(tmp_path, capsys):
         [*git, "log", "--format=%s"], capture_output=True, check=True
     )
     assert log.stdout.decode().split() == ["one"]  # root's untouched
+
+
+def test_a_command_of_its_own_judges_each_copy(tmp_path, capsys):
+    """``--command``: a suite with a runner of its own (Nova's functional
+    tests) run in each copy, the copy's package imported, not another
+    one on the path: its exit status judges the mutant."""
+    mutate = tool()
+    _package(tmp_path)
+    # a runner that exits 1 unless clamp holds at both edges
+    (tmp_path / "run.py").write_text(
+        "import sys\n"
+        "from pkg.m import clamp\n"
+        "sys.exit(0 if (clamp(-1, 0, 3), clamp(5, 0, 3)) == (0, 3) else 1)\n"
+    )
+    where = ["--workers", "1", "--root", str(tmp_path)]
+    runner = f"{sys.executable} run.py"
+    status = mutate.main(["pkg/m.py", "--command", runner, *where])
+    out = capsys.readouterr().out
+    # what the tests above kill, the runner does (x <= low survives)
+    assert "survived #3 line 5 compare: if x < low:" in out
+    assert "pkg/m.py: 5 of 6 mutants killed" in out
+    assert status == 1
+    # a runner failing with no fault planted judges nothing
+    (tmp_path / "run.py").write_text("import sys\nsys.exit('broken')\n")
+    assert mutate.main(["pkg/m.py", "--command", runner, *where]) == 2
+    assert "broken" in capsys.readouterr().out
