@@ -873,3 +873,63 @@ def test_nova_beside_the_mdev_rows_sees_the_other_manager_s_mdev(
     assert len(found["nova"]) == len(listed) == 4
     made, gone = listed[0::2], listed[1::2]
     assert all(m == g + 1 for m, g in zip(made, gone, strict=True))
+
+
+def test_cleanup_releases_the_devices_unless_a_hard_reboot_keeps_them(
+    nova, monkeypatch
+):
+    """Nova's ``cleanup`` ends an instance's stay on the host (delete,
+    move, shelve): its devices are released then. A hard reboot destroys
+    the guest and cleans up too, then defines it again: its devices stay
+    claimed for it throughout, so no other instance takes them in
+    between. (Nova's own ``cleanup`` and ``_hard_reboot``, which need the
+    whole libvirt driver, are stood in for by what they call of ours.)"""
+    from nova.virt.libvirt import driver as nova_libvirt
+
+    from vgpu_driver.nova.driver import LibvirtDriver
+    from vgpu_driver.sim import guest_xml
+    from vgpu_driver.sim.specs import GuestSpec
+
+    adapter, tree, _root = nova
+    adapter.update_provider_tree(tree, NODE)
+    rp = tree.data(f"{NODE}_pci_0000_86_00_0").uuid
+    instance = type("Instance", (), {"uuid": str(uuid.uuid4())})()
+    allocations = {rp: {"resources": {"VGPU": 1}}}
+    assert adapter.allocate(instance.uuid, allocations) == [FREE_ON_86]
+    spec = GuestSpec(uuid=instance.uuid, name="i1", mdevs=[FREE_ON_86])
+    connection = adapter.driver.host.connection()
+    connection.defineXML(guest_xml.render_guest(spec))
+    adapter.driver.guest_defined(instance.uuid)
+
+    def devices():
+        return adapter.driver.instance_devices().get(
+            instance.uuid, {"in_use": [], "claimed": []}
+        )
+
+    assert devices() == {"in_use": [FREE_ON_86], "claimed": []}
+    between = []
+
+    def nova_hard_reboot(self, context, instance, *a, **kw):
+        # destroyed and undefined, then cleaned up, as Nova's does
+        guest_xml.delete(connection.lookupByUUIDString(instance.uuid))
+        adapter.driver.guest_undefined(instance.uuid)
+        self.cleanup(context, instance)
+        between.append(devices())
+        return self._allocate_mdevs(allocations)  # its XML made again
+
+    monkeypatch.setattr(
+        nova_libvirt.LibvirtDriver, "cleanup", lambda *a, **kw: None
+    )
+    monkeypatch.setattr(
+        nova_libvirt.LibvirtDriver, "_hard_reboot", nova_hard_reboot
+    )
+    driver = object.__new__(LibvirtDriver)
+    driver._vgpu_adapter = adapter
+    assert driver._hard_reboot(None, instance) == [FREE_ON_86]
+    # held throughout: claimed while no guest has it
+    assert between == [{"in_use": [], "claimed": [FREE_ON_86]}]
+    assert FREE_ON_86 not in adapter.free_mdevs(None, None)
+    # deleted before its guest is defined again: released
+    driver.cleanup(None, instance)
+    assert devices() == {"in_use": [], "claimed": []}
+    assert FREE_ON_86 in adapter.free_mdevs(None, None)
