@@ -933,3 +933,42 @@ def test_cleanup_releases_the_devices_unless_a_hard_reboot_keeps_them(
     driver.cleanup(None, instance)
     assert devices() == {"in_use": [], "claimed": []}
     assert FREE_ON_86 in adapter.free_mdevs(None, None)
+
+
+def test_a_live_migration_without_mdevs_gets_nova_s_own_answer(
+    nova, monkeypatch
+):
+    """An instance with no mdev live-migrated to this host: Nova's own
+    destination check runs alone and its migrate data goes back to
+    Nova's compute manager as it made it (nothing claimed here)."""
+    from nova.objects import migrate_data as nova_migrate_data
+    from nova.virt.libvirt import driver as nova_libvirt
+
+    from vgpu_driver.nova.driver import LibvirtDriver
+
+    adapter, tree, _root = nova
+    adapter.update_provider_tree(tree, NODE)
+    answered = nova_migrate_data.LibvirtLiveMigrateData()
+    asked = []
+
+    def nova_check(self, ctxt, instance, migrate_data, *rest):
+        asked.append(migrate_data)
+        return answered
+
+    monkeypatch.setattr(
+        nova_libvirt.LibvirtDriver,
+        "check_source_migrate_data_at_dest",
+        nova_check,
+    )
+    driver = object.__new__(LibvirtDriver)
+    driver._vgpu_adapter = adapter
+    instance = type("Instance", (), {"uuid": str(uuid.uuid4())})()
+    for source in (None, {}):  # an older source says none; a newer, empty
+        sent = nova_migrate_data.LibvirtLiveMigrateData()
+        if source is not None:
+            sent.source_mdev_types = source
+        got = driver.check_source_migrate_data_at_dest(
+            None, instance, sent, None, None, {}
+        )
+        assert got is answered and asked[-1] is sent
+    assert instance.uuid not in adapter.driver.instance_devices()
