@@ -972,3 +972,30 @@ def test_a_live_migration_without_mdevs_gets_nova_s_own_answer(
         )
         assert got is answered and asked[-1] is sent
     assert instance.uuid not in adapter.driver.instance_devices()
+
+
+def test_events_before_the_library_starts_go_to_nova_alone(nova):
+    """libvirt's events reach Nova's callbacks before the library's
+    adapter exists (its first scan reads every guest): Nova gets them,
+    nothing is raised in libvirt's event thread. Once it exists, an
+    event the library does not follow (a guest suspended) is Nova's
+    alone."""
+    from nova.virt import event as virtevent
+
+    adapter, driver, queued = _nova_driver_over(nova)
+    driver._vgpu_adapter = None  # not made yet
+    conn = adapter.driver.host.connection()
+    domain = conn.lookupByName("instance-00000021")
+    callback = driver._host._event_lifecycle_callback
+    callback(conn, domain, libvirt.VIR_DOMAIN_EVENT_STARTED, 0, driver._host)
+    driver._vgpu_device_event(conn, domain, "hostdev0", None)
+    assert [e.transition for e in queued] == [
+        virtevent.EVENT_LIFECYCLE_STARTED
+    ]
+    told = []
+    adapter.domain_event = lambda uuid, defined: told.append(uuid)
+    driver._vgpu_adapter = adapter
+    callback(conn, domain, libvirt.VIR_DOMAIN_EVENT_SUSPENDED, 0, driver._host)
+    assert told == []
+    callback(conn, domain, libvirt.VIR_DOMAIN_EVENT_STOPPED, 0, driver._host)
+    assert told == [domain.UUIDString()]
