@@ -191,3 +191,22 @@ def test_a_snapshot_not_of_the_claims_shape_is_corrupt(state, record):
     (state / "claims.json").write_text(json.dumps(record))
     with pytest.raises(StateRecordCorrupt, match=r"claims\.json"):
         _read_made(state)
+
+
+def test_an_operation_undone_reads_the_claims_again_not_the_rest(state):
+    """An operation changed what is held and did not save (it failed):
+    the next lock reads the claims again, and takes the VF types and the
+    devices made as they were written, not read again (the claims'
+    epoch says they did not change)."""
+    record = ClaimsRecord(StateStore(state))
+    with record.locked():
+        record.made = {"a"}
+        record.save({"a": claim("a", "i1")}, {"0000:41:00.6": 1157})
+    with record.locked():
+        record.claims["b"] = claim("b", "i2")  # changed, never saved
+        record.made.add("b")
+    (state / "vf-types.json").write_text("not read again")
+    with record.locked():
+        assert set(record.claims) == {"a"}
+        assert record.vf_types == {"0000:41:00.6": 1157}
+        assert record.made == {"a"} and record.made_known
