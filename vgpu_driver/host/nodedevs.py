@@ -202,11 +202,9 @@ class NodeDevices:
         last read (read where they never were)."""
         found = []
         for name, device in devices:
-            parent = (
-                None
-                if only is None or name in only
-                else (self.reader.last(name, wanted))
-            )
+            parent = None
+            if only is not None and name not in only:
+                parent = self.reader.last(name, wanted)
             if parent is None:
                 parent = self._read_parent(device, name, wanted)
             if parent is not None:

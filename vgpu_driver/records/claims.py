@@ -155,11 +155,7 @@ class ClaimsRecord:
         if epoch and self._others_epoch == epoch:
             return self._others_value
         vf_types = self.state.load(VF_TYPES_RECORD, {}, _validate_vf_types)
-        made = (
-            self.state.load(MADE_RECORD, None, _validate_made)
-            if made_apart
-            else None
-        )
+        made = _made_apart(self.state) if made_apart else None
         self._others_epoch = epoch
         self._others_value = (dict(vf_types), made)
         return self._others_value
@@ -225,14 +221,14 @@ class ClaimsRecord:
         nothing), before both are moved aside (under the lock)."""
         assert self.state is not None and self._file is not None
         try:
-            made = self.state.load(MADE_RECORD, None, _validate_made)
+            made = _made_apart(self.state)
             last = self._file.journal.last(validate_claims)
         except (StateRecordCorrupt, StateStoreError):
             return  # nothing better to keep
         if made is None or last is None:
             return
-        kept = made_after(frozenset(made), last[1])
-        if kept is not None and kept != set(made):
+        kept = made_after(made, last[1])
+        if kept is not None and kept != made:
             try:
                 self.state.save(MADE_RECORD, sorted(kept))
             except StateStoreError as exc:
@@ -284,10 +280,15 @@ def made_on_disk(state: StateStore) -> frozenset[str] | None:
         made = found.read()[2]
     finally:
         found.forget()
-    if made is None:
-        apart = state.load(MADE_RECORD, None, _validate_made)
-        made = frozenset(apart) if apart is not None else None
-    return made
+    return made if made is not None else _made_apart(state)
+
+
+def _made_apart(state: StateStore) -> frozenset[str] | None:
+    """The devices made as ``made.json`` lists them (None: no such
+    record): the record of a release before this one, and the copy each
+    snapshot writes."""
+    made = state.load(MADE_RECORD, None, _validate_made)
+    return frozenset(made) if made is not None else None
 
 
 _validate_vf_types = validate_str_map(
