@@ -180,3 +180,10 @@ def readable_by_daemon(directory: Path) -> None:
     """Let :func:`libvirt_daemon`'s user read a host written below
     ``directory`` (a temporary directory is private to its owner)."""
     directory.chmod(0o755)
+
+
+def shape_label(shape: tuple[int, int, int, int]) -> str:
+    """``pGPUs/mdevs/guests``, and ``T<n>`` when each lists n types."""
+    parents, mdevs, guests, types = shape
+    name = f"{parents}/{mdevs}/{guests}"
+    return f"{name} T{types}" if types > 1 else name

@@ -42,10 +42,8 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import gc
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,8 +54,11 @@ from benchmarks.common import (
     libvirt_daemon,
     machine,
     readable_by_daemon,
+    shape_label,
     spread,
 )
+from benchmarks.nova_side import ROOT, Counting, Nova, timed
+from benchmarks.plot import plot
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.provider_tree import ProviderTree
@@ -75,58 +76,6 @@ SHAPES = [
     (64, 4096, 4096, 1),
 ]
 QUICK = SHAPES[:4]
-ROOT = "8f0b2c1e-1d7a-4b6e-9a51-0c3f5e7d9b21"
-
-
-class Counting:
-    """A libvirt object (connection, node device, domain) that counts the
-    calls made through it and through the objects it returns."""
-
-    def __init__(self, target: Any, counter: list[int] | None = None) -> None:
-        self._target = target
-        self._counter = counter if counter is not None else [0]
-
-    @property
-    def calls(self) -> int:
-        return self._counter[0]
-
-    @calls.setter
-    def calls(self, value: int) -> None:
-        self._counter[0] = value
-
-    def _wrap(self, value: Any) -> Any:
-        if isinstance(value, list):
-            return [self._wrap(v) for v in value]
-        if type(value).__module__ == "libvirt" and hasattr(value, "XMLDesc"):
-            return Counting(value, self._counter)
-        return value
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._target, name)
-        if not callable(attr):
-            return attr
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self._counter[0] += 1
-            return self._wrap(attr(*args, **kwargs))
-
-        return call
-
-
-def timed(
-    fn: Callable[[], object], collect: bool = False
-) -> tuple[float, float]:
-    """(CPU ms, wall ms) of one call. ``collect``: the garbage earlier
-    hosts of this run left is collected first (a service's first refresh
-    does not inherit it)."""
-    if collect:
-        gc.collect()
-    cpu, wall = time.process_time(), time.perf_counter()
-    fn()
-    return (
-        (time.process_time() - cpu) * 1000,
-        (time.perf_counter() - wall) * 1000,
-    )
 
 
 class Ours:
@@ -215,80 +164,6 @@ def warm_up() -> float:
         return Ours(uri, sysfs, conf).first()[0]
 
 
-def nova_driver(uri: str, counted: bool, conn: Any = None) -> tuple[Any, Any]:
-    """Nova's LibvirtDriver, set up as its __init__ sets up the vGPU
-    part, on Nova's Host over a (counted) connection (``conn``, or one
-    opened at ``uri``). ImportError without Nova."""
-    import libvirt
-    import nova.conf
-    from nova.virt.libvirt import driver as nova_libvirt
-    from nova.virt.libvirt import host as nova_host
-
-    conf = nova.conf.CONF
-    if getattr(conf, "_args", None) is None:  # not yet parsed
-        conf([], project="nova", default_config_files=[])
-    conf.set_override("enabled_mdev_types", ["nvidia-35"], "devices")
-    nova.conf.devices.register_dynamic_opts(conf)
-    driver = nova_libvirt.LibvirtDriver.__new__(nova_libvirt.LibvirtDriver)
-    driver._host = nova_host.Host(uri)
-    conn = conn if conn is not None else libvirt.open(uri)
-    if counted:
-        conn = Counting(conn)
-    driver._host._wrapped_conn = conn
-    driver.pgpu_type_mapping = collections.defaultdict(str)
-    driver.mdev_class_mapping = collections.defaultdict(lambda: "VGPU")
-    driver.mdev_classes = set()
-    driver.mdev_type_max_mapping = collections.defaultdict(str)
-    driver.pgpu_type_default = None
-    driver.virtual_mdevs = set()
-    driver.instance_claimed_mdevs = {}
-    driver.supported_vgpu_types = driver._get_supported_vgpu_types()
-    return driver, conn
-
-
-class Nova:
-    """Nova 34.0.0's vGPU periodic on the same host (calls counted on a
-    second connection). ``conn``: the connection both use, instead of
-    their own at ``uri`` (one whose mdevs another manager changes)."""
-
-    def __init__(self, uri: str, conn: Any = None) -> None:
-        from nova.compute import provider_tree
-
-        counted_driver, counted = nova_driver(uri, True, conn)
-        tree = provider_tree.ProviderTree()
-        tree.new_root("bench", ROOT)
-        counted_driver._update_provider_tree_for_vgpu(tree, "bench")
-        counted.calls = 0
-        counted_driver._update_provider_tree_for_vgpu(tree, "bench")
-        self.calls = counted.calls
-        counted.calls = 0
-        counted_driver._get_all_assigned_mediated_devices()
-        self.spawn_scan_calls = counted.calls
-        self.driver, _ = nova_driver(uri, False, conn)
-        self.tree = provider_tree.ProviderTree()
-        self.tree.new_root("bench", ROOT)
-        self.periodic()  # warm up
-
-    def periodic(self) -> tuple[float, float]:
-        return timed(
-            lambda: self.driver._update_provider_tree_for_vgpu(
-                self.tree, "bench"
-            )
-        )
-
-    def spawn_scan(self) -> float:
-        """What Nova does at every spawn (and live migration) to find
-        free mdevs: every guest's XML."""
-        return timed(self.driver._get_all_assigned_mediated_devices)[0]
-
-
-def shape_label(shape: tuple[int, int, int, int]) -> str:
-    """``pGPUs/mdevs/guests``, and ``T<n>`` when each lists n types."""
-    parents, mdevs, guests, types = shape
-    name = f"{parents}/{mdevs}/{guests}"
-    return f"{name} T{types}" if types > 1 else name
-
-
 def measure(
     parents: int,
     mdevs: int,
@@ -356,83 +231,6 @@ def measure(
             if theirs
             else None,
         }
-
-
-def plot(results: list[dict[str, Any]], path: Path, daemon: bool) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    labels = [shape_label(r["shape"]) for r in results]
-    x = range(len(results))
-    fig, ax = plt.subplots(figsize=(8, 6))
-    series = [
-        ("vgpu_driver, steady refresh", "o-", ("ours", "cpu")),
-        ("vgpu_driver, first refresh", "s--", ("ours", "first_cpu")),
-        (
-            "vgpu_driver, guest scan (once: init_host or first bind)",
-            "d-.",
-            ("ours", "scan_cpu"),
-        ),
-    ]
-    if all(r["ours"]["cpu_in_nova_tree"] for r in results):
-        series.append(
-            (
-                "vgpu_driver, steady refresh on Nova's ProviderTree",
-                "o:",
-                ("ours", "cpu_in_nova_tree"),
-            )
-        )
-    if all(r["nova"] for r in results):
-        series += [
-            (
-                "Nova 34.0.0 periodic (_update_provider_tree_for_vgpu)",
-                "^-",
-                ("nova", "cpu"),
-            ),
-            (
-                "Nova 34.0.0 guest scan at every spawn",
-                "v:",
-                ("nova", "spawn_scan_cpu"),
-            ),
-        ]
-    for label, style, (side, key) in series:
-        values = [r[side][key] for r in results]
-        ax.plot(
-            x,
-            [
-                statistics.median(v) if isinstance(v, list) else v
-                for v in values
-            ],
-            style,
-            label=label,
-        )
-    ax.set_yscale("log")
-    ax.set_xticks(list(x), labels, rotation=20, fontsize="small")
-    ax.set_xlabel(
-        "host: pGPUs / mdevs / guests, T18: 18 types per pGPU "
-        "(libvirt test driver)"
-    )
-    ax.set_ylabel("CPU ms per call (median)")
-    ax.set_title(
-        "vGPU provider refresh: CPU time against host size"
-        + ("\n(libvirt calls served by libvirtd)" if daemon else "")
-    )
-    ax.grid(True, which="both", alpha=0.3)
-    # below the axes: no line hides under it
-    ax.legend(
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.3),
-        ncol=2,
-        fontsize="small",
-    )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    return True
 
 
 def _ratio(a: list[float], b: list[float]) -> float:

@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import conf_for, dense, machine
-from benchmarks.nova_compare import ROOT, Nova, timed, warm_up
+from benchmarks.nova_compare import warm_up
+from benchmarks.nova_side import ROOT, Nova, timed
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.provider_tree import ProviderTree

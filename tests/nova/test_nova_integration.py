@@ -865,10 +865,10 @@ def test_nova_beside_the_mdev_rows_sees_the_other_manager_s_mdev(
     """benchmarks.churn's mdev rows time Nova's periodic on the same
     modelled connection after each change: Nova's own driver lists the
     mdev another manager made, then not once it is gone."""
-    from benchmarks import churn
+    from benchmarks import changes
 
-    monkeypatch.setattr(churn, "RUNS", [2])
-    found = churn.mdev_churn((1, 4, 4), tmp_path)
+    monkeypatch.setattr(changes, "RUNS", [2])
+    found = changes.mdev_churn((1, 4, 4), tmp_path)
     listed = found["nova_listed"]
     assert len(found["nova"]) == len(listed) == 4
     made, gone = listed[0::2], listed[1::2]

@@ -143,10 +143,10 @@ def test_the_mdev_rows_time_refreshes_that_saw_the_mdev_come_and_go(
     """The mdev rows go through libvirt's adapter: each refresh timed
     after a change found the other manager's mdev made (its free unit
     reserved) or gone (given back)."""
-    from benchmarks import churn
+    from benchmarks import changes
 
-    monkeypatch.setattr(churn, "RUNS", [2])
-    found = churn.mdev_churn((1, 4, 4), tmp_path)
+    monkeypatch.setattr(changes, "RUNS", [2])
+    found = changes.mdev_churn((1, 4, 4), tmp_path)
     made, gone = found["reserved"][0::2], found["reserved"][1::2]
     assert len(made) == len(gone) == 2
     assert all(m == g + 1 for m, g in zip(made, gone, strict=True))
@@ -158,10 +158,10 @@ def test_the_spawn_rows_time_refreshes_after_real_spawns_and_deletes(
     """The spawn rows go through the calls Nova's integration makes: each
     spawn was given an mdev, which the refresh after it counts in use,
     and each delete gives it back."""
-    from benchmarks import churn
+    from benchmarks import changes
 
-    monkeypatch.setattr(churn, "RUNS", [2])
-    found = churn.spawn_churn((1, 4, 4), tmp_path)
+    monkeypatch.setattr(changes, "RUNS", [2])
+    found = changes.spawn_churn((1, 4, 4), tmp_path)
     assert len(found["bound"]) == 2
     assert all(len(devices) == 1 for devices in found["bound"])
     spawned, deleted = found["free"][0::2], found["free"][1::2]
@@ -175,10 +175,10 @@ def test_the_making_spawn_rows_make_and_remove_an_mdev_each_time(
     """With no free mdev and ``remove_unused_mdevs``, each spawn timed
     made its mdev (never one seen before) and each delete removed it:
     the refreshes timed followed a device and a guest change at once."""
-    from benchmarks import churn
+    from benchmarks import changes
 
-    monkeypatch.setattr(churn, "RUNS", [2])
-    found = churn.spawn_churn((1, 4, 4), tmp_path, making=True)
+    monkeypatch.setattr(changes, "RUNS", [2])
+    found = changes.spawn_churn((1, 4, 4), tmp_path, making=True)
     made = [devices[0] for devices in found["bound"]]
     assert len(made) == len(set(made)) == 2
     assert found["free"] == [0, 0, 0, 0]  # none free, spawned or deleted
@@ -188,15 +188,15 @@ def test_the_gone_rows_remove_the_mdev_the_event_freed(tmp_path, monkeypatch):
     """With ``by_event``, each delete is told by the guest's event alone
     (no release): the refresh timed after it let go of the mdev and
     removed it, so each spawn made a new one and none is ever free."""
-    from benchmarks import churn
+    from benchmarks import changes
     from vgpu_driver.driver import VgpuDriver
 
     def no_release(self, instance):
         raise AssertionError("released: not told by the event alone")
 
     monkeypatch.setattr(VgpuDriver, "release_mdevs", no_release)
-    monkeypatch.setattr(churn, "RUNS", [2])
-    found = churn.spawn_churn((1, 4, 4), tmp_path, making=True, by_event=True)
+    monkeypatch.setattr(changes, "RUNS", [2])
+    found = changes.spawn_churn((1, 4, 4), tmp_path, making=True, by_event=True)
     made = [devices[0] for devices in found["bound"]]
     assert len(made) == len(set(made)) == 2
     assert found["free"] == [0, 0, 0, 0]
