@@ -64,3 +64,20 @@ def node(make_conf, tmp_path):
         return Node(make_conf, tmp_path / "state", name, **kwargs)
 
     return factory
+
+
+@pytest.fixture
+def driver_for(make_conf, tmp_path):
+    """A driver on a shipped host description (its own configuration,
+    or ``config``; its simulated host, or ``host``)."""
+    from tests import helpers
+    from vgpu_driver.driver import VgpuDriver
+    from vgpu_driver.sim.simulated import SimulatedHost
+
+    def factory(name, config=None, host=None):
+        description = helpers.load(name)
+        conf = make_conf(textwrap.dedent(config or description.config))
+        conf.set_override("state_path", str(tmp_path / "state"), "devices")
+        return VgpuDriver(conf, host or SimulatedHost(description))
+
+    return factory

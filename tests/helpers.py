@@ -13,16 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import libvirt
-from oslo_config import cfg
 
-from vgpu_driver import conf as vconf
-from vgpu_driver.cmd.inventory import ROOT_NAMESPACE
-from vgpu_driver.driver import VgpuDriver, sync_placement
+from vgpu_driver.cmd.inventory import ROOT_NAMESPACE, tree_report
+from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.provider_tree import ProviderTree
-from vgpu_driver.placement.client import client_from_conf
-from vgpu_driver.placement.sync import PlacementSync
 from vgpu_driver.records.claims import ClaimsRecord
+from vgpu_driver.records.journal import Journal
 from vgpu_driver.records.store import StateStore
 from vgpu_driver.sim import description as hostdesc
 from vgpu_driver.sim import nvml_lib
@@ -318,142 +315,61 @@ class Node:
         return {m.uuid: m for m in self.host.discover().mdevs}
 
 
-# -- a real Placement (tests/functional) ---------------------------------
+def providers(driver, tree=None, nodename="node1", allocations=None):
+    tree = tree or new_tree(nodename)
+    driver.update_provider_tree(tree, nodename, allocations=allocations)
+    report = tree_report(tree, nodename)
+    return {
+        p["name"].removeprefix(f"{nodename}_"): p
+        for p in report["providers"][1:]
+    }
 
 
-def placement_conf(
-    url: str, directory: Path, extra: str = ""
-) -> cfg.ConfigOpts:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"placement-{time.monotonic_ns()}.conf"
-    path.write_text(
-        textwrap.dedent(
-            f"""
-            [placement]
-            auth_type = admin_token
-            endpoint = {url}
-            token = admin
-            endpoint_override = {url}
-            retry_delay = 0.05
-            max_attempts = 3
-            """
-        )
-        + textwrap.dedent(extra)
-    )
-    conf = cfg.ConfigOpts()
-    vconf.register_opts(conf)
-    conf(["--config-file", str(path)], default_config_files=[])
-    return conf
+def summary(found):
+    """device -> (resource class, total, reserved)"""
+    out = {}
+    for device, provider in found.items():
+        [(rc, inv)] = provider["inventories"].items()
+        out[device] = (rc, inv["total"], inv["reserved"])
+        assert inv["max_unit"] == inv["total"]
+        assert (inv["min_unit"], inv["step_size"]) == (1, 1)
+        assert inv["allocation_ratio"] == 1.0
+    return out
 
 
-class PlacementNode:
-    """A simulated compute node syncing to the real Placement."""
-
-    def __init__(
-        self,
-        url,
-        tmp_path,
-        host_name="demo",
-        config=None,
-        nodename=None,
-        host=None,
-    ):
-        self.description = load(host_name)
-        self.host = host or SimulatedHost(self.description)
-        self.nodename = nodename or f"node-{uuid.uuid4().hex[:8]}"
-        self.url, self.tmp_path = url, tmp_path
-        self.configure(config or self.description.config)
-        self.syncer = PlacementSync(
-            client_from_conf(self.conf), self.nodename, refresh_interval=3600
-        )
-
-    def configure(self, config):
-        self.conf = placement_conf(
-            self.url, self.tmp_path, textwrap.dedent(config)
-        )
-        self.conf.set_override(
-            "state_path", str(self.tmp_path / self.nodename), "devices"
-        )
-        self.driver = VgpuDriver(self.conf, self.host)
-
-    def sync(self):
-        return sync_placement(self.driver, self.syncer)
+def xml_of_shipped_hosts(tmp_path):
+    """Every parent's, mdev's and domain's XML as libvirt's test driver
+    formats it, for all shipped hosts."""
+    parents, mdevs, domains = [], [], []
+    for i, name in enumerate(ALL_HOSTS):
+        uri, _ = hostdesc.materialize(hostdesc.load(name), tmp_path / str(i))
+        conn = libvirt.open(uri)
+        flag = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV_TYPES
+        parents += [d.XMLDesc(0) for d in conn.listAllDevices(flag)]
+        flag = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_CAP_MDEV
+        mdevs += [d.XMLDesc(0) for d in conn.listAllDevices(flag)]
+        domains += [d.XMLDesc(0) for d in conn.listAllDomains(0)]
+        conn.close()
+    return parents, mdevs, domains
 
 
-def sync_all_at_once(nodes, rounds=1):
-    """Every node syncs in its own thread; returns the errors."""
-    errors = []
+def saves_in_order(monkeypatch):
+    """The records written, by key, in the order they are written
+    (replaced whole, or appended to their journal)."""
+    order: list[str] = []
+    real_save = StateStore.save
+    real_append = Journal.append
 
-    def run(node):
-        try:
-            for _ in range(rounds):
-                node.sync()
-        except Exception as exc:
-            errors.append(exc)
+    def save(self, key, value):
+        order.append(key)
+        return real_save(self, key, value)
 
-    threads = [threading.Thread(target=run, args=(n,)) for n in nodes]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return errors
+    def append(self, base, record):
+        appended = real_append(self, base, record)
+        if appended:
+            order.append(self.path.stem)
+        return appended
 
-
-def placement_view(client, nodename):
-    """name -> (inventory summary, traits), read straight from Placement."""
-    [root] = client.request(
-        "GET", f"/resource_providers?name={nodename}"
-    ).body["resource_providers"]
-    providers = client.request(
-        "GET", f"/resource_providers?in_tree={root['uuid']}"
-    ).body["resource_providers"]
-    view = {}
-    for provider in providers:
-        inv = client.request(
-            "GET", f"/resource_providers/{provider['uuid']}/inventories"
-        ).body["inventories"]
-        traits = client.request(
-            "GET", f"/resource_providers/{provider['uuid']}/traits"
-        ).body["traits"]
-        short = provider["name"].removeprefix(f"{nodename}_")
-        view[short] = (
-            {rc: (r["total"], r["reserved"]) for rc, r in inv.items()},
-            set(traits),
-            provider["uuid"],
-            provider["parent_provider_uuid"],
-        )
-    return view
-
-
-def summary(view):
-    return {name: v[0] for name, v in view.items()}
-
-
-def add_trait(client, rp, trait):
-    """An operator adds a trait (as osc-placement would)."""
-    current = client.request("GET", f"/resource_providers/{rp}/traits").body
-    client.ensure_traits([trait])
-    client.request(
-        "PUT",
-        f"/resource_providers/{rp}/traits",
-        body={
-            "resource_provider_generation": current[
-                "resource_provider_generation"
-            ],
-            "traits": [*current["traits"], trait],
-        },
-    )
-
-
-def allocate(client, consumer, rp_uuid, rc="VGPU", amount=1):
-    client.request(
-        "PUT",
-        f"/allocations/{consumer}",
-        body={
-            "allocations": {rp_uuid: {"resources": {rc: amount}}},
-            "project_id": "p",
-            "user_id": "u",
-            "consumer_generation": None,
-        },
-        ok=(204,),
-    )
+    monkeypatch.setattr(StateStore, "save", save)
+    monkeypatch.setattr(Journal, "append", append)
+    return order

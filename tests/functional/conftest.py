@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import placement_conf
+from tests.placement_helpers import placement_conf
 from vgpu_driver.placement.client import PlacementClient, client_from_conf
 from vgpu_driver.placement.server import EmbeddedPlacement
 

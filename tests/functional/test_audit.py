@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from tests import helpers
+from tests import helpers, placement_helpers
 from vgpu_driver.cmd import main as cli
 
 pytestmark = pytest.mark.functional
@@ -119,7 +119,7 @@ def test_restore_holds_the_devices_of_a_spawn_in_flight(
         "GET", f"/resource_providers?name={host}_pci_0000_86_00_0"
     ).body["resource_providers"]
     spawning = str(uuid.uuid4())
-    helpers.allocate(client, spawning, rp["uuid"])
+    placement_helpers.allocate(client, spawning, rp["uuid"])
     (tmp_path / "state" / "claims.json").write_text("\xff not json")
     code, out = _cli(capsys, conf, "restore", "--format", "json")
     report = json.loads(out)

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from tests.helpers import PlacementNode, allocate, placement_view
-from tests.unit.test_mixed_size import CARD, CONFIG, SECOND, mixed_host
+from tests.mixed_size_host import CARD, CONFIG, SECOND, mixed_host
+from tests.placement_helpers import PlacementNode, allocate, placement_view
 from vgpu_driver.exception import PlacementError
 
 pytestmark = pytest.mark.functional

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import PlacementNode, allocate, placement_view
+from tests.placement_helpers import PlacementNode, allocate, placement_view
 from tests.unit.test_plain_sriov import CONFIG
 from vgpu_driver.exception import PlacementError
 

@@ -7,8 +7,8 @@ import uuid
 import pytest
 
 from tests import helpers
-from tests.helpers import PlacementNode as Node
-from tests.helpers import placement_view
+from tests.placement_helpers import PlacementNode as Node
+from tests.placement_helpers import placement_view
 from vgpu_driver.exception import ReshapeFailed
 from vgpu_driver.placement.sync import root_uuid_for
 

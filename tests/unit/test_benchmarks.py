@@ -196,7 +196,9 @@ def test_the_gone_rows_remove_the_mdev_the_event_freed(tmp_path, monkeypatch):
 
     monkeypatch.setattr(VgpuDriver, "release_mdevs", no_release)
     monkeypatch.setattr(changes, "RUNS", [2])
-    found = changes.spawn_churn((1, 4, 4), tmp_path, making=True, by_event=True)
+    found = changes.spawn_churn(
+        (1, 4, 4), tmp_path, making=True, by_event=True
+    )
     made = [devices[0] for devices in found["bound"]]
     assert len(made) == len(set(made)) == 2
     assert found["free"] == [0, 0, 0, 0]

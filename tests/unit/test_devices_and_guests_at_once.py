@@ -15,9 +15,9 @@ import pytest
 
 from benchmarks.common import conf_for, dense
 from benchmarks.service import Service
-from tests.unit.test_binding import hand_made_domain_xml
+from tests.dense_service import counting
+from tests.domains import hand_made_domain_xml
 from tests.unit.test_refresh_sequences import _view_agrees
-from tests.unit.test_structural_costs import counting
 from vgpu_driver.model import device_view
 from vgpu_driver.service import touched, whole_host
 from vgpu_driver.sim import description as hostdesc
@@ -245,8 +245,7 @@ def test_a_bind_that_makes_its_mdev_is_one_durable_write(
     Another process reads the device as made, then no longer made."""
     import os
 
-    from tests.helpers import made_on_disk
-    from tests.unit.test_structural_costs import saves_in_order
+    from tests.helpers import made_on_disk, saves_in_order
     from vgpu_driver.records.journal import Journal
 
     _conn, service = _making(tmp_path, shape)

@@ -15,49 +15,20 @@ from pathlib import Path
 import pytest
 
 from tests import helpers
+from tests.mixed_size_host import (
+    CARD,
+    CONFIG,
+    SECOND,
+    mixed_card,
+    planned,
+)
 from vgpu_driver.exception import DeviceCapacityExhausted
 from vgpu_driver.model import check
-from vgpu_driver.sim.simulated import SimulatedHost
-
-CARD = "pci_0001_c8_00_0"
-SECOND = f"{CARD}__nvidia-1540"
-CONFIG = """
-[devices]
-enabled_mdev_types = nvidia-1521, nvidia-1540
-[mdev_nvidia-1521]
-device_addresses = 0001:c8:00.0
-[mdev_nvidia-1540]
-device_addresses = 0001:c8:00.0
-mdev_class = CUSTOM_DC_48Q
-"""
-
-
-def mixed_host():
-    """The RTX PRO 6000 host in mixed-size mode, no vGPU placed."""
-    host = SimulatedHost(helpers.load("rtx6000-nvml"))
-    for pf in host._state.pfs:
-        pf.vf_types.clear()
-        pf.mixed_size = True  # nvidia-smi vgpu -shm 1
-    host._state.guests.clear()
-    return host
 
 
 @pytest.fixture
 def card(make_conf, tmp_path):
-    return helpers.Node(
-        make_conf, tmp_path, "rtx6000-nvml", CONFIG, mixed_host()
-    )
-
-
-def planned(node, *fields):
-    """A pass's plans: provider name (without the node's) -> the plan,
-    or the tuple of its ``fields``."""
-    return {
-        p.name.removeprefix("node1_"): (
-            tuple(getattr(p, f) for f in fields) if fields else p
-        )
-        for p in node.driver.update_provider_tree(node.tree, "node1")
-    }
+    return mixed_card(make_conf, tmp_path)
 
 
 def totals(node):
@@ -116,7 +87,7 @@ def test_a_bind_that_no_longer_fits_fails_before_the_host_changes(card):
 
 
 def test_an_mdev_parent_named_for_two_types_serves_the_first():
-    from tests.unit.test_capacity import enabled
+    from tests.capacity_helpers import enabled
     from vgpu_driver.model.config import DeviceConfig
 
     inventory = helpers.simulated_host("demo").discover()
@@ -290,142 +261,6 @@ def test_a_type_enabled_first_leaves_the_cards_type_on_the_card(card):
     }
 
 
-def shared_card(make_conf, tmp_path, shares):
-    text = CONFIG.replace(
-        "device_addresses = 0001:c8:00.0\nmdev_class",
-        f"device_addresses = 0001:c8:00.0\ncard_share = {shares[1]}\n"
-        "mdev_class",
-    ).replace(
-        "[mdev_nvidia-1521]\ndevice_addresses = 0001:c8:00.0\n",
-        "[mdev_nvidia-1521]\ndevice_addresses = 0001:c8:00.0\n"
-        f"card_share = {shares[0]}\n",
-    )
-    return helpers.Node(
-        make_conf, tmp_path, "rtx6000-nvml", text, mixed_host()
-    )
-
-
-def test_card_share_reserves_all_but_each_types_share(make_conf, tmp_path):
-    """50/50 on the RTX PRO 6000 (NVML: 24 DC-4Q or 2 DC-48Q on the empty
-    card): each type may hold half of its figure, 12 DC-4Q and 1 DC-48Q.
-    Once a DC-48Q is placed, DC-4Q still offers its 12 (they fit beside
-    it) and DC-48Q nothing more."""
-    card = shared_card(make_conf, tmp_path, (50, 50))
-    assert planned(card, "total", "reserved") == {
-        CARD: (24, 12),
-        SECOND: (2, 1),
-    }
-    rp = card.tree.data(f"node1_{SECOND}").uuid
-    card.driver.allocate_mdevs("i1", {rp: {"resources": {"CUSTOM_DC_48Q": 1}}})
-    assert planned(card, "total", "reserved") == {
-        CARD: (12, 0),
-        SECOND: (2, 1),  # 1 in use, 1 fits: its share is taken
-    }
-
-
-def test_a_share_of_a_card_serving_one_type_reserves_nothing(
-    make_conf, tmp_path
-):
-    """card_share splits a card between its types: a card whose one
-    enabled type is DC-4Q offers all 24, share or not."""
-    text = (
-        "[devices]\nenabled_mdev_types = nvidia-1521\n[mdev_nvidia-1521]\n"
-        "device_addresses = 0001:c8:00.0\ncard_share = 50\n"
-    )
-    card = helpers.Node(
-        make_conf, tmp_path, "rtx6000-nvml", text, mixed_host()
-    )
-    assert planned(card, "total", "reserved") == {CARD: (24, 0)}
-
-
-def test_a_small_type_does_not_starve_a_large_ones_share(make_conf, tmp_path):
-    """12 DC-4Q placed, its half of the card: DC-48Q still offers the one
-    its share holds (a share of what is left would leave it nothing)."""
-    card = shared_card(make_conf, tmp_path, (50, 50))
-    rp = card.tree.data(f"node1_{CARD}").uuid
-    for n in range(12):
-        card.driver.allocate_mdevs(f"i{n}", {rp: {"resources": {"VGPU": 1}}})
-    found = planned(card, "total", "reserved")
-    assert found[CARD] == (24, 12)  # 12 in use, 12 more fit: none offered
-    assert found[SECOND] == (1, 0)  # the one that fits beside them
-
-
-@pytest.mark.parametrize(
-    ("shares", "all_fit"), [((50, 50), True), ((75, 25), True), (None, False)]
-)
-def test_shares_adding_up_to_100_let_every_offered_unit_bind(
-    make_conf, tmp_path, shares, all_fit
-):
-    """What one refresh offers of both types, all taken before the next
-    refresh (two schedulers' picks): with shares adding up to 100 every
-    bind fits; with none, a bind is refused (the race shares close)."""
-    card = (
-        shared_card(make_conf, tmp_path, shares)
-        if shares
-        else helpers.Node(
-            make_conf, tmp_path, "rtx6000-nvml", CONFIG, mixed_host()
-        )
-    )
-    offered = {
-        name: (card.tree.data(f"node1_{name}").uuid, p.total - p.reserved)
-        for name, p in planned(card).items()
-    }
-    classes = {CARD: "VGPU", SECOND: "CUSTOM_DC_48Q"}
-    picks = [SECOND] * offered[SECOND][1] + [CARD] * offered[CARD][1]
-    refused = 0
-    for n, name in enumerate(picks):
-        try:
-            card.driver.allocate_mdevs(
-                f"i{n}",
-                {offered[name][0]: {"resources": {classes[name]: 1}}},
-            )
-        except DeviceCapacityExhausted:
-            refused += 1
-    assert (refused == 0) is all_fit
-    assert len(picks) > 0
-
-
-@pytest.mark.parametrize("value", ["0", "101", "half"])
-def test_a_bad_card_share_is_named(make_conf, value):
-    from vgpu_driver.conf.loader import load_device_config
-    from vgpu_driver.exception import ConfigInvalid
-
-    conf = make_conf(CONFIG + f"card_share = {value}\n")
-    with pytest.raises(ConfigInvalid) as exc:
-        load_device_config(conf)
-    assert "[mdev_nvidia-1540] card_share" in str(exc.value)
-    assert value in str(exc.value)
-
-
-def test_shares_over_100_are_a_warning(make_conf, tmp_path):
-    card = shared_card(make_conf, tmp_path, (75, 50))
-    [problem] = [
-        p
-        for p in check.host_problems(card.driver.config, card.host.discover())
-        if p.option == "card_share"
-    ]
-    assert problem.severity == "warning" and "125%" in str(problem)
-
-
-def _share_warnings(node):
-    return [
-        p
-        for p in check.host_problems(node.driver.config, node.host.discover())
-        if p.option == "card_share"
-    ]
-
-
-def test_shares_up_to_100_or_none_set_are_no_warning(
-    make_conf, tmp_path, card
-):
-    """Shares adding up to exactly 100 are what the warning asks for;
-    two types with no share set at all are the card's default mode
-    (each offers what fits), not a share of 200%."""
-    shared = shared_card(make_conf, tmp_path / "shared", (50, 50))
-    assert _share_warnings(shared) == []
-    assert _share_warnings(card) == []
-
-
 def test_the_inventory_table_shows_the_other_types_under_the_card(
     card, capsys
 ):
@@ -446,23 +281,6 @@ def test_the_inventory_table_shows_the_other_types_under_the_card(
     [child] = [line for line in lines if SECOND in line]
     assert child.startswith(f"  └ node1_{SECOND}")
     assert child.split()[2:5] == ["CUSTOM_DC_48Q", "2", "0"]
-
-
-def test_what_a_share_is_of_comes_from_nvml_or_the_board_table():
-    """Without NVML, the board table and each type's size say what the
-    empty card holds (at most 32 time-sliced vGPUs); NVML's Max
-    Instances, when read; never a MIG-backed type (DC-1-2Q)."""
-    from vgpu_driver.model import capacity
-
-    inventory = mixed_host().discover()
-    [pf] = inventory.pfs
-    table = capacity.card_max(pf)
-    assert (table["nvidia-1521"], table["nvidia-1540"]) == (24, 2)
-    assert table["nvidia-1518"] == 32  # DC-2B: 48 by size, 32 time-sliced
-    assert "nvidia-1546" not in table  # DC-1-2Q is MIG-backed
-    said = capacity.card_max(pf, inventory.nvml.gpu(pf.address))
-    assert (said["nvidia-1521"], said["nvidia-1540"]) == (24, 2)
-    assert "nvidia-1546" not in said
 
 
 def test_the_shipped_mixed_size_host_reports_both_types_split(capsys):

@@ -9,7 +9,7 @@ import logging
 import sys
 import types
 
-from tests.unit.test_nvml import emptied, rtx_host
+from tests.nvml_hosts import emptied, rtx_host
 from vgpu_driver.host import nvml as nvml_host
 from vgpu_driver.host.nvml import NvmlReader
 from vgpu_driver.sim.nvml_lib import (

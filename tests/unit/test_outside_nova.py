@@ -11,10 +11,10 @@ import random
 import uuid
 from collections import Counter
 
-from tests.unit.test_binding import hand_made_domain_xml
+from tests.domains import hand_made_domain_xml
 from tests.unit.test_refresh_sequences import _Host, _tree
-from vgpu_driver.model.device import Guest, HostInventory
-from vgpu_driver.model.foreign import outside_changed, unaccounted
+from vgpu_driver.model.device import Guest
+from vgpu_driver.model.foreign import unaccounted
 from vgpu_driver.sim import guest_xml
 
 
@@ -115,9 +115,6 @@ def test_a_vf_a_guest_outside_nova_is_given_is_reserved(node):
     """A plain SR-IOV GPU (Intel, VFs given as they are): a VF in a guest
     outside Nova is reserved on the GPU's provider; a Nova instance's
     VF is in its allocation."""
-    import dataclasses
-
-    from vgpu_driver.model.device import Guest
 
     n = node("intel-igpu-sriov")
     [plan] = n.update().values()
@@ -137,7 +134,6 @@ def test_an_nvidia_vf_a_guest_outside_nova_uses_is_reserved(
 ):
     """An NVIDIA SR-IOV card (L40): a typed VF in a guest outside Nova
     (described so, read so) is reserved on the card's provider."""
-    import dataclasses
 
     from tests.helpers import Node, load
     from vgpu_driver.sim.simulated import SimulatedHost
@@ -166,7 +162,7 @@ def test_a_guest_without_metadata_the_caller_names_is_nova_s(
     is Nova's whatever its XML says (its event plans nothing); one it
     names after it was counted outside Nova is given back at the next
     refresh."""
-    from tests.unit.test_structural_costs import counting
+    from tests.dense_service import counting
     from vgpu_driver.service import whole_host
 
     host, tree, parent, before, wanted = _on_first_parent(2, tmp_path)
@@ -226,46 +222,6 @@ def test_an_instance_released_is_no_longer_named(tmp_path):
     _full_pass_agrees(host)
 
 
-class _Counted(set[str]):
-    """The caller's named instances, counting the lookups."""
-
-    looked = 0
-
-    def __contains__(self, item: object) -> bool:
-        self.looked += 1
-        return super().__contains__(item)
-
-
-def test_a_guest_s_event_looks_at_that_guest_alone():
-    """Did what guests outside Nova use change? After one guest's event,
-    the reading says which guest changed: that one is looked at, not the
-    200 beside it (what a refresh after an event costs stays flat)."""
-    guests = tuple(
-        Guest(str(uuid.UUID(int=i)), f"g{i}", mdevs=(f"m{i}",), nova=False)
-        for i in range(200)
-    )
-    before = HostInventory(guests=guests, generation=1)
-    gone = guests[7]
-    for then, after, told in [
-        (gone, None, True),  # one outside Nova gone: its mdev is free
-        (None, gone, True),
-        (dataclasses.replace(gone, nova=True), None, False),  # Nova's
-    ]:
-        named = _Counted()
-        now = HostInventory(
-            guests=tuple(g for g in guests if g is not gone),
-            generation=2,
-            guest_changes=(1, ((gone.uuid, then, after),)),
-        )
-        assert outside_changed(before, now, named, named) is told
-        assert named.looked <= 1
-    # a reading that does not say which guests changed: every one
-    named = _Counted()
-    unsaid = dataclasses.replace(now, guest_changes=None)
-    assert outside_changed(before, unsaid, named, named)
-    assert named.looked == 399
-
-
 def test_a_named_guest_without_metadata_deleted_plans_nothing(
     tmp_path, monkeypatch
 ):
@@ -276,7 +232,7 @@ def test_a_named_guest_without_metadata_deleted_plans_nothing(
     and the refresh plans no provider. One whose guest was left behind,
     read again once libvirt tells of it, is outside Nova: planned
     again."""
-    from tests.unit.test_structural_costs import counting
+    from tests.dense_service import counting
     from vgpu_driver.service import touched, whole_host
 
     host, tree, parent, before, wanted = _on_first_parent(4, tmp_path)
@@ -318,37 +274,6 @@ def test_a_named_guest_without_metadata_deleted_plans_nothing(
     _full_pass_agrees(host)
 
 
-def test_names_are_judged_as_they_were_when_the_last_reading_was():
-    """The names a refresh judges the last reading with are those of its
-    day: a name given and forgotten since is as it was before the first
-    change; a change made while a refresh judged (after its mark) is
-    kept for the next one, those before it are let go."""
-    from vgpu_driver.service.named import NamedInstances
-
-    named = NamedInstances()
-    named.name(["a", "b"])
-    named.judged(named.mark())
-    assert "a" in named.then() and "c" not in named.then()
-    assert named.then() is named  # no change since: the names as they are
-    named.forget("a")
-    named.name(["c"])
-    named.forget("c")  # given and forgotten since: never named then
-    then = named.then()
-    assert "a" in then and "a" not in named
-    assert "c" not in then and "c" not in named
-    assert "b" in then and "b" in named
-    mark = named.mark()
-    named.name(["d"])  # while that refresh judged
-    named.judged(mark)
-    then = named.then()
-    assert set(then.before) == {"d"}
-    assert "d" not in then and "d" in named and "a" not in then
-    named.judged(named.mark())
-    assert named.then() is named
-    named.name(["b"])  # named already: no change to judge
-    assert named.then() is named
-
-
 def test_a_guest_outside_nova_moved_to_another_pgpu_moves_its_reservation(
     tmp_path,
 ):
@@ -372,34 +297,3 @@ def test_a_guest_outside_nova_moved_to_another_pgpu_moves_its_reservation(
     assert _plan(host, first).reserved == before[first]
     assert _plan(host, second).reserved == before[second] + 1
     _full_pass_agrees(host)
-
-
-def test_naming_one_of_two_guests_without_metadata_gives_back_its_own():
-    """Two guests without metadata on one reading; the caller names the
-    second: that one crossed the line (its devices), the first did
-    not."""
-    from vgpu_driver.model.foreign import outside_of
-    from vgpu_driver.service.named import NamedInstances
-
-    a, b = (str(uuid.UUID(int=i)) for i in (1, 2))
-    reading = HostInventory(
-        guests=(
-            Guest(a, "a", mdevs=("m1",), nova=False),
-            Guest(b, "b", mdevs=("m2",), nova=False),
-        ),
-        generation=1,
-    )
-    named = NamedInstances()
-    assert outside_of(reading, b, named) == frozenset({"m2"})
-    assert outside_of(reading, "absent", named) == frozenset()
-    named.name([b])
-    assert outside_of(reading, b, named) == frozenset()
-    assert outside_of(reading, b, named.then()) == frozenset({"m2"})
-    assert named.crossed(reading, reading)
-    named.judged(named.mark())
-    named.name([str(uuid.UUID(int=3))])  # no guest of that name
-    assert not named.crossed(reading, reading)
-    # two names changed at once, one of them crossing: crossed
-    named.forget(b)
-    named.name([str(uuid.UUID(int=4))])
-    assert named.crossed(reading, reading)

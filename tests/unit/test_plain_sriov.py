@@ -231,7 +231,7 @@ def test_an_intel_igpu_s_vfs_bound_to_i915_are_one_provider(tmp_path):
     8086:46d3 and i915 binds the VFs in the host; read through libvirt
     and sysfs, the VFs are no PFs of their own and the GPU offers 7."""
     from tests import helpers
-    from tests.unit.test_capacity import enabled
+    from tests.capacity_helpers import enabled
     from vgpu_driver.model.inventory import plan_providers
 
     description = helpers.load("intel-igpu-sriov")

@@ -18,7 +18,7 @@ import pytest
 
 from benchmarks.common import conf_for, dense
 from benchmarks.service import FREE, Service
-from tests.unit.test_binding import hand_made_domain_xml
+from tests.domains import hand_made_domain_xml
 from vgpu_driver.exception import DeviceCapacityExhausted
 from vgpu_driver.sim import description as hostdesc
 from vgpu_driver.sim import guest_xml

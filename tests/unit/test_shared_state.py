@@ -337,7 +337,7 @@ def test_over_libvirt_another_process_s_guest_is_read_before_choosing(
     before choosing, and never hands out the mdev B's guest uses."""
     import libvirt
 
-    from tests.unit.test_binding import hand_made_domain_xml
+    from tests.domains import hand_made_domain_xml
     from vgpu_driver.host.libvirt_host import LibvirtHost
     from vgpu_driver.sim import description as hostdesc
 

@@ -1,6 +1,8 @@
 """What the sysfs side reads where libvirt says nothing: a device's
 directory without libvirt's path, and a parent libvirt has no node
-device for (the mtty sample driver's)."""
+device for (the mtty sample driver's); and how it reads: attributes
+whole or not at all, a VF list read while VFs are being enabled not
+kept."""
 
 from __future__ import annotations
 
@@ -53,3 +55,45 @@ def test_a_type_sysfs_does_not_fully_describe_is_left_out(tmp_path):
     assert parent.types[0].name == "Single port serial"
     # a device without mdev_supported_types is no parent
     assert SysfsTree(tmp_path).read_parent(tmp_path / "devices", "x") is None
+
+
+def test_sysfs_attributes_are_read_whole_or_not_at_all(tmp_path):
+    """sysfs values are read with raw descriptor reads: a value longer
+    than one read comes back whole; a missing, unreadable or undecodable
+    attribute is None, never a partial value or an exception."""
+    from vgpu_driver.host import sysfs_files
+
+    long_value = "GRID description line\n" * 4000  # many one-page reads
+    (tmp_path / "description").write_text(long_value + "\n")
+    (tmp_path / "one_page").write_text("x" * 4096)
+    (tmp_path / "latin1").write_bytes(b"caf\xe9")
+    (tmp_path / "a_directory").mkdir()
+    (tmp_path / "available_instances").write_text("  12\n")
+
+    assert sysfs_files.read(tmp_path / "description") == long_value.strip()
+    assert sysfs_files.read(tmp_path / "one_page") == "x" * 4096
+    assert sysfs_files.read(str(tmp_path / "available_instances")) == "12"
+    assert sysfs_files.read_int(tmp_path / "available_instances") == 12
+    for unreadable in ("missing", "latin1", "a_directory"):
+        assert sysfs_files.read(tmp_path / unreadable) is None
+
+
+def test_a_vf_list_read_while_vfs_are_being_enabled_is_not_kept(tmp_path):
+    """``sriov_numvfs`` already says 32 while a ``virtfn`` link is not
+    there yet: that listing is incomplete, so the next scan reads the
+    links again (the count alone has not changed)."""
+    from tests.helpers import load
+    from vgpu_driver.host.sysfs import SysfsTree
+    from vgpu_driver.sim.description import materialize
+
+    _uri, root = materialize(load("l40-sriov"), tmp_path)
+    pf_dir = root / "bus/pci/devices/0000:41:00.0"
+    link = pf_dir / "virtfn5"
+    target = link.readlink()
+    link.unlink()  # the kernel has not made it yet
+    tree = SysfsTree(root)
+    [pf] = tree.sriov_functions()
+    complete = len(pf.vfs) + 1
+    link.symlink_to(target)
+    [pf] = tree.sriov_functions()
+    assert len(pf.vfs) == complete

@@ -13,13 +13,13 @@ from collections import Counter
 import pytest
 
 from benchmarks.common import sriov
-from tests.helpers import load
-from tests.unit.test_mdev_changes import (
-    _change,
-    _follows_as_whole,
-    _pair,
-    _tree,
+from tests.followed_pair import (
+    follows_as_whole,
+    mdev_changed,
+    pair,
+    tree_of,
 )
+from tests.helpers import load
 from vgpu_driver.exception import DeviceNoRoom
 from vgpu_driver.model.device import Guest
 from vgpu_driver.model.device_view import DeviceView
@@ -69,13 +69,13 @@ def test_a_service_told_which_cards_changed_ends_as_one_that_reads_all(
     plans, the tree and the binds are those of a service reading the
     whole host at every pass, its view of the cards is the one a whole
     reading builds, and most passes planned the devices touched alone."""
-    follows, whole = _pair(make_conf, tmp_path, HOSTS[host])
+    follows, whole = pair(make_conf, tmp_path, HOSTS[host])
 
     def change(node, rng, mine):
         if not mine:
             mine.extend(([], []))  # the mdevs and the VFs they made
         if node.host.discover().parents and rng.random() < 0.3:
-            _change(node.host, rng, mine[0])
+            mdev_changed(node.host, rng, mine[0])
         else:
             _vf_change(node.host, rng, mine[1])
 
@@ -86,7 +86,7 @@ def test_a_service_told_which_cards_changed_ends_as_one_that_reads_all(
         assert ledger.view.pfs == built.pfs, step
         assert ledger.view.foreign == built.foreign, step
 
-    replanned = _follows_as_whole(
+    replanned = follows_as_whole(
         monkeypatch, (follows, whole), seed, change, check
     )
     assert replanned[True] >= 15, replanned
@@ -98,9 +98,9 @@ def test_a_vf_typed_by_another_manager_plans_and_writes_its_card_alone(
     """One VF typed on one card of three: that card's provider alone is
     planned (its free VF reserved: another manager's) and written; a
     full pass then changes nothing."""
-    from tests.unit.test_structural_costs import counting
+    from tests.dense_service import counting
 
-    follows, _whole = _pair(make_conf, tmp_path, HOSTS["l40"])
+    follows, _whole = pair(make_conf, tmp_path, HOSTS["l40"])
     follows.update()
     reading = follows.host.discover()
     pf = reading.pfs[1]
@@ -125,18 +125,18 @@ def test_a_vf_typed_by_another_manager_plans_and_writes_its_card_alone(
     assert {d: p for d, p in after.items() if d != pf.name} == {
         d: p for d, p in before.items() if d != pf.name
     }
-    tree = _tree(follows)
+    tree = tree_of(follows)
     follows.driver._refresher._fingerprint = None  # plan the whole host
     follows.update()
-    assert _tree(follows) == tree
+    assert tree_of(follows) == tree
 
 
 @pytest.mark.parametrize("host", ["l40", "mixed", "demo"])
 def test_what_the_cards_touched_hold_is_what_the_whole_host_counts(host):
     """Typed VFs guests use and VFs claimed, on the cards a change
     touched: as usage.held_devices counts the whole host."""
-    from tests.unit.test_mdev_changes import held_on
     from vgpu_driver.model import usage
+    from vgpu_driver.service.touched import held_on
     from vgpu_driver.sim.simulated import SimulatedHost
 
     rng = random.Random(3)
@@ -177,7 +177,7 @@ def test_a_vf_a_guest_has_typed_by_another_is_recorded(make_conf, tmp_path):
     """A guest defined with a VF not typed yet, the VF typed by another
     manager afterwards: the card changed alone, and the VF's type is
     recorded as a whole reading records it (kept across reboots)."""
-    follows, _whole = _pair(make_conf, tmp_path, HOSTS["l40"])
+    follows, _whole = pair(make_conf, tmp_path, HOSTS["l40"])
     follows.update()
     reading = follows.host.discover()
     pf = reading.pfs[0]
@@ -216,7 +216,7 @@ def test_a_card_touched_keeps_what_a_guest_outside_nova_uses_reserved(
     """A guest outside Nova has a typed VF of a card; another manager
     types one more VF there: planned alone, the card's provider still
     reserves the guest's VF, as a whole pass does."""
-    follows, _whole = _pair(make_conf, tmp_path, HOSTS["l40"])
+    follows, _whole = pair(make_conf, tmp_path, HOSTS["l40"])
     follows.update()
     pf = follows.host.discover().pfs[2]
     free = [v for v in pf.vfs if not v.current_type and v.creatable]
@@ -243,10 +243,10 @@ def test_libvirt_s_adapter_says_which_card_a_vf_change_touched(tmp_path):
     host finds."""
     from pathlib import Path
 
-    from tests.unit.test_libvirt_changes import _host
+    from tests.modelled_libvirt import modelled_host
     from vgpu_driver.host.libvirt_host import LibvirtHost
 
-    host, conn = _host(tmp_path, "l40-sriov")
+    host, conn = modelled_host(tmp_path, "l40-sriov")
     before = host.discover(rescan_guests=True)
     [pf] = before.pfs
     vf = next(v for v in pf.vfs if not v.current_type and v.creatable)

@@ -147,7 +147,7 @@ def test_the_gpu_s_metrics_count_what_its_vfs_hold(make_conf, tmp_path):
 
 def test_a_vf_address_means_its_gpu_and_check_config_says_so():
     from tests import helpers
-    from tests.unit.test_capacity import enabled
+    from tests.capacity_helpers import enabled
     from vgpu_driver.model import check
     from vgpu_driver.model.inventory import plan_providers
 
