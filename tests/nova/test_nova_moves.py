@@ -296,3 +296,49 @@ def test_a_live_migration_without_mdevs_gets_nova_s_own_answer(
         )
         assert got is answered and asked[-1] is sent
     assert instance.uuid not in adapter.driver.instance_devices()
+
+
+@pytest.mark.parametrize(
+    ("source", "dest", "released"),
+    [("host1", "host2", True), ("host1", "host1", False)],
+)
+def test_a_confirmed_move_releases_the_source_unless_it_stays_on_the_host(
+    nova, monkeypatch, source, dest, released
+):
+    """Nova confirms a resize on its source host. Moved to another host,
+    the instance holds nothing here any more: what it still has claimed
+    is released. Resized on the same host, what it holds here is the
+    resized guest's: kept claimed, or another instance could take it
+    before that guest is defined with it. (Nova's own
+    ``confirm_migration``, which needs the whole libvirt driver, is
+    stood in for.)"""
+    from nova.virt.libvirt import driver as nova_libvirt
+
+    from vgpu_driver.nova.driver import LibvirtDriver
+
+    adapter, tree, _root = nova
+    adapter.update_provider_tree(tree, NODE)
+    rp = tree.data(f"{NODE}_pci_0000_86_00_0").uuid
+    instance = type("Instance", (), {"uuid": str(uuid.uuid4())})()
+    migration = type(
+        "Migration", (), {"source_compute": source, "dest_compute": dest}
+    )()
+    allocations = {rp: {"resources": {"VGPU": 1}}}
+    assert adapter.allocate(instance.uuid, allocations) == [FREE_ON_86]
+    confirmed = []
+    monkeypatch.setattr(
+        nova_libvirt.LibvirtDriver,
+        "confirm_migration",
+        lambda self, *a, **kw: confirmed.append(a) or "nova's answer",
+    )
+    driver = object.__new__(LibvirtDriver)
+    driver._vgpu_adapter = adapter
+    assert driver.confirm_migration(None, migration, instance) == (
+        "nova's answer"
+    )
+    assert confirmed == [(None, migration, instance)]
+    claimed = adapter.driver.instance_devices().get(
+        instance.uuid, {"claimed": []}
+    )["claimed"]
+    assert claimed == ([] if released else [FREE_ON_86])
+    assert (FREE_ON_86 in adapter.free_mdevs(None, None)) is released
