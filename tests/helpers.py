@@ -18,9 +18,6 @@ from vgpu_driver.cmd.inventory import ROOT_NAMESPACE, tree_report
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.provider_tree import ProviderTree
-from vgpu_driver.records.claims import ClaimsRecord
-from vgpu_driver.records.journal import Journal
-from vgpu_driver.records.store import StateStore
 from vgpu_driver.sim import description as hostdesc
 from vgpu_driver.sim import nvml_lib
 from vgpu_driver.sim.simulated import SimulatedHost
@@ -28,6 +25,14 @@ from vgpu_driver.sim.simulated import SimulatedHost
 DATA = Path(__file__).parent / "data"
 # m10: an nvidia-36 mdev on pci_0000_86_00_0 that no guest has
 M10_FREE_ON_86 = "386818c0-9f18-5b12-8c04-386dbef1b1ab"
+# the AMD MxGPU host (amd-mxgpu) with its one VF type enabled, its own class
+MXGPU_CONFIG = """
+[devices]
+enabled_mdev_types = vf-1002-692f
+[mdev_vf-1002-692f]
+device_addresses = 0000:61:00.0
+mdev_class = CUSTOM_MXGPU
+"""
 ALL_HOSTS = [*hostdesc.shipped_names(), str(DATA / "s390.json")]
 
 
@@ -217,31 +222,6 @@ class FileBackedHost(SimulatedHost):
         return self._shared(super().set_vf_type, vf_address, type_id)
 
 
-def claims_on_disk(state: Path) -> dict:
-    """The claims as a new process reads them from ``state`` (the claims
-    file and the saves appended to its journal since)."""
-    record = ClaimsRecord(StateStore(state))
-    with record.locked():
-        return dict(record.claims)
-
-
-def made_on_disk(state: Path) -> set[str]:
-    """The devices made, as a new process reads them from ``state``
-    (listed with the claims, and the changes appended since)."""
-    record = ClaimsRecord(StateStore(state))
-    with record.locked():
-        return set(record.made)
-
-
-def record_made(state: Path, made: set[str]) -> None:
-    """Record ``made`` as the devices the library made, under the lock
-    (as another process of the library would)."""
-    record = ClaimsRecord(StateStore(state))
-    with record.locked():
-        record.made = set(made)
-        record.save()
-
-
 def new_tree(nodename: str = "node1") -> ProviderTree:
     """A provider tree holding the compute node's own provider."""
     tree = ProviderTree()
@@ -351,25 +331,3 @@ def xml_of_shipped_hosts(tmp_path):
         domains += [d.XMLDesc(0) for d in conn.listAllDomains(0)]
         conn.close()
     return parents, mdevs, domains
-
-
-def saves_in_order(monkeypatch):
-    """The records written, by key, in the order they are written
-    (replaced whole, or appended to their journal)."""
-    order: list[str] = []
-    real_save = StateStore.save
-    real_append = Journal.append
-
-    def save(self, key, value):
-        order.append(key)
-        return real_save(self, key, value)
-
-    def append(self, base, record):
-        appended = real_append(self, base, record)
-        if appended:
-            order.append(self.path.stem)
-        return appended
-
-    monkeypatch.setattr(StateStore, "save", save)
-    monkeypatch.setattr(Journal, "append", append)
-    return order

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from tests import helpers, placement_helpers
+from tests import helpers, placement_helpers, records_helpers
 from vgpu_driver.cmd import main as cli
 
 pytestmark = pytest.mark.functional
@@ -91,7 +91,7 @@ def test_audit_lists_each_mismatch_and_fixes_only_what_is_safe(
     code, out = _cli(capsys, conf, "audit", "--fix", "--format", "json")
     assert code == 1  # allocations are only reported
     assert json.loads(out)["fixed"] == [f"dropped the claim on {stale}"]
-    assert helpers.claims_on_disk(tmp_path / "state") == {}
+    assert records_helpers.claims_on_disk(tmp_path / "state") == {}
     # the allocation is untouched
     body = client.request("GET", f"/allocations/{stranger}").body
     assert rp["uuid"] in body["allocations"]
@@ -127,7 +127,7 @@ def test_restore_holds_the_devices_of_a_spawn_in_flight(
     assert len(report["records_moved_aside"]) == 1
     free_on_86 = "e905c06b-d33d-55fa-b0e1-6654dc764fac"  # demo.json
     assert report["held_in_flight"] == {spawning: [free_on_86]}
-    claims = helpers.claims_on_disk(tmp_path / "state")
+    claims = records_helpers.claims_on_disk(tmp_path / "state")
     assert claims[free_on_86]["instance"] == spawning
     # the audit no longer calls it an allocation without a guest
     code, out = _cli(capsys, conf, "audit", "--format", "json")

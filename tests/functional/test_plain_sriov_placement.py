@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import MXGPU_CONFIG
 from tests.placement_helpers import PlacementNode, allocate, placement_view
-from tests.unit.test_plain_sriov import CONFIG
 from vgpu_driver.exception import PlacementError
 
 pytestmark = pytest.mark.functional
@@ -15,7 +15,9 @@ pytestmark = pytest.mark.functional
 def test_the_gpu_s_vfs_are_one_custom_provider(
     placement_url, tmp_path, client
 ):
-    node = PlacementNode(placement_url, tmp_path, "amd-mxgpu", config=CONFIG)
+    node = PlacementNode(
+        placement_url, tmp_path, "amd-mxgpu", config=MXGPU_CONFIG
+    )
     node.sync()
     view = placement_view(client, node.nodename)
     inventory, traits, rp, _parent = view["pci_0000_61_00_0"]

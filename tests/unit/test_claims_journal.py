@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests import helpers
+from tests.records_helpers import claim, conf_with_state, journal_of
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.records import journal
 from vgpu_driver.records.claims import ClaimsRecord
@@ -22,18 +23,6 @@ from vgpu_driver.records.store import (
     StateStore,
     StateStoreError,
 )
-
-
-def claim(device: str, instance: str) -> dict:
-    return {
-        "kind": "mdev",
-        "id": device,
-        "parent": "pci_0000_86_00_0",
-        "type_id": "nvidia-36",
-        "created": False,
-        "instance": instance,
-        "purpose": "spawn",
-    }
 
 
 def save(record: ClaimsRecord, **claims: str) -> None:
@@ -47,10 +36,6 @@ def read(state) -> dict[str, str]:
     record = ClaimsRecord(StateStore(state))
     with record.locked():
         return {d: c["instance"] for d, c in record.claims.items()}
-
-
-def journal_of(state):
-    return state / "claims.journal"
 
 
 @pytest.fixture
@@ -266,15 +251,16 @@ def test_a_record_of_the_first_format_is_replaced_not_appended_to(state):
 def _bind_and_release_until_killed(state, host_file, acks) -> None:
     """Bind and release one instance after another, saying each done;
     the journal kept small, so snapshots are written too."""
-    from tests.unit.test_shared_state import PARENT, _conf
 
     journal.LIMIT = 4096
     host = helpers.FileBackedHost(Path(host_file))
-    conf = _conf(Path(state), helpers.load("m10").config, Path(state).parent)
+    conf = conf_with_state(
+        Path(state), helpers.load("m10").config, Path(state).parent
+    )
     driver = VgpuDriver(conf, host)
     tree = helpers.new_tree()
     driver.update_provider_tree(tree, "node1")
-    rp = tree.data(f"node1_{PARENT}").uuid
+    rp = tree.data("node1_pci_0000_86_00_0").uuid
     n = 0
     while True:
         instance = f"i{n}"

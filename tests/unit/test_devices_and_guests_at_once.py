@@ -17,7 +17,7 @@ from benchmarks.common import conf_for, dense
 from benchmarks.service import Service
 from tests.dense_service import counting
 from tests.domains import hand_made_domain_xml
-from tests.unit.test_refresh_sequences import _view_agrees
+from tests.random_host import view_agrees
 from vgpu_driver.model import device_view
 from vgpu_driver.service import touched, whole_host
 from vgpu_driver.sim import description as hostdesc
@@ -39,7 +39,7 @@ def _making(tmp_path, shape, remove=True):
 
 def _whole_host_agrees(driver, tree):
     plans = list(driver.last_plans)
-    _view_agrees(driver)
+    view_agrees(driver)
     driver._refresher._fingerprint = None  # plan the whole host
     driver.update_provider_tree(tree, "bench")
     assert driver.last_plans == plans
@@ -245,7 +245,7 @@ def test_a_bind_that_makes_its_mdev_is_one_durable_write(
     Another process reads the device as made, then no longer made."""
     import os
 
-    from tests.helpers import made_on_disk, saves_in_order
+    from tests.records_helpers import made_on_disk, saves_in_order
     from vgpu_driver.records.journal import Journal
 
     _conn, service = _making(tmp_path, shape)

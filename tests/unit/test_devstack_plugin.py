@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.unit.test_embedding import nova_conf
+from tests.nova_options import nova_conf
 from vgpu_driver.conf import loader
 
 PLUGIN = Path(__file__).resolve().parents[2] / "devstack"

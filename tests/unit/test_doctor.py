@@ -8,41 +8,20 @@ import json
 import pytest
 
 from tests import helpers
+from tests.cli_runs import raw_description, run_json, write_host
 from vgpu_driver.cmd import main as cli
 from vgpu_driver.sim import description as hostdesc
-
-
-def run(capsys, host, command="doctor", *extra):
-    code = cli.main(
-        ["--host-description", str(host), command, "--format", "json", *extra]
-    )
-    out = capsys.readouterr().out
-    return code, json.loads(out)
 
 
 def findings(data):
     return {(f["check"], f["level"]): f["detail"] for f in data["findings"]}
 
 
-def write_host(tmp_path, description):
-    path = tmp_path / "host.json"
-    path.write_text(json.dumps(description))
-    return path
-
-
-def raw(name):
-    return json.loads(
-        (
-            hostdesc.Path(hostdesc.__file__).parent / "data" / f"{name}.json"
-        ).read_text()
-    )
-
-
 @pytest.mark.parametrize(
     "name", ["m10", "l40-sriov", "rtx6000", "a2-vf-parents"]
 )
 def test_a_host_set_up_right_is_healthy(capsys, name):
-    code, data = run(capsys, name)
+    code, data = run_json(capsys, name)
     levels = {f["level"] for f in data["findings"]}
     assert code == 0 and "error" not in levels
     assert any(
@@ -51,10 +30,10 @@ def test_a_host_set_up_right_is_healthy(capsys, name):
 
 
 def test_no_iommu_and_no_vfio_are_errors_naming_the_fix(capsys, tmp_path):
-    description = raw("m10")
+    description = raw_description("m10")
     description["modules"] = ["nvidia"]
     description["iommu"] = False
-    code, data = run(capsys, write_host(tmp_path, description))
+    code, data = run_json(capsys, write_host(tmp_path, description))
     found = findings(data)
     assert code == 1
     assert "modprobe vfio vfio_pci" in found[("vfio", "error")]
@@ -62,9 +41,9 @@ def test_no_iommu_and_no_vfio_are_errors_naming_the_fix(capsys, tmp_path):
 
 
 def test_nvidia_gpus_without_the_vgpu_manager_are_an_error(capsys, tmp_path):
-    description = raw("l40-sriov")
+    description = raw_description("l40-sriov")
     description["modules"] = ["vfio", "vfio_pci"]
-    code, data = run(capsys, write_host(tmp_path, description))
+    code, data = run_json(capsys, write_host(tmp_path, description))
     assert code == 1
     assert (
         "install NVIDIA's vGPU manager"
@@ -73,12 +52,12 @@ def test_nvidia_gpus_without_the_vgpu_manager_are_an_error(capsys, tmp_path):
 
 
 def test_vfs_not_enabled_give_the_command(capsys, tmp_path):
-    description = raw("l40-sriov")
+    description = raw_description("l40-sriov")
     description["sriov"][0]["vf_count"] = 0
     description["sriov"][0]["vf_types"] = {}
     description["guests"] = []
     path = write_host(tmp_path, description)
-    code, data = run(capsys, path)
+    code, data = run_json(capsys, path)
     text = json.dumps(data)
     assert code == 1
     assert "sriov-manage -e 0000:41:00.0" in text
@@ -88,24 +67,24 @@ def test_an_amd_sriov_gpu_is_shown_with_what_to_do_not_ignored(capsys):
     """Seed 000 names AMD MxGPU: its VFs are given as they are, and
     discover says how to enable them (it used to print 'mdev parents
     none' and nothing else)."""
-    code, data = run(capsys, "amd-mxgpu", "discover")
+    code, data = run_json(capsys, "amd-mxgpu", "discover")
     assert code == 0
     [gpu] = data["gpus"]
     assert gpu["vendor"] == "AMD" and gpu["vfs"] == 16
     assert "VFs given as they are" in gpu["role"]
     assert "enabled_mdev_types = vf-1002-692f" in gpu["note"]
-    code, data = run(capsys, "amd-mxgpu")
+    code, data = run_json(capsys, "amd-mxgpu")
     assert code == 0
     assert any("AMD SR-IOV GPU" in f["detail"] for f in data["findings"])
 
 
 def test_discover_lists_every_gpu_and_folds_vfs_under_their_gpu(capsys):
-    code, data = run(capsys, "a2-vf-parents", "discover")
+    code, data = run_json(capsys, "a2-vf-parents", "discover")
     assert code == 0
     [gpu] = data["gpus"]
     assert gpu["address"] == "0000:3b:00.0" and gpu["vfs"] == 16
     assert gpu["offered"] and "nvidia-744" in gpu["note"]
-    code, data = run(capsys, "m10", "discover")
+    code, data = run_json(capsys, "m10", "discover")
     assert code == 0
     roles = {g["address"]: g for g in data["gpus"]}
     assert len(roles) == 4
@@ -138,15 +117,15 @@ def test_the_survey_reads_the_real_sysfs_layout(tmp_path):
 
 
 def test_doctor_says_what_nvml_says(capsys, tmp_path):
-    code, data = run(capsys, "h100nvl-mig")
+    code, data = run_json(capsys, "h100nvl-mig")
     found = findings(data)
     assert code == 0
     assert "550.127.06" in found[("capacity source", "ok")]
     assert "profile 19: 5" in found[("GPU 0000:98:00.0", "info")]
-    lost = raw("h100nvl-mig")
+    lost = raw_description("h100nvl-mig")
     lost["sriov"][0]["fault"] = "lost"
-    code, data = run(capsys, write_host(tmp_path, lost))
+    code, data = run_json(capsys, write_host(tmp_path, lost))
     assert code == 1
     assert "lost" in findings(data)[("GPU 0000:98:00.0", "error")]
-    code, data = run(capsys, "rtx6000")
+    code, data = run_json(capsys, "rtx6000")
     assert "no NVML" in findings(data)[("capacity source", "info")]

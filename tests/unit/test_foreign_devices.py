@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 
-from tests import helpers
+from tests import records_helpers
 from tests.helpers import M10_FREE_ON_86, Node
 from vgpu_driver.model.device import Guest
 
@@ -39,7 +39,7 @@ def test_the_first_start_adopts_the_devices_already_there(make_conf, tmp_path):
     or its own vGPU code made before (Nova's reshape test relies on it)."""
     state = tmp_path / "state"
     n = Node(make_conf, state, config="[devices]\nenabled_mdev_types =\n")
-    made = helpers.made_on_disk(state)
+    made = records_helpers.made_on_disk(state)
     assert made == {m.uuid for m in n.host.discover().mdevs}
     enabled = Node(make_conf, state, host=n.host)
     assert M10_FREE_ON_86 in enabled.driver.free_mdevs()
@@ -141,9 +141,9 @@ def test_discover_and_audit_show_another_manager_s_devices(tmp_path, capsys):
     # the first start takes stock (its free nvidia-36 mdev, of a type 86
     # no longer serves, is a fixable finding then)
     assert cli.main([*args, "audit"]) == 1
-    made = helpers.made_on_disk(state)
+    made = records_helpers.made_on_disk(state)
     made.discard(M10_FREE_ON_86)
-    helpers.record_made(state, made)
+    records_helpers.record_made(state, made)
     capsys.readouterr()
     assert cli.main([*args, "audit", "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)  # another's: no finding
@@ -174,7 +174,7 @@ def test_the_devices_made_are_known_as_made_at_once(node):
 
 
 def _made(state):
-    return helpers.made_on_disk(state)
+    return records_helpers.made_on_disk(state)
 
 
 def test_the_mdevs_the_library_removes_leave_its_record(make_conf, tmp_path):

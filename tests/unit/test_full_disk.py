@@ -10,7 +10,8 @@ import uuid
 
 import pytest
 
-from tests.helpers import Node, claims_on_disk
+from tests.helpers import Node
+from tests.records_helpers import claims_on_disk
 from vgpu_driver.model.device import Guest
 from vgpu_driver.records.store import StateStoreError
 from vgpu_driver.service.ledger import Ledger

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.test_doctor import raw, run, write_host
+from tests.cli_runs import raw_description, run_json, write_host
 
 
 def gpus(capsys, host):
-    code, data = run(capsys, host, "discover")
+    code, data = run_json(capsys, host, "discover")
     assert code == 0
     return {g["address"]: g for g in data["gpus"]}
 
 
 def with_gpus(tmp_path, *others, name="m10"):
-    description = raw(name)
+    description = raw_description(name)
     description["other_gpus"] = [*description.get("other_gpus", []), *others]
     return write_host(tmp_path, description)
 
@@ -73,7 +73,7 @@ def test_each_kind_of_gpu_the_library_drives_says_what_it_offers(capsys):
 
 
 def test_an_nvidia_sriov_gpu_without_vfs_gives_the_command(capsys, tmp_path):
-    description = raw("l40-sriov")
+    description = raw_description("l40-sriov")
     description["sriov"][0]["vf_count"] = 0
     description["sriov"][0]["vf_types"] = {}
     description["guests"] = []

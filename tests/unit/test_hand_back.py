@@ -7,7 +7,7 @@ import fcntl
 import json
 import os
 
-from tests import helpers
+from tests import records_helpers
 from tests.helpers import Node
 from vgpu_driver.model.device import Guest
 from vgpu_driver.records.store import LOCK_FILE
@@ -78,12 +78,12 @@ def test_a_vf_the_host_refuses_to_clear_stays_ours_and_typed(
     n.host.set_vf_type = refused
     n.driver.release_mdevs(f"i{k}")
     assert vf.id not in n.driver.binder.claims()
-    assert vf.id in helpers.made_on_disk(state)
+    assert vf.id in records_helpers.made_on_disk(state)
     n.host.set_vf_type = set_vf_type
     [again] = n.driver.allocate_mdevs("again", n.alloc((PF, 1)))
     assert (again.id, again.created) == (vf.id, False)  # typed: reused
     n.driver.release_mdevs("again")
-    assert vf.id not in helpers.made_on_disk(state)
+    assert vf.id not in records_helpers.made_on_disk(state)
 
 
 def test_an_mdev_kept_at_release_stays_ours_and_is_reused(make_conf, tmp_path):
@@ -98,7 +98,7 @@ def test_an_mdev_kept_at_release_stays_ours_and_is_reused(make_conf, tmp_path):
     [made] = n.driver.allocate_mdevs("i2", n.alloc((parent, 1)))
     assert made.created
     n.driver.release_mdevs("i2")
-    assert made.id in helpers.made_on_disk(state)
+    assert made.id in records_helpers.made_on_disk(state)
     assert made.id in {m.uuid for m in n.host.discover().mdevs}
     [again] = n.driver.allocate_mdevs("i3", n.alloc((parent, 1)))
     assert (again.id, again.created) == (made.id, False)

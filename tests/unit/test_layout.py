@@ -210,3 +210,31 @@ def test_an_oversized_test_module_is_found(tmp_path, monkeypatch):
     assert oversized() == [
         f"module tests/unit/test_big: {MAX_MODULE_LINES + 1} lines"
     ]
+
+
+def imports_of_test_modules(root: Path | None = None) -> list[str]:
+    root = root or PACKAGE.parent / "tests"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for name in _imports(path):
+            if any(part.startswith("test_") for part in name.split(".")):
+                found.append(f"{path.relative_to(root)} imports {name}")
+    return found
+
+
+def test_no_test_module_is_imported_by_another():
+    """What tests share is in a module of its own under tests/, not
+    imported from another test module (whose tests would then run again
+    where it is imported, and whose split would break its importers)."""
+    assert imports_of_test_modules() == []
+
+
+def test_an_import_of_a_test_module_is_found(tmp_path):
+    (tmp_path / "unit").mkdir()
+    (tmp_path / "unit" / "test_a.py").write_text("X = 1\n")
+    (tmp_path / "unit" / "test_b.py").write_text(
+        "def f():\n    from tests.unit.test_a import X\n"
+    )
+    assert imports_of_test_modules(tmp_path) == [
+        "unit/test_b.py imports tests.unit.test_a.X"
+    ]

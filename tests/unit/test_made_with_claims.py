@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.unit.test_claims_journal import claim, journal_of
+from tests.records_helpers import claim, journal_of
 from vgpu_driver.records.claims import ClaimsRecord, made_on_disk
 from vgpu_driver.records.journal import Journal
 from vgpu_driver.records.store import StateStore

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_embedding import nova_conf
+from tests.nova_options import nova_conf
 from vgpu_driver import conf as vconf
 from vgpu_driver.conf import devices as devices_opts
 from vgpu_driver.conf import loader

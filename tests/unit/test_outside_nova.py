@@ -12,7 +12,7 @@ import uuid
 from collections import Counter
 
 from tests.domains import hand_made_domain_xml
-from tests.unit.test_refresh_sequences import _Host, _tree
+from tests.random_host import RandomHost, tree_figures
 from vgpu_driver.model.device import Guest
 from vgpu_driver.model.foreign import unaccounted
 from vgpu_driver.sim import guest_xml
@@ -39,7 +39,7 @@ def _plan(host, parent):
 def _on_first_parent(seed, tmp_path):
     """A host, its tree, its first parent, that parent's plan and an
     allocation of one unit on its provider."""
-    host = _Host(random.Random(seed), tmp_path)
+    host = RandomHost(random.Random(seed), tmp_path)
     tree = host.service.tree
     parent = host.parents[0].name
     before = _plan(host, parent)
@@ -49,16 +49,19 @@ def _on_first_parent(seed, tmp_path):
 
 
 def _full_pass_agrees(host):
-    plans, providers = list(host.driver.last_plans), _tree(host.service.tree)
+    plans, providers = (
+        list(host.driver.last_plans),
+        tree_figures(host.service.tree),
+    )
     host.driver._refresher._fingerprint = None  # plan the whole host
     host.driver.update_provider_tree(host.service.tree, "bench")
     assert host.driver.last_plans == plans
-    assert _tree(host.service.tree) == providers
+    assert tree_figures(host.service.tree) == providers
 
 
 def test_what_a_guest_outside_nova_uses_is_reserved(tmp_path):
 
-    host = _Host(random.Random(0), tmp_path)
+    host = RandomHost(random.Random(0), tmp_path)
     tree = host.service.tree
     parent = host.parents[0].name
     before = _plan(host, parent)
@@ -97,7 +100,7 @@ def test_a_guest_outside_nova_and_a_device_change_in_one_pass(tmp_path):
     that plans the parent changed alone would miss the first."""
     from vgpu_driver.sim.mdev_libvirt import mdev_xml
 
-    host = _Host(random.Random(1), tmp_path)
+    host = RandomHost(random.Random(1), tmp_path)
     tree = host.service.tree
     first, second = (p.name for p in host.parents[:2])
     before = _plan(host, first)
@@ -280,7 +283,7 @@ def test_a_guest_outside_nova_moved_to_another_pgpu_moves_its_reservation(
     """A guest outside Nova defined again on another pGPU's mdev: the
     first pGPU's unit is given back, the other's reserved (told by the
     guest's event alone)."""
-    host = _Host(random.Random(5), tmp_path)
+    host = RandomHost(random.Random(5), tmp_path)
     tree = host.service.tree
     first, second = (p.name for p in host.parents[:2])
     before = {p: _plan(host, p).reserved for p in (first, second)}

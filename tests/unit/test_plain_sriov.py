@@ -8,23 +8,17 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import MXGPU_CONFIG
 from vgpu_driver.exception import DeviceCapacityExhausted
 from vgpu_driver.host import domain_xml
 from vgpu_driver.model.device import Guest
 
 GPU = "pci_0000_61_00_0"
-CONFIG = """
-[devices]
-enabled_mdev_types = vf-1002-692f
-[mdev_vf-1002-692f]
-device_addresses = 0000:61:00.0
-mdev_class = CUSTOM_MXGPU
-"""
 
 
 @pytest.fixture
 def mx(node):
-    return node("amd-mxgpu", config=CONFIG)
+    return node("amd-mxgpu", config=MXGPU_CONFIG)
 
 
 def test_one_provider_of_its_vfs_in_the_class_configured(mx):
@@ -81,7 +75,7 @@ def test_a_released_vf_is_handed_out_again_and_claims_survive_a_restart(
     [vf] = mx.driver.allocate_mdevs(
         "i1", mx.alloc((GPU, 1), rc="CUSTOM_MXGPU")
     )
-    again = node("amd-mxgpu", config=CONFIG, host=mx.host)  # restarted
+    again = node("amd-mxgpu", config=MXGPU_CONFIG, host=mx.host)  # restarted
     assert again.driver.instance_devices()["i1"]["claimed"] == [vf.id]
     again.driver.release_mdevs("i1")
     [next_vf] = again.driver.allocate_mdevs(
@@ -111,14 +105,14 @@ def test_only_vfs_given_as_they_are_are_managed_by_libvirt(node):
     """What the Nova integration writes as ``managed``: an AMD VF is
     given as it is (libvirt binds it to vfio-pci), an NVIDIA vGPU VF
     stays on NVIDIA's driver, which typed it."""
-    amd = node("amd-mxgpu", config=CONFIG).driver.vf_devices()
+    amd = node("amd-mxgpu", config=MXGPU_CONFIG).driver.vf_devices()
     assert amd and all(amd.values())
     nvidia = node("l40-sriov").driver.vf_devices()
     assert nvidia and not any(nvidia.values())
 
 
 def test_a_vf_a_guest_has_counts_against_max_instances(node):
-    n = node("amd-mxgpu", config=CONFIG + "max_instances = 1\n")
+    n = node("amd-mxgpu", config=MXGPU_CONFIG + "max_instances = 1\n")
     n.host.note_guest(Guest("g0", "instance-0", (), ("0000:61:03.7",)))
     n.driver.guest_defined("g0")
     plan = n.update()[GPU]
@@ -130,7 +124,7 @@ def test_a_gpu_full_below_max_instances_blames_no_cap(node):
     """Every VF in use, the cap of 20 not reached: the GPU is full, and
     its provider does not say that max_instances is (an operator would
     raise the cap for nothing)."""
-    n = node("amd-mxgpu", config=CONFIG + "max_instances = 20\n")
+    n = node("amd-mxgpu", config=MXGPU_CONFIG + "max_instances = 20\n")
     n.update()
     for i in range(16):
         n.driver.allocate_mdevs(f"i{i}", n.alloc((GPU, 1), rc="CUSTOM_MXGPU"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from tests.unit.test_user_errors import run_cli
+from tests.cli_runs import run_cli
 
 
 def _restore(tmp_path, capsys, *, claims="", vf_types=None, json_out=True):

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from benchmarks.common import conf_for, dense
-from tests import helpers
+from tests import helpers, records_helpers
 from vgpu_driver.driver import VgpuDriver
 
 
@@ -40,7 +40,7 @@ def test_a_free_mdev_made_or_gone_writes_no_record(tmp_path, monkeypatch):
     nothing durable; what guests use is on disk as before."""
     host, driver, tree = simulated(tmp_path)
     on_disk = seen_on_disk(driver)
-    order = helpers.saves_in_order(monkeypatch)
+    order = records_helpers.saves_in_order(monkeypatch)
     parent = host.discover().parents[0]
     made = host.create_mdev(parent, parent.types[0].id, str(uuid.uuid4()))
     [plan] = driver.update_provider_tree(tree, "n")
@@ -74,7 +74,7 @@ def test_a_bound_mdev_is_on_disk_before_its_spawn_claim_ends(
     [(instance, _)] = [
         (i, d) for i, d in instance.items() if d["claimed"] == [device.id]
     ]
-    order = helpers.saves_in_order(monkeypatch)
+    order = records_helpers.saves_in_order(monkeypatch)
     driver.update_provider_tree(tree, "n")
     assert device.created and device.id in driver.seen_mdevs()
     assert device.id not in seen_on_disk(driver) and order == []
@@ -99,7 +99,7 @@ def test_a_guest_found_on_a_free_mdev_puts_it_on_disk(tmp_path, monkeypatch):
     made = host.create_mdev(parent, parent.types[0].id, str(uuid.uuid4()))
     driver.update_provider_tree(tree, "n")
     assert made.uuid not in seen_on_disk(driver)
-    order = helpers.saves_in_order(monkeypatch)
+    order = records_helpers.saves_in_order(monkeypatch)
     host.note_guest(Guest(str(uuid.uuid4()), "by-hand", (made.uuid,), ()))
     driver.update_provider_tree(tree, "n")
     assert order == ["mdev-parents"]

@@ -11,11 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from oslo_config import cfg
 
-from tests import helpers
+from tests import helpers, records_helpers
 from tests.helpers import Node, new_tree
-from vgpu_driver import conf as vconf
+from tests.records_helpers import conf_with_state
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.exception import ConfigInvalid, DeviceCapacityExhausted
 from vgpu_driver.model.device import Guest
@@ -27,20 +26,10 @@ FREE_ON_86 = "386818c0-9f18-5b12-8c04-386dbef1b1ab"
 USED_ON_86 = "2d3ad629-ad6e-5e57-89c8-f639bc44d307"
 
 
-def _conf(state: Path, config_text: str, directory: Path) -> cfg.ConfigOpts:
-    path = directory / f"nova-{uuid.uuid4()}.conf"
-    path.write_text(textwrap.dedent(config_text))
-    conf = cfg.ConfigOpts()
-    vconf.register_opts(conf)
-    conf(["--config-file", str(path)], default_config_files=[])
-    conf.set_override("state_path", str(state), "devices")
-    return conf
-
-
 def _driver(state: Path, host_file: Path) -> tuple[VgpuDriver, str]:
     host = helpers.FileBackedHost(host_file)
     host.latency = 0.002
-    conf = _conf(state, helpers.load("m10").config, state.parent)
+    conf = conf_with_state(state, helpers.load("m10").config, state.parent)
     driver = VgpuDriver(conf, host)
     tree = new_tree()
     driver.update_provider_tree(tree, "node1")
@@ -89,7 +78,7 @@ def test_binds_from_several_processes_never_share_a_device(tmp_path):
     assert len(bound) == ROOM_ON_PARENT
     assert len(set(bound.values())) == ROOM_ON_PARENT
     assert USED_ON_86 not in bound.values()
-    claims = helpers.claims_on_disk(state)
+    claims = records_helpers.claims_on_disk(state)
     assert {c["instance"]: d for d, c in claims.items()} == bound
     host = helpers.FileBackedHost(host_file)
     on_parent = [m for m in host.discover().mdevs if m.parent == PARENT]
@@ -168,7 +157,7 @@ def test_spawn_claims_end_when_the_guest_is_defined(make_conf, tmp_path):
         [d] = n.driver.allocate_mdevs(f"i{i}", n.alloc((PARENT, 1)))
         n.host.note_guest(Guest(f"i{i}", f"instance-{i}", (d.id,)))
         n.driver.guest_defined(f"i{i}")
-    assert helpers.claims_on_disk(tmp_path / "state") == {}
+    assert records_helpers.claims_on_disk(tmp_path / "state") == {}
     devices = n.driver.instance_devices()
     assert all(devices[f"i{i}"]["in_use"] for i in range(5))
 
@@ -381,7 +370,7 @@ def test_a_release_reads_the_host_again_before_taking_devices_back(
     [taken] = b.driver.allocate_mdevs("i2", b.alloc((PARENT, 1)))
     assert taken.id == device.id  # the free mdev, reused
     assert a.driver.release_mdevs("i1") == []
-    assert helpers.claims_on_disk(state)[device.id]["instance"] == "i2"
+    assert records_helpers.claims_on_disk(state)[device.id]["instance"] == "i2"
     assert device.id in {m.uuid for m in host.discover().mdevs}
 
 
@@ -395,6 +384,8 @@ def test_a_guest_defined_ends_its_own_spawn_claims_alone(make_conf, tmp_path):
     n.host.note_guest(Guest("i1", "instance-1", (first.id,)))
     assert n.driver.guest_defined("i1") == [first.id]
     assert set(n.driver.binder.claims()) == {second.id}
-    assert set(helpers.claims_on_disk(tmp_path / "state")) == {second.id}
+    assert set(records_helpers.claims_on_disk(tmp_path / "state")) == {
+        second.id
+    }
     [third] = n.driver.allocate_mdevs("i3", n.alloc((PARENT, 1)))
     assert third.id not in {first.id, second.id}

@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from benchmarks.common import conf_for, dense
-from tests import helpers
+from tests import helpers, records_helpers
 from tests.dense_service import counting, defined_again_as_it_was, service
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.records import store as records_store
@@ -36,7 +36,7 @@ def test_a_bind_and_a_release_are_one_durable_write_each(
     from vgpu_driver.records import journal
 
     _host, driver, tree, _guests = service(tmp_path, (2, 24, 16))
-    order = helpers.saves_in_order(monkeypatch)
+    order = records_helpers.saves_in_order(monkeypatch)
     steps: list[str] = []
     real_fsync, real_fdatasync = os.fsync, os.fdatasync
     real_replace = os.replace
@@ -76,7 +76,7 @@ def test_a_bind_and_a_release_are_one_durable_write_each(
         ["fsync file", "rename", "fsync dir"] * 2,
     )
     assert os.path.getsize(tmp_path / "vgpu-state" / "claims.journal") == 0
-    assert helpers.claims_on_disk(tmp_path / "vgpu-state") == (
+    assert records_helpers.claims_on_disk(tmp_path / "vgpu-state") == (
         driver._refresher.binder.claims()
     )
 

@@ -8,18 +8,11 @@ import json
 import pytest
 
 from tests import helpers
+from tests.cli_runs import run_cli
 from tests.helpers import Node
-from vgpu_driver.cmd import main as cli
 from vgpu_driver.conf import loader
 from vgpu_driver.exception import MigrationTypeMismatch
 from vgpu_driver.model.check import host_problems
-
-
-def run_cli(capsys, *args):
-    code = cli.main(list(args))
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err
 
 
 def test_a_binary_config_file_exits_2(tmp_path, capsys):
