@@ -52,7 +52,14 @@ costs about what a Python call does, which makes a guest's one more
 call weigh more than it does on a host). CPU is the caller's; the wall
 ratio is printed beside it.
 
-    tools/nova-venv python -m benchmarks.churn [--quick] [--daemon]
+``--cold``: every refresh timed (the one after the change, the idle one,
+Nova's) with the CPU's caches emptied first (:mod:`benchmarks.caches`),
+as a periodic task a minute after the last finds them. Back to back,
+the idle refresh finds the lines the refresh before it left, and what a
+change adds is measured against a refresh cheaper than any a service
+runs.
+
+    tools/nova-venv python -m benchmarks.churn [--quick] [--daemon] [--cold]
 """
 
 from __future__ import annotations
@@ -66,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.changes import (
+    COLD,
     RUNS,
     guest_churn,
     mdev_churn,
@@ -132,6 +140,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--runs", type=int, default=RUNS[0])
     parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="every refresh timed with the CPU's caches emptied first",
+    )
+    parser.add_argument(
         "--daemon",
         action="store_true",
         help="the guest, spawn and mdev rows, served by this machine's "
@@ -139,6 +152,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     RUNS[0] = args.runs
+    COLD[0] = args.cold
     shapes = SHAPES[:2] if args.quick else SHAPES
     cards = CARDS[:2] if args.quick else CARDS
     print(machine())
@@ -146,6 +160,11 @@ def main() -> None:
         "CPU ms min/median/max of the refresh after one change, of the "
         "idle refresh after it, their ratio and the ms the change adds "
         "(medians); Nova's periodic on the same host beside"
+        + (
+            "; every refresh with the caches emptied first"
+            if args.cold
+            else ""
+        )
     )
     print(
         f"{'case':>24} | {'after change':>18} {'idle':>18} {'ratio':>7} "

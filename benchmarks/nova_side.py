@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.caches import Caches
+
 ROOT = "8f0b2c1e-1d7a-4b6e-9a51-0c3f5e7d9b21"  # the compute node's provider
 
 
@@ -52,13 +54,16 @@ class Counting:
 
 
 def timed(
-    fn: Callable[[], object], collect: bool = False
+    fn: Callable[[], object], collect: bool = False, cold: bool = False
 ) -> tuple[float, float]:
     """(CPU ms, wall ms) of one call. ``collect``: the garbage earlier
     hosts of this run left is collected first (a service's first refresh
-    does not inherit it)."""
+    does not inherit it). ``cold``: the CPU's caches emptied first (see
+    :mod:`benchmarks.caches`)."""
     if collect:
         gc.collect()
+    if cold:
+        Caches.empty()
     cpu, wall = time.process_time(), time.perf_counter()
     fn()
     return (
@@ -121,11 +126,12 @@ class Nova:
         self.tree.new_root("bench", ROOT)
         self.periodic()  # warm up
 
-    def periodic(self) -> tuple[float, float]:
+    def periodic(self, cold: bool = False) -> tuple[float, float]:
         return timed(
             lambda: self.driver._update_provider_tree_for_vgpu(
                 self.tree, "bench"
-            )
+            ),
+            cold=cold,
         )
 
     def spawn_scan(self) -> float:

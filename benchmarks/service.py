@@ -19,7 +19,12 @@ guest), in one process, on libvirt's test driver:
   lifecycle callback does; the ratio to idle is what a busy host pays;
 * **bind**: one bind of a free mdev, records on (a durable write),
   wall time; beside Nova's ``_allocate_mdevs`` on the same host (which
-  scans every guest to find a free mdev).
+  scans every guest to find a free mdev);
+* **cold**: idle and guest event again, each refresh (ours and Nova's)
+  timed with the CPU's caches emptied first (:mod:`benchmarks.caches`),
+  as a periodic task a minute after the last finds them: back to back,
+  a refresh finds the lines the one before left, and is cheaper than
+  any a service runs.
 
 CPU and wall ms, min/median/max; each comparison timed in turn within
 every repetition. Nova's side needs the virtualenv ``tools/nova-venv``
@@ -103,22 +108,24 @@ class Service:
 
         return timed(run, collect=True)
 
-    def idle(self) -> tuple[float, float]:
+    def idle(self, cold: bool = False) -> tuple[float, float]:
+        """A refresh (``cold``: the caches emptied first)."""
         return timed(
-            lambda: self.driver.update_provider_tree(self.tree, "bench")
+            lambda: self.driver.update_provider_tree(self.tree, "bench"),
+            cold=cold,
         )
 
-    def guest_event(self) -> tuple[float, float]:
+    def guest_event(self, cold: bool = False) -> tuple[float, float]:
         """One guest stopped, undefined and defined again (outside the
         timing, as libvirt does it), told as events; then the refresh,
-        timed."""
+        timed (``cold``: the caches emptied first)."""
         guest = self.conn.lookupByUUIDString(self.guests[0])
         xml = guest.XMLDesc(0)
         guest_xml.delete(guest)
         self.driver.domain_event(self.guests[0], False)
         self.conn.defineXML(xml)
         self.driver.domain_event(self.guests[0], True)
-        return self.idle()
+        return self.idle(cold)
 
     def bind(self) -> tuple[float, float]:
         """One bind of a free mdev (records on), then its release."""
@@ -192,6 +199,16 @@ def measure(parents: int, mdevs: int, guests: int) -> dict[str, Any]:
             [("first_start", ours.first_start)],
             [("idle", ours.idle), ("nova_idle", nova and nova.periodic)],
             [("event", ours.guest_event), ("idle_again", ours.idle)],
+            # the same with the caches emptied before each (as a periodic
+            # task a minute after the last finds them)
+            [
+                ("idle_cold", lambda: ours.idle(True)),
+                ("nova_idle_cold", nova and (lambda: nova.periodic(True))),
+            ],
+            [
+                ("event_cold", lambda: ours.guest_event(True)),
+                ("idle_cold_again", lambda: ours.idle(True)),
+            ],
             [("bind", ours.bind), ("nova_bind", nova_bind and nova_bind.bind)],
         ]
         for pair in pairs:
@@ -241,6 +258,7 @@ def main() -> None:
         f"{'bind wall':>18} {'nova bind wall':>20}"
     )
     print(header)
+    cold = []
     for shape in QUICK if args.quick else SHAPES:
         s = measure(*shape)["samples"]
         label = "/".join(str(n) for n in shape)
@@ -258,6 +276,23 @@ def main() -> None:
             f"{spread(s['nova_bind_wall']):>20}",
             flush=True,
         )
+        cold.append(
+            f"{label:>13} | {spread(s['idle_cold']):>18} "
+            f"{spread(s['nova_idle_cold']):>18} "
+            f"{ratio(s['nova_idle_cold'], s['idle_cold']):>7} | "
+            f"{spread(s['event_cold']):>18} "
+            f"{ratio(s['event_cold'], s['idle_cold_again']):>10}"
+        )
+    print(
+        "cold: the same refreshes with the CPU's caches emptied before each "
+        "(benchmarks.caches), as a periodic task a minute after the last "
+        "finds them"
+    )
+    print(
+        f"{'host':>13} | {'idle cpu':>18} {'nova idle':>18} {'nova/us':>7} | "
+        f"{'event cpu':>18} {'event/idle':>10}"
+    )
+    print("\n".join(cold))
 
 
 if __name__ == "__main__":

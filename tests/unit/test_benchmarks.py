@@ -202,3 +202,24 @@ def test_the_gone_rows_remove_the_mdev_the_event_freed(tmp_path, monkeypatch):
     made = [devices[0] for devices in found["bound"]]
     assert len(made) == len(set(made)) == 2
     assert found["free"] == [0, 0, 0, 0]
+
+
+def test_cold_rows_empty_the_caches_before_every_refresh_timed(
+    tmp_path, monkeypatch
+):
+    """``--cold``: each refresh timed (after a change, idle) follows an
+    emptying of the caches, and the refresh itself does not (the copy
+    is outside the time); without it, none is emptied."""
+    from benchmarks import caches, changes
+
+    emptied = []
+    monkeypatch.setattr(
+        caches.Caches, "empty", classmethod(lambda cls: emptied.append(1))
+    )
+    monkeypatch.setattr(changes, "RUNS", [2])
+    monkeypatch.setattr(changes, "nova_idle", lambda uri: None)
+    changes.spawn_churn((1, 4, 4), tmp_path / "warm")
+    assert emptied == []
+    monkeypatch.setattr(changes, "COLD", [True])
+    found = changes.spawn_churn((1, 4, 4), tmp_path / "cold")
+    assert len(emptied) == len(found["changed"]) + len(found["idle"]) == 8
