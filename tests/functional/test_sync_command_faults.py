@@ -6,6 +6,7 @@ written after every pass."""
 
 from __future__ import annotations
 
+import json
 import socket
 
 import pytest
@@ -193,6 +194,9 @@ def test_sync_writes_its_metrics_after_every_pass(
         >= 1
     )
     assert any(n == "vgpu_driver_provider_total" for n, _ in found)
+    # one pass observed, as long as it took (a few seconds at most)
+    assert found[("vgpu_driver_sync_seconds_count", ())] == 1
+    assert 0 < found[("vgpu_driver_sync_seconds_sum", ())] < 30
     closed = f"http://127.0.0.1:{_closed_port()}"
     (tmp_path / "down").mkdir()
     code, _, _ = _sync_cli(
@@ -212,3 +216,42 @@ def test_sync_writes_its_metrics_after_every_pass(
         if s.name == "vgpu_driver_sync_passes_total"
     ]
     assert [s.labels["result"] for s in failed] == ["PlacementUnavailable"]
+    seconds = {
+        s.name: s.value
+        for f in text_string_to_metric_families(path.read_text())
+        for s in f.samples
+        if s.name.startswith("vgpu_driver_sync_seconds_")
+    }
+    assert seconds["vgpu_driver_sync_seconds_count"] == 1
+    assert 0 < seconds["vgpu_driver_sync_seconds_sum"] < 30
+
+
+def test_a_periodic_sync_keeps_its_syncer_a_pass_with_no_change_sends_nothing(
+    placement_url, tmp_path, capsys, monkeypatch
+):
+    """``sync --periodic``: one service and one syncer for every pass, as
+    the compute service's periodic keeps them. The first pass writes the
+    tree; the next ones, the host unchanged, send no request (a syncer
+    made again would read every provider back: 3 requests or more)."""
+    from vgpu_driver.cmd import sync as sync_command
+
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        if len(slept) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sync_command, "_sleep", sleep)
+    section = (
+        "[placement]\nauth_type = admin_token\ntoken = admin\n"
+        f"endpoint = {placement_url}\nendpoint_override = {placement_url}\n"
+    )
+    code, out, err = _sync_cli(
+        tmp_path, capsys, section, "--periodic", "7", "--format", "json"
+    )
+    assert code == 130, err
+    passes = [json.loads(line) for line in out.splitlines()]
+    assert [p["requests"] > 0 for p in passes] == [True, False, False]
+    assert passes[0]["created"] and not passes[1]["created"]
+    assert slept == [7.0, 7.0, 7.0]  # no failure: no backoff
