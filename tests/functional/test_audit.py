@@ -88,6 +88,11 @@ def test_audit_lists_each_mismatch_and_fixes_only_what_is_safe(
         s for k, s in found if k == "guest_device_without_allocation"
     } == guests
 
+    # in text: Placement was checked, no note; a row per finding
+    code, out = _cli(capsys, conf, "audit")
+    assert code == 1 and "NOTE" not in out
+    assert any(stale in line and "yes" in line for line in out.splitlines())
+
     code, out = _cli(capsys, conf, "audit", "--fix", "--format", "json")
     assert code == 1  # allocations are only reported
     assert json.loads(out)["fixed"] == [f"dropped the claim on {stale}"]
