@@ -157,3 +157,52 @@ def test_restore_without_placement_says_in_flight_spawns_are_not_held(
     assert code == 0 and "Traceback" not in out + err
     assert "Moved an unreadable record aside" in out
     assert "spawns in flight are not held" in err
+
+
+def test_a_guest_whose_mdev_a_reboot_took_still_matches_its_allocation(
+    node_conf, tmp_path, capsys, client
+):
+    """After a host reboot the mdevs are gone until they are made again,
+    while the guests still name them. The audit finds the provider of
+    such an mdev by where it was seen: a guest allocated there is no
+    mismatch (neither a guest device without allocation nor an
+    allocation without guest): the finding is the device gone."""
+    from tests.cli_runs import raw_description
+
+    conf, host = node_conf
+    description = raw_description("demo")
+    guest = next(g for g in description["guests"] if len(g["mdevs"]) == 1)
+    [mdev] = [m for m in description["mdevs"] if m["uuid"] in guest["mdevs"]]
+    before = tmp_path / "before.json"
+    before.write_text(json.dumps(description))
+    args = ["--config-file", str(conf), "--host-description", str(before)]
+    for command in ("sync", "audit"):  # the mdevs seen, with their guests
+        cli.main([*args, command])
+    parent = "pci_" + mdev["parent"].replace(":", "_").replace(".", "_")
+    [rp] = client.request(
+        "GET", f"/resource_providers?name={host}_{parent}"
+    ).body["resource_providers"]
+    placement_helpers.allocate(client, guest["uuid"], rp["uuid"])
+    # rebooted: the mdev is gone, the guest still names it
+    description["mdevs"].remove(mdev)
+    after = tmp_path / "after.json"
+    after.write_text(json.dumps(description))
+    capsys.readouterr()
+    cli.main(
+        [
+            "--config-file",
+            str(conf),
+            "--host-description",
+            str(after),
+            "audit",
+            "--format",
+            "json",
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert report["placement_checked"]
+    kinds = {
+        f["kind"] for f in report["findings"] if f["subject"] == guest["uuid"]
+    }
+    # said as what it is: the guest's device is gone, not its allocation
+    assert kinds == {"guest_device_gone"}
