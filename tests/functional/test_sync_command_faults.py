@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import uuid
 
 import pytest
 
@@ -255,3 +256,48 @@ def test_a_periodic_sync_keeps_its_syncer_a_pass_with_no_change_sends_nothing(
     assert [p["requests"] > 0 for p in passes] == [True, False, False]
     assert passes[0]["created"] and not passes[1]["created"]
     assert slept == [7.0, 7.0, 7.0]  # no failure: no backoff
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_a_periodic_sync_writes_each_pass_through_a_pipe_at_once(
+    placement_url, tmp_path, output
+):
+    """Under systemd, ``sync --periodic``'s output is a pipe to journald,
+    which Python buffers by the block: each pass's line is flushed as it
+    is printed, or the journal would show it passes later."""
+    import os
+    import select
+    import subprocess
+    import sys
+
+    conf = tmp_path / "nova.conf"
+    conf.write_text(
+        f"[DEFAULT]\nhost = pipe-{uuid.uuid4().hex[:8]}\n"
+        "[devices]\nenabled_mdev_types = nvidia-35\n"
+        f"state_path = {tmp_path / 'state'}\n"
+        "[placement]\nauth_type = admin_token\ntoken = admin\n"
+        f"endpoint = {placement_url}\nendpoint_override = {placement_url}\n"
+    )
+    command = [sys.executable, "-m", "vgpu_driver.cmd.main"]
+    command += ["--config-file", str(conf), "--host-description", "m10"]
+    command += ["sync", "--periodic", "3600", "--format", output]
+    log = tmp_path / "stderr"
+    # as systemd starts it: Python's own buffering of a pipe
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with (
+        log.open("wb") as stderr,
+        subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=stderr, env=env
+        ) as process,
+    ):
+        try:
+            ready, _, _ = select.select([process.stdout], [], [], 60)
+            line = process.stdout.readline().decode() if ready else ""
+        finally:
+            process.kill()
+    assert ready, "no line of the first pass while the sync runs on"
+    said = log.read_text()
+    if output == "json":
+        assert json.loads(line)["created"], said
+    else:
+        assert line.startswith("Synced "), said
