@@ -71,6 +71,8 @@ def test_discover_cli_table_on_a_named_host(capsys):
     out = capsys.readouterr().out
     assert rc == 0
     assert "Dual port serial" in out and "instance-00000041" in out
+    mdevs = out[out.index("\nmdevs\n") :].splitlines()
+    assert mdevs[2] != "none" and len(mdevs) > 3  # a table of them
 
 
 def test_discover_cli_reports_a_wrong_address(tmp_path, write_conf, capsys):
@@ -108,6 +110,7 @@ def test_discover_says_none_for_empty_sections(tmp_path, capsys):
     assert cli.main(["--host-description", str(path), "discover"]) == 0
     out = capsys.readouterr().out
     assert out.count("\nnone\n") == 3  # parents, GPUs, mdevs
+    assert out.endswith("\nmdevs\nnone\n")  # and no table after it
 
 
 def test_a_vf_address_in_device_addresses_names_the_gpu_to_list_instead(
@@ -184,3 +187,36 @@ def test_the_service_warns_of_a_fat_fingered_address_once(
         if "0000:48:00.0" in r.getMessage()
     ]
     assert len(told) == 1 and told[0].startswith("Configuration: ")
+
+
+def test_a_type_s_details_cell_leaves_out_what_is_unknown():
+    """The discover table's details of a type: the framebuffer, heads
+    and resolution its description gives, and "-" for a type whose
+    description gives none (an Intel GVT-g or sample type)."""
+    from vgpu_driver.cmd.discover import _details_text
+
+    full = {"framebuffer_mb": 2048, "heads": 4, "max_resolution": "5120x2880"}
+    assert _details_text(full) == "2048 MB, 4 heads, 5120x2880"
+    none = dict.fromkeys(full)
+    assert _details_text(none) == "-"
+    assert _details_text({**none, "heads": 1}) == "1 heads"
+
+
+def test_a_gpu_nvml_says_nothing_of_is_a_dash_in_the_table():
+    from vgpu_driver.cmd.discover import _nvml_text
+
+    assert _nvml_text(None) == "-"
+    said = {"fault": None, "mig": False, "mixed_size": None}
+    assert _nvml_text(said) == "healthy"
+    assert _nvml_text({**said, "mixed_size": True}) == "mixed-size mode"
+    assert _nvml_text({**said, "fault": "Xid 79"}) == "Xid 79"
+
+
+def test_the_text_table_shows_the_sections_a_host_has(capsys):
+    """m10 (four GPUs, each an mdev parent, no SR-IOV card): its GPUs in
+    a table, no SR-IOV section at all."""
+    assert cli.main(["--host-description", "m10", "discover"]) == 0
+    out = capsys.readouterr().out
+    gpus = out[out.index("\nGPUs on the host\n") :].splitlines()
+    assert gpus[2].startswith("Address") and gpus[4].startswith("0000:84:00.0")
+    assert "SR-IOV" not in out
