@@ -73,6 +73,8 @@ def test_discover_cli_table_on_a_named_host(capsys):
     assert "Dual port serial" in out and "instance-00000041" in out
     mdevs = out[out.index("\nmdevs\n") :].splitlines()
     assert mdevs[2] != "none" and len(mdevs) > 3  # a table of them
+    # no record of who made it (no state here): said so
+    assert mdevs[4].split()[-1] == "unknown"
 
 
 def test_discover_cli_reports_a_wrong_address(tmp_path, write_conf, capsys):
@@ -220,3 +222,7 @@ def test_the_text_table_shows_the_sections_a_host_has(capsys):
     gpus = out[out.index("\nGPUs on the host\n") :].splitlines()
     assert gpus[2].startswith("Address") and gpus[4].startswith("0000:84:00.0")
     assert "SR-IOV" not in out
+    # a parent named on its first type's row alone
+    parents = out[out.index("mdev parents\n") :].splitlines()
+    assert parents[3].startswith("0000:84:00.0") and "nvidia-35" in parents[3]
+    assert parents[4].split()[0] == "nvidia-36"
