@@ -18,7 +18,8 @@ fault cannot change behaviour (an equivalent mutant: say so where the
 sweep is noted).
 
     .venv/bin/python tools/mutate.py vgpu_driver/model/trait.py \\
-        --tests tests/unit/test_traits_from_the_spec.py [--workers 2] [--only 12,40]
+        --tests tests/unit/test_traits_from_the_spec.py \\
+        [--workers 2] [--only 12,40]
 
 The tests are first run with no fault planted, in a copy: if they fail
 there, every mutant would count as killed, so the sweep stops (exit
