@@ -245,6 +245,7 @@ def test_a_periodic_sync_keeps_its_syncer_a_pass_with_no_change_sends_nothing(
 
     monkeypatch.setattr(sync_command, "_sleep", sleep)
     section = (
+        f"[DEFAULT]\nhost = periodic-{uuid.uuid4().hex[:8]}\n"
         "[placement]\nauth_type = admin_token\ntoken = admin\n"
         f"endpoint = {placement_url}\nendpoint_override = {placement_url}\n"
     )
