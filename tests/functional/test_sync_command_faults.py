@@ -30,6 +30,31 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _placement(url):
+    """The ``[placement]`` section of a sync to ``url`` (Placement's
+    noauth2, as the fixtures run it)."""
+    return (
+        "[placement]\nauth_type = admin_token\ntoken = admin\n"
+        f"endpoint = {url}\nendpoint_override = {url}\n"
+    )
+
+
+def _stop_after(monkeypatch, passes):
+    """``sync --periodic`` stopped (as by ^C) at its ``passes``-th wait;
+    returns the waits asked for, in seconds."""
+    from vgpu_driver.cmd import sync as sync_command
+
+    waits = []
+
+    def sleep(seconds):
+        waits.append(seconds)
+        if len(waits) == passes:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sync_command, "_sleep", sleep)
+    return waits
+
+
 def _sync_cli(tmp_path, capsys, placement_section, *extra):
     conf = tmp_path / "nova.conf"
     conf.write_text(
@@ -72,9 +97,7 @@ def test_sync_to_a_closed_port_fails_cleanly(tmp_path, capsys):
     code, out, err = _sync_cli(
         tmp_path,
         capsys,
-        "[placement]\nauth_type = admin_token\ntoken = admin\n"
-        f"endpoint = {url}\nendpoint_override = {url}\n"
-        "max_attempts = 2\nretry_delay = 0.01\n",
+        _placement(url) + "max_attempts = 2\nretry_delay = 0.01\n",
     )
     assert code == 1 and "did not answer" in err and "Synced" not in out
     # max_attempts applies to a refused connection too, and is reported
@@ -110,22 +133,11 @@ def test_periodic_sync_backs_off_and_never_claims_success(
     tmp_path, capsys, monkeypatch
 ):
     url = f"http://127.0.0.1:{_closed_port()}"
-    waits = []
-
-    def sleep(seconds):
-        waits.append(seconds)
-        if len(waits) == 4:
-            raise KeyboardInterrupt
-
-    from vgpu_driver.cmd import sync as sync_command
-
-    monkeypatch.setattr(sync_command, "_sleep", sleep)
+    waits = _stop_after(monkeypatch, 4)
     code, out, _ = _sync_cli(
         tmp_path,
         capsys,
-        "[placement]\nauth_type = admin_token\ntoken = admin\n"
-        f"endpoint = {url}\nendpoint_override = {url}\n"
-        "max_attempts = 1\nretry_delay = 0.01\n",
+        _placement(url) + "max_attempts = 1\nretry_delay = 0.01\n",
         "--periodic",
         "5",
     )
@@ -148,9 +160,7 @@ def test_sync_json_and_change_log(placement_url, tmp_path, capsys):
     code, out, err = _sync_cli(
         tmp_path,
         capsys,
-        "[placement]\nauth_type = admin_token\ntoken = admin\n"
-        f"endpoint = {placement_url}\nendpoint_override = {placement_url}\n"
-        "[DEFAULT]\nhost = json-node\n",
+        _placement(placement_url) + "[DEFAULT]\nhost = json-node\n",
         "--format",
         "json",
     )
@@ -172,10 +182,7 @@ def test_sync_writes_its_metrics_after_every_pass(
     from prometheus_client.parser import text_string_to_metric_families
 
     path = tmp_path / "vgpu.prom"
-    section = (
-        "[placement]\nauth_type = admin_token\ntoken = admin\n"
-        f"endpoint = {placement_url}\nendpoint_override = {placement_url}\n"
-    )
+    section = _placement(placement_url)
     code, _, err = _sync_cli(
         tmp_path, capsys, section, "--metrics-textfile", str(path)
     )
@@ -203,9 +210,7 @@ def test_sync_writes_its_metrics_after_every_pass(
     code, _, _ = _sync_cli(
         tmp_path / "down",
         capsys,
-        "[placement]\nauth_type = admin_token\ntoken = admin\n"
-        f"endpoint = {closed}\nendpoint_override = {closed}\n"
-        "max_attempts = 1\nretry_delay = 0.01\n",
+        _placement(closed) + "max_attempts = 1\nretry_delay = 0.01\n",
         "--metrics-textfile",
         str(path),
     )
@@ -234,20 +239,10 @@ def test_a_periodic_sync_keeps_its_syncer_a_pass_with_no_change_sends_nothing(
     the compute service's periodic keeps them. The first pass writes the
     tree; the next ones, the host unchanged, send no request (a syncer
     made again would read every provider back: 3 requests or more)."""
-    from vgpu_driver.cmd import sync as sync_command
-
-    slept = []
-
-    def sleep(seconds):
-        slept.append(seconds)
-        if len(slept) == 3:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(sync_command, "_sleep", sleep)
+    slept = _stop_after(monkeypatch, 3)
     section = (
         f"[DEFAULT]\nhost = periodic-{uuid.uuid4().hex[:8]}\n"
-        "[placement]\nauth_type = admin_token\ntoken = admin\n"
-        f"endpoint = {placement_url}\nendpoint_override = {placement_url}\n"
+        + _placement(placement_url)
     )
     code, out, err = _sync_cli(
         tmp_path, capsys, section, "--periodic", "7", "--format", "json"
@@ -275,9 +270,7 @@ def test_a_periodic_sync_writes_each_pass_through_a_pipe_at_once(
     conf.write_text(
         f"[DEFAULT]\nhost = pipe-{uuid.uuid4().hex[:8]}\n"
         "[devices]\nenabled_mdev_types = nvidia-35\n"
-        f"state_path = {tmp_path / 'state'}\n"
-        "[placement]\nauth_type = admin_token\ntoken = admin\n"
-        f"endpoint = {placement_url}\nendpoint_override = {placement_url}\n"
+        f"state_path = {tmp_path / 'state'}\n" + _placement(placement_url)
     )
     command = [sys.executable, "-m", "vgpu_driver.cmd.main"]
     command += ["--config-file", str(conf), "--host-description", "m10"]
