@@ -16,6 +16,7 @@ from typing import Any
 from benchmarks.common import (
     conf_for,
     dense,
+    event_loop,
     readable_by_daemon,
     sriov,
 )
@@ -95,6 +96,7 @@ def modelled(
     and this library on it as a service runs it. ``making``: no free
     mdev, unused ones removed (each bind makes its mdev)."""
     description = dense(shape[0], shape[1] + (0 if making else FREE), shape[2])
+    event_loop()  # before the connection, as a service opens it
     uri, sysfs = hostdesc.materialize(description, tmp)
     if remote is not None:
         readable_by_daemon(tmp)

@@ -11,6 +11,7 @@ import pwd
 import shutil
 import statistics
 import subprocess
+import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator, Sequence
@@ -95,6 +96,28 @@ def machine() -> str:
         f"{platform.python_implementation()} {platform.python_version()}, "
         f"libvirt {version // 1_000_000}.{version // 1000 % 1000}"
     )
+
+
+_LOOP: list[threading.Thread] = []
+
+
+def event_loop() -> None:
+    """libvirt's default event loop, run on a thread as a compute service
+    runs one (Nova's ``Host`` starts it before connecting): the node-device
+    events the library watches come through it. Started once; the
+    connections opened after it can give events."""
+    if _LOOP:
+        return
+    import libvirt
+
+    libvirt.virEventRegisterDefaultImpl()
+
+    def run() -> None:
+        while True:
+            libvirt.virEventRunDefaultImpl()
+
+    _LOOP.append(threading.Thread(target=run, daemon=True))
+    _LOOP[0].start()
 
 
 def spread(samples: Sequence[float]) -> str:

@@ -45,7 +45,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import conf_for, dense, machine
+from benchmarks.common import conf_for, dense, event_loop, machine
 from benchmarks.nova_compare import warm_up
 from benchmarks.nova_side import ROOT, Nova, timed
 from vgpu_driver.driver import VgpuDriver
@@ -69,6 +69,7 @@ class Service:
         import libvirt
 
         libvirt.registerErrorHandler(lambda *_: None, None)
+        event_loop()
         self.uri, self.sysfs, self.conf, self.tmp = uri, sysfs, conf, tmp
         self.conn = conn if conn is not None else libvirt.open(uri)
         self.driver, self.tree = self._new()
@@ -79,6 +80,7 @@ class Service:
 
     def _new(self, state: Path | None = None) -> tuple[VgpuDriver, Any]:
         host = LibvirtHost(sysfs_root=self.sysfs, connection=self.conn)
+        host.watch_node_device_events()  # as the Nova integration does
         tree = ProviderTree()
         tree.new_root("bench", ROOT)
         driver = VgpuDriver(

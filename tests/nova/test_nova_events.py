@@ -19,6 +19,7 @@ import libvirt  # noqa: E402
 from tests import helpers  # noqa: E402
 from tests.nova.nova_host import (  # noqa: E402
     FREE_ON_86,
+    NODE,
     nova_driver_over,
 )
 
@@ -141,3 +142,25 @@ def test_events_before_the_library_starts_go_to_nova_alone(nova):
     assert told == []
     callback(conn, domain, libvirt.VIR_DOMAIN_EVENT_STOPPED, 0, driver._host)
     assert told == [domain.UUIDString()]
+
+
+def test_the_adapter_reads_the_parents_node_device_events_name(nova):
+    """Nova runs libvirt's event loop from its start: the adapter
+    registers node-device callbacks on Nova's connection at its next
+    reading (which reads every parent), then a refresh reads no parent's
+    XML, and one after an event naming an mdev on a parent reads that
+    parent alone."""
+    adapter, tree, _root = nova
+    host = adapter.driver.host
+    with helpers.libvirt_event_loop():
+        adapter.update_provider_tree(tree, NODE)
+        every = host.calls["XMLDesc"]
+        parents = {p.name for p in host.discover().parents}
+        assert every >= len(parents) > 1
+        adapter.update_provider_tree(tree, NODE)
+        assert host.calls["XMLDesc"] == every
+        # what the callback does with the event naming an mdev
+        mdev = host.discover().mdevs[0]
+        host.devices.events.note(mdev.name)
+        adapter.update_provider_tree(tree, NODE)
+        assert host.calls["XMLDesc"] == every + 1

@@ -94,6 +94,13 @@ class LibvirtApi:
             getattr(module, "VIR_DOMAIN_EVENT_ID_DEVICE_ADDED", DEVICE_ADDED),
             getattr(module, "VIR_DOMAIN_EVENT_ID_DEVICE_REMOVED", 15),
         )
+        # a node device created, deleted, defined or undefined; updated
+        self.nodedev_lifecycle = getattr(
+            module, "VIR_NODE_DEVICE_EVENT_ID_LIFECYCLE", 0
+        )
+        self.nodedev_update = getattr(
+            module, "VIR_NODE_DEVICE_EVENT_ID_UPDATE", 1
+        )
 
     def connection_lost(self, exc: Exception) -> bool:
         """Does ``exc`` say the connection to libvirtd is gone (as Nova's

@@ -15,7 +15,9 @@ Cost of :meth:`LibvirtHost.discover` (every call is counted in
   as objects, with no per-name lookup;
 * one ``listAllDevices(MDEV | INACTIVE)`` for the mdevs that are only
   defined (skipped for good where libvirt refuses the flag);
-* one ``XMLDesc`` per parent, whose ``availableInstances`` change; the
+* one ``XMLDesc`` per parent, whose ``availableInstances`` change (with
+  node-device events, :meth:`watch_node_device_events`: only for the
+  parents the events since the last reading name); the
   parents' device objects are kept and listed again only when the
   kernel's mdev parents (``/sys/class/mdev_bus``, read at every
   refresh) or the connection changed, or a parent vanished;
@@ -30,9 +32,10 @@ Cost of :meth:`LibvirtHost.discover` (every call is counted in
   every mdev (that is left to the relist interval, and to a sysfs or
   libvirt that cannot tell).
 
-So a steady-state refresh costs P calls for P parents, whatever the
-number of mdevs and guests (and libvirtd does not walk every node device
-of the host to list them); a refresh after an mdev came or went costs
+So a steady-state refresh costs P calls for P parents (none with
+node-device events), whatever the number of mdevs and guests (and
+libvirtd does not walk every node device of the host to list them); a
+refresh after an mdev came or went costs
 one or two calls more. The reading then says which parents changed
 (``HostInventory.device_changes``).
 
@@ -197,6 +200,7 @@ class LibvirtHost:
             # that needs them
             tracker = self.guests
             tracker.watch_again(conn)
+            self.devices.events.watch_again(conn)
             known = guests or tracker.known is not None
             if known and (rescan_guests or tracker.scan_due()):
                 tracker.scan(conn)
@@ -288,6 +292,14 @@ class LibvirtHost:
         compute service has). Returns the callback ids."""
         with self._lock:
             return self.guests.watch()
+
+    def watch_node_device_events(self) -> None:
+        """Read again only the parents libvirt's node-device events name,
+        on each connection the adapter uses from the next reading on (see
+        :mod:`.nodedev_events`). Needs a running libvirt event loop (as a
+        compute service has); a connection that refuses the callbacks
+        has every parent read at every reading."""
+        self.devices.events.want()
 
     # -- changes -------------------------------------------------------
 

@@ -15,7 +15,9 @@ The relist policy: the parents are listed again only when the kernel's
 mdev parents (``/sys/class/mdev_bus``) or the connection changed, or a
 parent vanished; the mdevs when a parent's XML changed (its
 ``availableInstances``), when asked, and at least every
-``relist_interval`` seconds.
+``relist_interval`` seconds. Each parent's XML is read at every
+reading, or, with node-device events watched, only where the events
+since the last reading name it (:mod:`.nodedev_events`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ from vgpu_driver.host import nodedev_xml
 from vgpu_driver.host.connection import Connection
 from vgpu_driver.host.listing import Listed, NodeListing
 from vgpu_driver.host.mdev_cache import MdevCache
+from vgpu_driver.host.nodedev_events import (
+    NodeDeviceEvents,
+    parents_named,
+)
 from vgpu_driver.host.parents import ParentReader, implied_parents
 from vgpu_driver.host.sysfs import SysfsTree
 from vgpu_driver.model.device import Mdev, Parent
@@ -74,6 +80,7 @@ class NodeDevices:
         self._mdev_list: list[Mdev] = []
         self._implied: list[Parent] = []
         self.unsupported: set[str] = set()  # flags the driver cannot tell
+        self.events = NodeDeviceEvents(link)
         link.on_lost.append(self.forget_listing)
 
     def forget_listing(self) -> None:
@@ -99,12 +106,14 @@ class NodeDevices:
         now = time.monotonic()
         relist = relist or now - self.listed_at >= self.relist_interval
         parents: list[Parent] | None = None
+        # the events so far, taken before any XML is read (a relisting
+        # reads every parent: they are then spent)
+        names = None if again else self.events.take(conn)
         bus = self.sysfs.mdev_bus_listing()
         if not relist:
             listed = self.listing.parents(conn, bus)
-            parents = self._read_parents(
-                listed, wanted, self._ours if again else None
-            )
+            only = self._ours if again else _named(self, names, listed, wanted)
+            parents = self._read_parents(listed, wanted, only)
             # a parent whose XML changed (its availableInstances) may have
             # new or fewer mdevs: its own sysfs directory says which (or,
             # where it cannot, every mdev is listed again)
@@ -327,6 +336,26 @@ class NodeDevices:
                     self.drop(mdev)
         self._pending = pending
         return True
+
+
+def _named(
+    devices: NodeDevices,
+    names: set[str] | None,
+    listed: Listed,
+    wanted: frozenset[str] | None,
+) -> set[str] | None:
+    """The parents whose XML a reading reads (None: all): those the
+    events' ``names`` name, those sysfs and libvirt did not agree on yet,
+    and those the adapter changed (see :func:`.parents_named`)."""
+    if names is None:
+        return None
+    get = devices.mdevs.get
+    return parents_named(
+        names | devices._pending | devices._ours,
+        {name for name, _ in listed},
+        lambda name: mdev.parent if (mdev := get(name)) else None,
+        lambda name: devices.reader.last(name, wanted),
+    )
 
 
 def _made_again(

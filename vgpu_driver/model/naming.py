@@ -40,6 +40,13 @@ def libvirt_pci_name(address: str) -> str:
     return "pci_" + address.replace(":", "_").replace(".", "_")
 
 
+def mdev_parent_name(name: str) -> str:
+    """The PCI parent of an mdev named as libvirt >= 7.3 names them
+    (``mdev_<uuid>_<parent address>``), or ``""``."""
+    tail = name[len("mdev_") + 36 :]
+    return "pci_" + tail[1:] if tail.startswith("_") else ""
+
+
 def normalize_pci_address(value: str) -> str | None:
     """``0000:84:00.0`` in lower case, or None if it is not one."""
     match = PCI_ADDRESS_RE.match(value.strip())

@@ -80,6 +80,9 @@ class NovaAdapter:
                 conf.devices.use_nvml, conf.devices.gpu_error_hold
             ),
         )
+        # Nova runs libvirt's event loop on a thread of its own from the
+        # start: node-device events can tell which parents changed
+        host.watch_node_device_events()
         state_path = nova_state_path(device_opts.records_path(conf), nodename)
         listen = conf.devices.metrics_listen
         if listen:

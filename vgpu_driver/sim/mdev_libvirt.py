@@ -39,6 +39,7 @@ from typing import Any
 
 import libvirt
 
+from vgpu_driver.sim.mdev_events import ModelledEvents
 from vgpu_driver.sim.mdev_kernel import MdevKernel
 from vgpu_driver.sim.specs import HostDescription
 
@@ -195,8 +196,8 @@ class KernelSet(set[str]):
         self.on_change(element)
 
     def discard(self, element: object) -> None:
-        super().discard(element)
-        if isinstance(element, str):
+        if element in self and isinstance(element, str):
+            super().discard(element)
             self.on_change(element)
 
 
@@ -224,6 +225,7 @@ class MdevConnection:
         # parent name -> (the test driver's XML, the rooms, the XML given)
         self._parent_xml: dict[str, tuple[str, dict[str, int], str]] = {}
         self.persistent = persistent
+        self.events = ModelledEvents(self.real)
 
     def running(self, name: str) -> bool:
         return name not in self.gone and name not in self.inactive
@@ -240,6 +242,7 @@ class MdevConnection:
         else:
             return
         self.kernel.follow(*where, on=self.running(name))
+        self.events.send(self, name, self.running(name))
         if name in self.gone and type(mdev) is ModelledMdev:
             # one it made, gone: libvirt forgets it (the test driver never
             # had it, so a lookup fails as it should)
@@ -372,6 +375,14 @@ class MdevConnection:
         [device] = [d for d in self.made.values() if d.uuid == uuid]
         device.persistent = True
         return device
+
+    def nodeDeviceEventRegisterAny(
+        self, dev: Any, event: int, callback: Any, opaque: Any
+    ) -> int:
+        return self.events.register(dev, event, callback, opaque)
+
+    def nodeDeviceEventDeregisterAny(self, number: int) -> None:
+        self.events.deregister(number)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.real, name)
