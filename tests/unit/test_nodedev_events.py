@@ -101,6 +101,50 @@ def test_another_manager_s_mdev_reads_its_parent_alone(tmp_path):
     assert gone == before
 
 
+def test_a_reading_again_leaves_the_events_to_the_next(tmp_path):
+    """A pass reads the host again right after its first reading, for
+    what it changed itself (``again``): an event that came in between,
+    for another manager's mdev, is left to the next reading."""
+    host, conn = _host(tmp_path)
+    before = host.discover()
+    parent = next(p for p in before.parents if p.types[0].available)
+    xml = mdev_xml(parent.name, parent.types[0].id, str(uuid.uuid4()))
+    theirs = conn.nodeDeviceCreateXML(xml, 0).name()
+    read, _ = _xml_read(conn, lambda: host.discover(again=True))
+    assert read == []
+    read, made = _xml_read(conn, host.discover)
+    assert sorted(read) == sorted([parent.name, theirs])
+    assert made == _whole(host, conn)
+
+
+class _Late(MdevConnection):
+    """libvirt's events not sent yet (they come on its event thread,
+    after the change)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.events.send = lambda *_: None
+
+
+def test_the_adapter_s_own_mdev_reads_its_parent_before_its_event(
+    tmp_path,
+):
+    host, conn = _host(
+        tmp_path, connection=lambda *a, **k: _Late(*a, **k, log=[])
+    )
+    before = host.discover()
+    parent = next(p for p in before.parents if p.types[0].available)
+    ours = host.create_mdev(parent, parent.types[0].id, str(uuid.uuid4()))
+    read, made = _xml_read(conn, host.discover)
+    assert parent.name in read
+    whole = _whole(host, conn)
+    # its room as the kernel left it (the mdev itself is as the adapter
+    # made it, not read back)
+    assert made.parents == whole.parents
+    assert {m.uuid for m in made.mdevs} == {m.uuid for m in whole.mdevs}
+    assert ours.uuid in {m.uuid for m in made.mdevs}
+
+
 def test_a_vf_s_mdev_reads_every_vf_of_its_card(tmp_path):
     """An mdev made on one VF changes what its siblings can hold."""
     host, conn = _host(tmp_path, "a2-vf-parents")
