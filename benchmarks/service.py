@@ -60,7 +60,9 @@ FREE = 8  # free mdevs on top, for binds to reuse
 
 
 class Service:
-    """This library as a compute service runs it: records on."""
+    """This library as a compute service runs it: records on, and
+    libvirt's event loop running (as Nova's ``Host`` runs it) with the
+    node-device events watched, as the Nova integration watches them."""
 
     def __init__(
         self, uri: str, sysfs: Path, conf: Any, tmp: Path, conn: Any = None

@@ -3,8 +3,8 @@ this machine's daemon over its UNIX socket (libvirt's remote protocol,
 as on a compute host), read as they are read in process: the same
 inventory, with the same calls, first and steady; an mdev libvirt does
 not have reads as gone over the wire too; another manager's mdev is
-followed through it; and domain lifecycle events reach the library
-through the daemon.
+followed through it; and domain lifecycle events and node-device
+events reach the library through the daemon.
 
 Needs Debian's ``libvirt-daemon`` (``./run test`` installs it); skipped
 where it is not installed.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -141,3 +142,53 @@ def test_another_managers_mdev_is_followed_through_the_daemon(daemon):
         assert len(conn.calls("listAllDevices")) == listings  # none more
     finally:
         conn.close()
+
+
+def test_node_device_events_reach_the_library_through_the_daemon(daemon):
+    """What watching node-device events rests on, over the wire: the
+    daemon sends the callbacks the library registers a device's creation
+    and deletion (a vHBA, the one device the test driver makes), and a
+    host watching them reads no parent's XML at a steady reading."""
+    directory, remote = daemon
+    with helpers.libvirt_event_loop():
+        host = LibvirtHost(remote("test:///default"))
+        local, served = _hosts("m10", directory, remote)
+        try:
+            host.watch_node_device_events()
+            host.discover()
+            conn = host.connection()
+            vhba = conn.nodeDeviceCreateXML(VHBA, 0)
+            name = vhba.name()
+            assert _noted(host, conn) == {name}
+            vhba.destroy()
+            assert _noted(host, conn) == {name}
+            served.watch_node_device_events()
+            served.discover()  # the callbacks registered, all read
+            served.calls.clear()
+            served.discover()
+            assert served.calls["XMLDesc"] == 0
+            assert local.discover() == served.discover()
+        finally:
+            host.close()
+            local.close()
+            served.close()
+
+
+# a vHBA on test:///default's fibre-channel host (libvirt's test driver
+# makes this one kind of node device)
+VHBA = (
+    "<device><parent>scsi_host1</parent><capability type='scsi_host'>"
+    "<capability type='fc_host'><wwnn>2000000012345678</wwnn>"
+    "<wwpn>1000000012345678</wwpn></capability></capability></device>"
+)
+
+
+def _noted(host: LibvirtHost, conn: object) -> set[str]:
+    """The devices the events named, waited for (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        names = host.devices.events.take(conn)
+        if names:
+            return names
+        time.sleep(0.02)
+    return set()
