@@ -95,15 +95,20 @@ class _ConnWith:
 
 def test_vanished_and_broken_devices_are_skipped(tmp_path, caplog):
     uri, sysfs = hostdesc.materialize(helpers.load("m10"), tmp_path)
+    # an mdev removed between the listing and its XML read, too
+    gone = "mdev_0d1e2f3a_4b5c_4d6e_8f70_8192a3b4c5d6_0000_84_00_0"
     extra = [
         (_VanishingDevice, "pci_0000_aa_00_0"),
         (_BrokenDevice, "pci_0000_99_00_0"),
+        (_VanishingDevice, gone),
     ]
     host = LibvirtHost(
         uri, sysfs, opener=lambda u: _ConnWith(libvirt.open(u), extra)
     )
     inventory = host.discover()
     assert len(inventory.parents) == 4
+    whole = helpers.libvirt_host(helpers.load("m10"), tmp_path / "whole")
+    assert inventory.mdevs == whole.discover().mdevs
     assert "pci_0000_99_00_0" in caplog.text  # warned, by name
 
 
