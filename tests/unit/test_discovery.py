@@ -112,6 +112,26 @@ def test_vanished_and_broken_devices_are_skipped(tmp_path, caplog):
     assert "pci_0000_99_00_0" in caplog.text  # warned, by name
 
 
+class _FailingDevice(_VanishingDevice):
+    def XMLDesc(self, flags):
+        message = "internal error: udev went away"
+        error = libvirt.libvirtError(message)
+        error.err = (libvirt.VIR_ERR_INTERNAL_ERROR, 0, message, 2)
+        error.err += ("", "", "", 0, 0)
+        raise error
+
+
+def test_a_device_libvirt_fails_to_read_fails_the_reading(tmp_path):
+    """Not taken as vanished: libvirt's words, and no reading."""
+    uri, sysfs = hostdesc.materialize(helpers.load("m10"), tmp_path)
+    extra = [(_FailingDevice, "pci_0000_aa_00_0")]
+    host = LibvirtHost(
+        uri, sysfs, opener=lambda u: _ConnWith(libvirt.open(u), extra)
+    )
+    with pytest.raises(HostOperationFailed, match="udev went away"):
+        host.discover()
+
+
 def test_unreachable_uri_is_one_clear_error():
     host = LibvirtHost("test:///nonexistent/host.xml")
     with pytest.raises(HostUnreachable) as caught:
