@@ -46,9 +46,9 @@ def run(conf: cfg.ConfigOpts, argv: Sequence[str] = ()) -> int:
     config, errors = loader.read_device_config(conf)
     host_note = None
     vfs_of: dict[str, list[str]] = {}
-    if not errors and (
-        conf.config_file or conf.config_dir or conf.host_description
-    ):
+    if errors:
+        host_note = "host checks skipped: fix the errors first"
+    elif conf.config_file or conf.config_dir or conf.host_description:
         found, host_note, vfs_of = _host_problems(conf, argv, config)
         errors.extend(p for p in found if p.severity == "error")
         config = dataclasses.replace(
