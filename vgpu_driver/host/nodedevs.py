@@ -26,6 +26,7 @@ import dataclasses
 import os
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from oslo_log import log as logging
@@ -112,7 +113,17 @@ class NodeDevices:
         bus = self.sysfs.mdev_bus_listing()
         if not relist:
             listed = self.listing.parents(conn, bus)
-            only = self._ours if again else _named(self, names, listed, wanted)
+            only = (
+                self._ours
+                if again
+                else _named(
+                    names,
+                    self._pending | self._ours,
+                    listed,
+                    self.mdevs,
+                    lambda name: self.reader.last(name, wanted),
+                )
+            )
             parents = self._read_parents(listed, wanted, only)
             # a parent whose XML changed (its availableInstances) may have
             # new or fewer mdevs: its own sysfs directory says which (or,
@@ -339,22 +350,23 @@ class NodeDevices:
 
 
 def _named(
-    devices: NodeDevices,
     names: set[str] | None,
+    also: set[str],
     listed: Listed,
-    wanted: frozenset[str] | None,
+    mdevs: MdevCache,
+    last: Callable[[str], Parent | None],
 ) -> set[str] | None:
     """The parents whose XML a reading reads (None: all): those the
-    events' ``names`` name, those sysfs and libvirt did not agree on yet,
-    and those the adapter changed (see :func:`.parents_named`)."""
+    events' ``names`` name, and ``also`` (those sysfs and libvirt did not
+    agree on yet, those the adapter changed); see
+    :func:`.parents_named`."""
     if names is None:
         return None
-    get = devices.mdevs.get
     return parents_named(
-        names | devices._pending | devices._ours,
+        names | also,
         {name for name, _ in listed},
-        lambda name: mdev.parent if (mdev := get(name)) else None,
-        lambda name: devices.reader.last(name, wanted),
+        lambda name: mdev.parent if (mdev := mdevs.get(name)) else None,
+        last,
     )
 
 
