@@ -254,3 +254,26 @@ def _libvirt_error(code):
     from vgpu_driver.sim.mdev_libvirt import _error
 
     return _error(code, "internal error: the domain cannot be read")
+
+
+def test_a_virtual_parent_registered_late_gets_its_mdevs(tmp_path):
+    """libvirt names a virtual parent's mdev's parent ``computer``; the
+    adapter finds the real one among the parents the kernel registers.
+    Read while the registration was not there yet (the module loading,
+    an mdev made at once), the mdev is held under an implied parent;
+    once it is there, the next reading places the mdev on it, as a new
+    adapter would, without waiting for a full listing."""
+    description = helpers.load("mtty")
+    uri, sysfs = hostdesc.materialize(description, tmp_path)
+    registration = tmp_path / "sys/class/mdev_bus/mtty"
+    target = registration.readlink()
+    registration.unlink()
+    host = LibvirtHost(uri, sysfs)
+    early = host.discover()
+    assert [p.name for p in early.parents] == ["computer"]
+    registration.symlink_to(target)
+    later = host.discover()
+    fresh = LibvirtHost(uri, sysfs).discover()
+    assert [p.name for p in later.parents] == ["mtty"]
+    assert [m.parent for m in later.mdevs] == ["mtty"]
+    assert later == fresh

@@ -143,8 +143,11 @@ class NodeDevices:
         self._ours = set()
         self._parent_ids = {p.name: id(p) for p in parents}
         parents.extend(self.reader.sysfs_only(parents, bus or []))
-        if self.dirty or relist:
-            self._mdev_list = self._mdevs_with_known_parents(parents)
+        names = {p.name for p in parents}
+        # parents listed or gone (a virtual one registered late) may be
+        # those of the mdevs libvirt names no parent of: placed again
+        if self.dirty or relist or names != self._placed_among:
+            self._mdev_list = self._mdevs_with_known_parents(names)
             self._implied = implied_parents(
                 parents, [self.mdevs.by_name[n] for n in self.mdevs.unplaced]
             )
@@ -274,11 +277,11 @@ class NodeDevices:
         )
         self.dirty = True
 
-    def _mdevs_with_known_parents(self, parents: list[Parent]) -> list[Mdev]:
+    def _mdevs_with_known_parents(self, names: set[str]) -> list[Mdev]:
         """libvirt names a virtual parent's mdevs' parent ``computer``:
-        find the real parent in sysfs, once per mdev (every mdev again
-        only when the parents listed changed)."""
-        names = {p.name for p in parents}
+        find the real parent (among ``names``, those listed) in sysfs,
+        once per mdev (every mdev again only when the parents listed
+        changed)."""
         cache = self.mdevs
         if names != self._placed_among:
             self._placed_among = names
