@@ -13,10 +13,12 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests import helpers
+from tests.cli_runs import run_cli
 from vgpu_driver.cmd import main as cli
 from vgpu_driver.metrics import MeteredDriver
 
@@ -42,7 +44,7 @@ def test_a_real_scrape_of_the_served_metrics():
             "rtx6000",
             "metrics",
             "--serve",
-            "127.0.0.1:0",
+            ":0",  # any free port, on 127.0.0.1 (no address given)
             "--interval",
             "0.2",
         ],
@@ -53,6 +55,7 @@ def test_a_real_scrape_of_the_served_metrics():
     try:
         line = process.stdout.readline()
         url = re.search(r"http://\S+", line)[0]
+        assert url.startswith("http://127.0.0.1:"), line
         time.sleep(0.5)  # a refresh or two on the interval
         with urllib.request.urlopen(url + "metrics", timeout=10) as answer:
             text = answer.read().decode()
@@ -138,8 +141,8 @@ def test_binds_releases_and_limited_totals_are_counted(make_conf, tmp_path):
 
 
 def test_the_dashboard_uses_only_metrics_that_exist(capsys):
-    cli.main(["--host-description", "m10", "metrics"])
-    text = capsys.readouterr().out
+    code, text, _err = run_cli(capsys, "--host-description", "m10", "metrics")
+    assert code == 0
     families = {f.name for f in text_string_to_metric_families(text)}
     names = set()
     for family in text_string_to_metric_families(text):
@@ -165,3 +168,14 @@ def test_unreadable_records_show_and_claims_are_counted(make_conf, tmp_path):
     (state / "claims.json").write_text("{ cut in half")
     found = samples(generate_latest(registry).decode())
     assert found[("vgpu_driver_records_readable", ())] == 0
+
+
+@pytest.mark.parametrize("value", ["9847", "127.0.0.1:http", "127.0.0.1:"])
+def test_a_serve_value_without_a_port_is_refused_by_name(capsys, value):
+    """No server started, no traceback: the option, the value and what
+    to give."""
+    code, out, err = run_cli(
+        capsys, "--host-description", "m10", "metrics", "--serve", value
+    )
+    assert (code, out) == (2, "")
+    assert f"--serve {value!r}: give ADDRESS:PORT" in err
