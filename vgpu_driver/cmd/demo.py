@@ -10,6 +10,8 @@ which pGPUs could serve a few realistic requests.
 
 from __future__ import annotations
 
+import contextlib
+import tempfile
 import uuid as uuidlib
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,49 @@ REQUESTS = [
     ),
     ("one generic mlx5 mdev", "resources=CUSTOM_MLX5:1"),
 ]
+# the one bound when it has candidates (else the first that has)
+BOUND = REQUESTS[3][0]
+Request = tuple[str, str, str | None]  # title, query, what is missing
+
+
+def requests_for(report: dict[str, Any]) -> list[Request]:
+    """The requests the demo asks Placement on the tree ``report``
+    (:func:`~vgpu_driver.cmd.inventory.tree_report`): those of
+    ``REQUESTS``, each with the resource class or trait it names that
+    no provider has (Placement refuses such a request: it is not
+    asked), then one device of each class offered that none of them
+    asked for (another host than the demo's has its own)."""
+    providers = report["providers"]
+    classes = {rc for p in providers for rc in p["inventories"]}
+    traits = {t for p in providers for t in p["traits"]}
+    found: list[Request] = []
+    asked: set[str] = set()
+    for title, query in REQUESTS:
+        named = _named(query)
+        missing = next(
+            (n for n in sorted(named) if n not in classes | traits), None
+        )
+        found.append((title, query, missing))
+        if missing is None:
+            asked |= named & classes
+    found.extend(
+        (f"one {rc}", f"resources={rc}:1", None)
+        for rc in sorted(classes - asked)
+    )
+    return found
+
+
+def _named(query: str) -> set[str]:
+    """The resource classes and traits a request names."""
+    names = set()
+    for part in query.split("&"):
+        key, _sep, value = part.partition("=")
+        for item in value.split(","):
+            if key.startswith("resources"):
+                names.add(item.partition(":")[0])
+            elif key.startswith("required"):
+                names.add(item.lstrip("!"))
+    return names
 
 
 class Steps:
@@ -81,8 +126,16 @@ def run(context: Context) -> int:
     rc = _show_host(context, steps)
     if rc:
         return rc
-    workdir = Path(context.workdir.name) if context.workdir else Path(".")
-    with EmbeddedPlacement(workdir / "placement") as placement:
+    # Placement's database in the host's folder, or one of its own (a
+    # host of the operator's: never the current directory)
+    with (
+        (
+            contextlib.nullcontext(context.workdir.name)
+            if context.workdir
+            else tempfile.TemporaryDirectory(prefix="vgpu-driver-demo-")
+        ) as workdir,
+        EmbeddedPlacement(Path(workdir) / "placement") as placement,
+    ):
         steps.banner(
             f"Placement at {placement.url} (openstack-placement, SQLite)"
         )
@@ -157,8 +210,14 @@ def _with_placement(context: Context, steps: Steps) -> int:
     }
     steps.banner("Allocation candidates")
     rows: list[list[Any]] = []
-    found_all = []
-    for title, query in REQUESTS:
+    found_all: list[dict[str, Any]] = []
+    for title, query, missing in requests_for(tree_data):
+        if missing is not None:
+            found_all.append(
+                {"request": title, "query": query, "not_asked": missing}
+            )
+            rows.append([title, None, f"not asked: no provider has {missing}"])
+            continue
         found = candidates(syncer.client, query, names)
         found_all.append(
             {"request": title, "query": query, "candidates": found}
@@ -170,7 +229,13 @@ def _with_placement(context: Context, steps: Steps) -> int:
     steps.document["placement"]["allocation_candidates"] = found_all
     if not steps.as_json:
         output.table(["Request", "Candidates", "Served by"], rows)
-    return _bind(driver, syncer, names, steps)
+    served = [r for r in found_all if r.get("candidates")]
+    served.sort(key=lambda r: r["request"] != BOUND)
+    if not served:
+        steps.say("\nNo request has a candidate: nothing to bind.")
+        steps.document["bind"] = None
+        return 0
+    return _bind(driver, syncer, names, steps, served[0])
 
 
 def _bind(
@@ -178,26 +243,27 @@ def _bind(
     syncer: PlacementSync,
     names: dict[str, str],
     steps: Steps,
+    request: dict[str, Any],
 ) -> int:
-    """Claim a candidate in Placement for a pretend instance, bind it,
-    show the guest's devices, release."""
+    """Claim a candidate of ``request`` in Placement for a pretend
+    instance, bind it, show the guest's devices, release."""
     client = syncer.client
     instance = str(uuidlib.uuid4())
-    title, query = REQUESTS[3]
+    title, query = request["request"], request["query"]
     body = client.request("GET", f"/allocation_candidates?{query}").body
-    request = body["allocation_requests"][0]
+    chosen = body["allocation_requests"][0]
     client.request(
         "PUT",
         f"/allocations/{instance}",
         body={
-            **request,
+            **chosen,
             "project_id": "demo",
             "user_id": "demo",
             "consumer_generation": None,
         },
         ok=(204,),
     )
-    allocations = request["allocations"]
+    allocations = chosen["allocations"]
     steps.banner(f"Binding instance {instance} ({title})")
     steps.say("Allocations in Placement:")
     for rp, alloc in allocations.items():
