@@ -82,8 +82,15 @@ def test_a_configuration_file_alone_opens_its_own_libvirt(tmp_path, capsys):
         try:
             assert context.workdir is None
             assert context.host.uri == uri
+            # a configuration added (the demo's Placement): a folder of
+            # the command's own, gone at close
+            context.add_config("[placement]\nregion_name = here\n")
+            assert context.conf.placement.region_name == "here"
+            added = Path(context.config_files[-1])
+            assert added.parent == context.folder() != tmp_path
         finally:
             context.close()
+        assert not added.parent.exists()
         code, out, _err = run_cli(
             capsys, "--config-file", str(mine), "inventory", "--format", "json"
         )

@@ -68,12 +68,16 @@ class Context:
         for name, value, group in self.overrides:
             self.conf.set_override(name, value, group=group)
 
+    def folder(self) -> Path:
+        """The command's own temporary folder: the simulated host's, or
+        one made now (a host of the operator's); removed at close."""
+        if self.workdir is None:
+            self.workdir = tempfile.TemporaryDirectory(prefix="vgpu-driver-")
+        return Path(self.workdir.name)
+
     def add_config(self, text: str) -> None:
         """Load one more configuration file after the others."""
-        directory = Path(
-            self.workdir.name if self.workdir else tempfile.mkdtemp()
-        )
-        path = directory / f"extra-{len(self.config_files)}.conf"
+        path = self.folder() / f"extra-{len(self.config_files)}.conf"
         path.write_text(text)
         self.config_files.append(str(path))
         args = [arg for f in self.config_files for arg in ("--config-file", f)]

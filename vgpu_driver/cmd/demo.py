@@ -10,10 +10,7 @@ which pGPUs could serve a few realistic requests.
 
 from __future__ import annotations
 
-import contextlib
-import tempfile
 import uuid as uuidlib
-from pathlib import Path
 from typing import Any
 
 from vgpu_driver.cmd import check_config, discover, output
@@ -126,16 +123,8 @@ def run(context: Context) -> int:
     rc = _show_host(context, steps)
     if rc:
         return rc
-    # Placement's database in the host's folder, or one of its own (a
-    # host of the operator's: never the current directory)
-    with (
-        (
-            contextlib.nullcontext(context.workdir.name)
-            if context.workdir
-            else tempfile.TemporaryDirectory(prefix="vgpu-driver-demo-")
-        ) as workdir,
-        EmbeddedPlacement(Path(workdir) / "placement") as placement,
-    ):
+    # in the command's folder (never the current directory)
+    with EmbeddedPlacement(context.folder() / "placement") as placement:
         steps.banner(
             f"Placement at {placement.url} (openstack-placement, SQLite)"
         )
