@@ -12,20 +12,21 @@ import json
 import pytest
 
 from tests.cli_runs import raw_description, run_cli, write_host
+from vgpu_driver.cmd.demo import BOUND, REQUESTS
 from vgpu_driver.sim import description as hostdesc
 
 pytestmark = pytest.mark.functional
 
 
 def _rows(out):
-    """Request title -> (its count, what serves it) of the candidates'
-    table."""
+    """Request title -> (its count, None if not asked; what serves it)
+    of the candidates' table."""
     table = out.split("=== Allocation candidates ===")[1]
     table = table.split("===")[0].strip().splitlines()[2:]
     rows = {}
     for line in table:
         title, count, served = (c.strip() for c in line.split("  ") if c)
-        rows[title] = (int(count), served)
+        rows[title] = (None if count == "-" else int(count), served)
     return rows
 
 
@@ -40,6 +41,9 @@ def test_the_text_report(capsys):
     shown, rest = served.rsplit(", ", 1)
     assert rest == f"... ({count} in all)" and len(shown.split(", ")) == 3
     assert rows["one generic mlx5 mdev"] == (1, "pci_0000_3b_00_0")
+    # the demo's own requests alone, and the two-pGPU one bound
+    assert list(rows) == [title for title, _query in REQUESTS]
+    assert f"({BOUND}) ===" in out.split("=== Binding instance")[1]
     tree = out.split("=== The provider tree as Placement holds it ===")[1]
     assert "pci_0000_84_00_0" in tree.split("===")[0]
     assert out.rstrip().endswith("Claims left: 0")  # no JSON after it
@@ -58,7 +62,7 @@ def test_errors_in_the_configuration_stop_before_placement(
     ]
     host = write_host(tmp_path, raw)
     extra = ["--format", "json"] if as_json else []
-    code, out, _err = run_cli(
+    code, out, err = run_cli(
         capsys, "--host-description", str(host), "demo", *extra
     )
     assert code == 2
@@ -67,6 +71,7 @@ def test_errors_in_the_configuration_stop_before_placement(
         document = json.loads(out)
         [error] = document["configuration"]["errors"]
         assert "max_instances" in error
+        assert err == ""  # stopped there, not failing further on
 
 
 def test_a_host_of_the_operator_s_own(tmp_path, capsys, monkeypatch):
@@ -117,3 +122,33 @@ def test_another_host_gets_requests_of_its_own(capsys):
     assert bind["request"] == "one CUSTOM_SERIAL"
     assert bind["allocations"] == {"mtty": {"CUSTOM_SERIAL": 1}}
     assert bind["claims_left"] == 0
+
+
+@pytest.mark.parametrize(
+    ("host", "title", "count"),
+    [("m10", "one vGPU", 3), ("grid-k1", "one vGPU", 4)],
+)
+def test_three_candidates_are_shown_and_more_are_counted(
+    capsys, host, title, count
+):
+    code, out, _err = run_cli(capsys, "--host-description", host, "demo")
+    assert code == 0
+    found, served = _rows(out)[title]
+    assert found == count
+    names = served.split(", ")
+    if count > 3:
+        assert names[3:] == [f"... ({count} in all)"]
+    assert len(names[:3]) == 3 and "in all" not in " ".join(names[:3])
+
+
+def test_a_host_with_nothing_to_ask_binds_nothing(capsys):
+    """amd-mxgpu's description enables no type (its VFs are given to
+    guests whole): every request is not asked, and nothing is bound."""
+    code, out, _err = run_cli(
+        capsys, "--host-description", "amd-mxgpu", "demo", "--format", "json"
+    )
+    assert code == 0
+    document = json.loads(out)
+    asked = document["placement"]["allocation_candidates"]
+    assert all("not_asked" in r for r in asked)
+    assert document["bind"] is None
