@@ -12,7 +12,7 @@ import json
 import pytest
 
 from tests.cli_runs import raw_description, run_cli, write_host
-from vgpu_driver.cmd.demo import BOUND, REQUESTS
+from vgpu_driver.cmd.demo import REQUESTS
 from vgpu_driver.sim import description as hostdesc
 
 pytestmark = pytest.mark.functional
@@ -43,7 +43,8 @@ def test_the_text_report(capsys):
     assert rows["one generic mlx5 mdev"] == (1, "pci_0000_3b_00_0")
     # the demo's own requests alone, and the two-pGPU one bound
     assert list(rows) == [title for title, _query in REQUESTS]
-    assert f"({BOUND}) ===" in out.split("=== Binding instance")[1]
+    bound = out.split("=== Binding instance")[1].split("===")[0]
+    assert bound.endswith("(two vGPUs from two different pGPUs) ")
     tree = out.split("=== The provider tree as Placement holds it ===")[1]
     assert "pci_0000_84_00_0" in tree.split("===")[0]
     assert out.rstrip().endswith("Claims left: 0")  # no JSON after it
@@ -136,8 +137,8 @@ def test_three_candidates_are_shown_and_more_are_counted(
     found, served = _rows(out)[title]
     assert found == count
     names = served.split(", ")
-    if count > 3:
-        assert names[3:] == [f"... ({count} in all)"]
+    cut = [f"... ({count} in all)"] if count > 3 else []
+    assert names[3:] == cut
     assert len(names[:3]) == 3 and "in all" not in " ".join(names[:3])
 
 
