@@ -190,3 +190,22 @@ def test_unset_state_path_outside_nova_is_the_standalone_default(make_conf):
     conf = make_conf("[devices]\n")
     conf.clear_override("state_path", "devices")
     assert devices.records_path(conf) == "/var/lib/vgpu-driver"
+
+
+def test_a_driver_keeping_no_records_starts_and_writes_none(
+    make_conf, tmp_path
+):
+    """``persist=False`` (a report on a throwaway tree): its start has
+    no records to repair and its refreshes leave none on disk."""
+    description = helpers.load("m10")
+    conf = make_conf(description.config)
+    state = tmp_path / "state"
+    conf.set_override("state_path", str(state), "devices")
+    driver = VgpuDriver(
+        conf, helpers.SimulatedHost(description), persist=False
+    )
+    done = driver.init_host([])
+    assert done["records_moved_aside"] == []
+    plans = driver.update_provider_tree(helpers.new_tree(), "node1")
+    assert sum(p.total for p in plans) > 0
+    assert not state.exists()
