@@ -54,15 +54,26 @@ def test_a_failure_of_the_host_is_one_line_and_status_1(tmp_path, capsys):
     assert line.startswith("ERROR: Cannot connect to libvirt at test:///")
 
 
-def test_an_interrupted_command_exits_130(monkeypatch, capsys):
-    from vgpu_driver.cmd import doctor
+@pytest.mark.parametrize(
+    ("command", "raised", "status"),
+    [
+        ("doctor", KeyboardInterrupt, 130),  # ^C
+        # ``vgpu-driver discover | head``: the pipe closed under the
+        # command is the reader's choice, not a failure
+        ("discover", BrokenPipeError, 0),
+    ],
+)
+def test_a_command_stopped_from_outside(
+    monkeypatch, capsys, command, raised, status
+):
+    module = __import__(f"vgpu_driver.cmd.{command}", fromlist=["run"])
 
-    def interrupted(context):
-        raise KeyboardInterrupt
+    def stopped(context):
+        raise raised
 
-    monkeypatch.setattr(doctor, "run", interrupted)
-    code, _out, err = run_cli(capsys, "--host-description", "m10", "doctor")
-    assert (code, err) == (130, "")
+    monkeypatch.setattr(module, "run", stopped)
+    code, _out, err = run_cli(capsys, "--host-description", "m10", command)
+    assert (code, err) == (status, "")
 
 
 def test_the_placement_server_serves_where_told(monkeypatch, capsys):
@@ -113,19 +124,6 @@ def test_info_lines_come_from_services_and_debug_alone(capsys, args, level):
         assert logger.level == level
     finally:
         logger.setLevel(before)
-
-
-def test_a_reader_gone_mid_output_is_status_0(monkeypatch, capsys):
-    """``vgpu-driver discover | head``: the pipe closed under the
-    command is the reader's choice, not a failure."""
-    from vgpu_driver.cmd import discover
-
-    def cut(context):
-        raise BrokenPipeError
-
-    monkeypatch.setattr(discover, "run", cut)
-    code, _out, err = run_cli(capsys, "--host-description", "m10", "discover")
-    assert (code, err) == (0, "")
 
 
 def test_a_sync_makes_one_pass_unless_told_to_repeat(monkeypatch, capsys):

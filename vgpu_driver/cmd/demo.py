@@ -57,14 +57,12 @@ def requests_for(report: dict[str, Any]) -> list[Request]:
     asked for (another host than the demo's has its own)."""
     providers = report["providers"]
     classes = {rc for p in providers for rc in p["inventories"]}
-    traits = {t for p in providers for t in p["traits"]}
+    offered = classes | {t for p in providers for t in p["traits"]}
     found: list[Request] = []
     asked: set[str] = set()
     for title, query in REQUESTS:
         named = _named(query)
-        missing = next(
-            (n for n in sorted(named) if n not in classes | traits), None
-        )
+        missing = next((n for n in sorted(named) if n not in offered), None)
         found.append((title, query, missing))
         if missing is None:
             asked |= named & classes
