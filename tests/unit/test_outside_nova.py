@@ -92,6 +92,10 @@ def test_a_provider_held_whole_outside_nova_says_so():
     assert reserved == 4 and "made by another manager" in reason
     # a reason the plan gave stays (a failing device: all reserved)
     assert unaccounted("nvidia-35", 4, (4, "failing"), 1, 1) == (4, "failing")
+    # a provider with no room is given no reason here, whether or not
+    # something Placement does not count is there
+    assert unaccounted("nvidia-35", 0, (0, None), 0, 0) == (0, None)
+    assert unaccounted("nvidia-35", 0, (0, None), 1, 0) == (0, None)
 
 
 def test_a_guest_outside_nova_and_a_device_change_in_one_pass(tmp_path):

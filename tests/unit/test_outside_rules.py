@@ -35,6 +35,8 @@ def test_a_guest_s_event_looks_at_that_guest_alone():
         (gone, None, True),  # one outside Nova gone: its mdev is free
         (None, gone, True),
         (dataclasses.replace(gone, nova=True), None, False),  # Nova's
+        # one outside Nova that uses nothing came: nothing to count
+        (None, dataclasses.replace(gone, mdevs=()), False),
     ]:
         named = _Counted()
         now = HostInventory(
@@ -111,3 +113,24 @@ def test_naming_one_of_two_guests_without_metadata_gives_back_its_own():
     named.forget(b)
     named.name([str(uuid.UUID(int=4))])
     assert named.crossed(reading, reading)
+
+
+def test_any_guest_changed_outside_nova_among_several_is_a_change():
+    """Two guests changed in one reading (Nova's first, then one outside
+    Nova): the second's devices changed what Placement does not count,
+    whatever the first did."""
+    nova, theirs = (
+        Guest(str(uuid.UUID(int=i)), f"g{i}", mdevs=(f"m{i}",), nova=i == 1)
+        for i in (1, 2)
+    )
+    before = HostInventory(guests=(nova, theirs), generation=1)
+    now = HostInventory(
+        guests=(),
+        generation=2,
+        guest_changes=(
+            1,
+            ((nova.uuid, nova, None), (theirs.uuid, theirs, None)),
+        ),
+    )
+    named: set[str] = set()
+    assert outside_changed(before, now, named, named)

@@ -147,3 +147,114 @@ def test_a_guest_change_that_does_not_match_reads_the_guests_whole(
     assert reading.guests == tuple(rest)
     assert made in reading.mdevs
     assert reading.guest_changes is None and reading.device_changes is None
+
+
+def _made(last):
+    """An mdev like the reading's first, under a uuid of its own."""
+    import dataclasses
+
+    mdev = last.mdevs[0]
+    return dataclasses.replace(mdev, uuid="f" * 8 + mdev.uuid[8:])
+
+
+def test_an_mdev_made_alone_is_said_under_the_next_generation(tmp_path):
+    """An mdev made (no guest changed): the reading says so, from the
+    last one's generation, under the next; the guests' change after it
+    under the one after that (never one a reading had)."""
+    from vgpu_driver.host.readings import KnownGuests
+
+    readings, last, found = _read_again(tmp_path)
+    made = _made(last)
+    found.mdevs.append(made)
+    reading = readings.take(
+        found, False, ((made,), ()), KnownGuests(True, last.guests, ())
+    )
+    assert made in reading.mdevs
+    assert reading.generation == last.generation + 1
+    assert reading.device_changes is not None
+    assert reading.device_changes[0] == last.generation
+    gone, *rest = reading.guests
+    diff = ((gone.uuid, gone, None),)
+    after = readings.take(found, True, ((), ()), KnownGuests(True, rest, diff))
+    assert after.generation == reading.generation + 1
+    assert after.guests_known and after.guests == tuple(rest)
+
+
+def test_an_mdev_made_with_a_guest_gone_says_both(tmp_path):
+    """A delete whose mdev another manager's came beside: the reading
+    knows its guests, and says the guest's change from the last
+    generation."""
+    from vgpu_driver.host.readings import KnownGuests
+
+    readings, last, found = _read_again(tmp_path)
+    made = _made(last)
+    found.mdevs.append(made)
+    gone, *rest = last.guests
+    diff = ((gone.uuid, gone, None),)
+    reading = readings.take(
+        found, False, ((made,), ()), KnownGuests(True, rest, diff)
+    )
+    assert made in reading.mdevs and reading.guests == tuple(rest)
+    assert reading.guests_known
+    assert reading.guest_changes == (last.generation, diff)
+    assert gone.mdevs and not set(gone.mdevs) & set(reading.mdev_users())
+
+
+def test_every_guest_read_again_beside_an_mdev_made_is_taken_as_read(
+    tmp_path,
+):
+    """The guests read again whole (a rescan: no change said) in the
+    pass an mdev came: the reading has the guests as read, not as the
+    last reading had them."""
+    from vgpu_driver.host.readings import KnownGuests
+
+    readings, last, found = _read_again(tmp_path)
+    made = _made(last)
+    found.mdevs.append(made)
+    _gone, *rest = last.guests
+    reading = readings.take(
+        found, False, ((made,), ()), KnownGuests(True, rest, None)
+    )
+    assert reading.guests == tuple(rest) and made in reading.mdevs
+    assert reading.generation == last.generation + 1
+
+
+def test_every_guest_read_again_and_nothing_changed_is_the_same_reading(
+    tmp_path,
+):
+    """A rescan that finds every guest and device as they were: the very
+    same reading, under the same generation (nothing downstream takes
+    it in again)."""
+    from vgpu_driver.host.readings import KnownGuests
+
+    readings, last, found = _read_again(tmp_path)
+    reading = readings.take(
+        found, False, ((), ()), KnownGuests(True, list(last.guests), None)
+    )
+    assert reading is last
+
+
+def test_a_guest_change_that_does_not_match_counts_who_uses_what_anew(
+    tmp_path,
+):
+    """The guests alone changed, but not as said (the guest said gone
+    was read with no device): who uses which mdev is counted from the
+    guests as they are, not carried from the last reading by the
+    change."""
+    import dataclasses
+
+    from vgpu_driver.host.readings import KnownGuests
+    from vgpu_driver.model.device import HostInventory
+
+    readings, last, found = _read_again(tmp_path)
+    first, *rest = last.guests
+    assert first.mdevs and last.mdev_users()  # built, as a refresh does
+    wrong = dataclasses.replace(first, mdevs=())
+    diff = ((first.uuid, wrong, None),)
+    reading = readings.take(
+        found, True, ((), ()), KnownGuests(True, rest, diff)
+    )
+    assert reading.guests == tuple(rest)
+    fresh = HostInventory(guests=tuple(rest), mdevs=last.mdevs)
+    assert reading.mdev_users() == fresh.mdev_users()
+    assert not set(first.mdevs) & set(reading.mdev_users())

@@ -109,6 +109,20 @@ def test_a_provider_someone_removed_is_made_again(steady):
     assert tree.exists(P84)
 
 
+def test_a_provider_someone_added_as_ours_is_removed(steady):
+    """A provider named as this node's device providers, offering VGPU
+    for no device of the host (an older writer's), appears under the
+    node after a steady pass: the next pass removes it, never leaving
+    it offering what nobody binds."""
+    driver, _, tree = steady
+    stale = "node1_pci_0000_99_00_0"
+    tree.tree.new_child(stale, "node1")
+    tree.tree.update_inventory(stale, {"VGPU": {"total": 4, "max_unit": 4}})
+    driver.update_provider_tree(tree, "node1")
+    assert not tree.exists(stale)
+    assert tree.exists(P84)
+
+
 def test_a_guest_defined_meanwhile_is_seen(steady):
     driver, host, tree = steady
     free = "386818c0-9f18-5b12-8c04-386dbef1b1ab"  # nvidia-36 on 86
