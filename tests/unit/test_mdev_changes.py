@@ -245,6 +245,23 @@ def test_a_claim_or_a_device_made_elsewhere_plans_the_whole_host(
     assert touched(claims=(*last.claims, claim)) is None
     assert touched(owned=last.owned | {mdev.uuid}) == {there.name}
     assert touched(owned=last.owned - {on[elsewhere.name]}) is None
+    # claims changed there and elsewhere at once: the whole host
+    both = (
+        *last.claims,
+        (str(uuid.uuid4()), there.name, "nvidia-35"),
+        (str(uuid.uuid4()), elsewhere.name, "nvidia-35"),
+    )
+    assert touched(claims=both) is None
+    # one type of two with a cap, shared by the parents: the whole host
+    capped = dataclasses.replace(
+        config.types[0],
+        type_id="nvidia-36",
+        group="mdev_nvidia-36",
+        is_default=False,
+        max_instances=50,
+    )
+    two = dataclasses.replace(config, types=(*config.types, capped))
+    assert touched(config=two) is None
     # a cap shared by the parents: the whole host
     config = dataclasses.replace(
         config,
