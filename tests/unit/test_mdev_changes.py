@@ -19,6 +19,7 @@ from tests.followed_pair import (
     node_on,
     pair,
 )
+from tests.helpers import Node
 from vgpu_driver.model import usage
 from vgpu_driver.model.device import (
     DEVICE_INDEXES,
@@ -270,3 +271,23 @@ def test_a_claim_or_a_device_made_elsewhere_plans_the_whole_host(
         ),
     )
     assert touched(config=config) is None
+
+
+def test_another_type_made_on_a_parent_takes_its_provider_away(
+    make_conf, tmp_path
+):
+    """An M10 pGPU runs one type at a time: another manager's nvidia-36
+    mdev on a parent serving nvidia-35 leaves it nothing to offer, and
+    nothing of it in use: its provider goes (the parent's providers are
+    not the same ones: the whole host is planned), and comes back once
+    that mdev is removed."""
+    node = Node(make_conf, tmp_path / "state")
+    name = "pci_0000_85_00_0"
+    assert node.update()[name].total == 4
+    parent = node.host.discover().parent(name)
+    theirs = node.host.create_mdev(parent, "nvidia-36", str(uuid.uuid4()))
+    assert name not in node.update()
+    assert not node.tree.exists(f"node1_{name}")
+    node.host.remove_mdev(theirs)
+    assert node.update()[name].total == 4
+    assert node.tree.exists(f"node1_{name}")
