@@ -4,6 +4,7 @@ repairs a tree someone else changed, and sees a host that changed."""
 from __future__ import annotations
 
 import textwrap
+import uuid
 
 import pytest
 
@@ -258,3 +259,68 @@ def test_a_bind_that_reuses_a_free_mdev_is_counted_by_the_next_pass(
     assert n.host.discover().generation == generation
     after = n.update()[parent]
     assert (after.total, after.reserved) == (2, 2)
+
+
+def test_a_free_mdev_made_ahead_is_never_read_as_another_managers(
+    make_conf, tmp_path, monkeypatch
+):
+    """``create_free_mdev`` records the mdev as the library's before it
+    is made: a pass reading the host the moment it appears (a refresh of
+    another thread) counts it free and ours, not another manager's to
+    reserve, then and after."""
+    name = "pci_0000_85_00_0"  # m10: nvidia-35, no mdev
+    n = Node(make_conf, tmp_path / "state")
+    before = n.update()[name]
+    host = n.host
+    make = host.create_mdev
+    meanwhile = []
+
+    def create_mdev(*args, **kwargs):
+        mdev = make(*args, **kwargs)
+        meanwhile.append(n.update()[name])
+        return mdev
+
+    monkeypatch.setattr(host, "create_mdev", create_mdev)
+    spare = n.driver.create_free_mdev(name)
+    assert spare in n.driver.free_mdevs(name)
+    [seen] = meanwhile
+    after = n.update()[name]
+    assert seen.reserved == after.reserved == before.reserved == 0
+    assert seen.total == after.total == before.total
+
+
+def test_a_free_mdev_that_cannot_be_made_is_not_recorded(
+    make_conf, tmp_path, monkeypatch
+):
+    """The host refuses the mdev recorded ahead: the record is taken
+    back, and the error is the host's."""
+    from vgpu_driver.exception import HostUnreachable
+
+    n = Node(make_conf, tmp_path / "state")
+    owned = n.driver._refresher.binder.owned()
+
+    def refuse(*args, **kwargs):
+        raise HostUnreachable(uri="qemu:///system", reason="restarting")
+
+    monkeypatch.setattr(n.host, "create_mdev", refuse)
+    with pytest.raises(HostUnreachable):
+        n.driver.create_free_mdev("pci_0000_85_00_0", str(uuid.uuid4()))
+    assert n.driver._refresher.binder.owned() == owned
+
+
+def test_a_device_recorded_as_ours_with_nothing_else_changed_is_ours(
+    make_conf, tmp_path
+):
+    """An mdev read as another manager's (free: reserved), then recorded
+    as the library's with nothing else changed (the host, the claims and
+    the guests as the last pass read them): the next pass unreserves
+    it."""
+    from vgpu_driver.service import repairs
+
+    name = "pci_0000_85_00_0"
+    n = Node(make_conf, tmp_path / "state")
+    parent = n.host.discover().parent(name)
+    mdev = n.host.create_mdev(parent, "nvidia-35", str(uuid.uuid4()))
+    assert n.update()[name].reserved == 1
+    repairs.record_made(n.driver._refresher.binder.ledger, mdev.uuid)
+    assert n.update()[name].reserved == 0

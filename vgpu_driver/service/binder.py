@@ -168,11 +168,6 @@ class DeviceBinder:
         self.host.forget_guest(instance)
         return freed
 
-    def made(self, device_id: str) -> None:
-        """A device this library made outside a bind (a free mdev made
-        ahead of need): it is ours to hand out and remove."""
-        repairs.record_made(self.ledger, device_id)
-
     def hold(self, instance: str) -> list[str]:
         return repairs.hold(self.ledger, instance)
 

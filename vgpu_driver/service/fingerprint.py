@@ -65,6 +65,7 @@ def same_but_guests(
     if (
         last.inventory.generation == inventory.generation
         and last.claims == claims
+        and (owned is last.owned or owned == last.owned)
     ):
         return last
     if not inventory.guests_known or not inventory.same_devices(

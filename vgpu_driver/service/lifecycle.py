@@ -17,6 +17,7 @@ from vgpu_driver.model import binding, usage
 from vgpu_driver.model.binding import BoundDevice
 from vgpu_driver.model.claims import MIGRATION
 from vgpu_driver.model.device import HostInventory
+from vgpu_driver.service import repairs
 from vgpu_driver.service.binder import DeviceBinder
 from vgpu_driver.service.refresh import Refresher
 
@@ -146,10 +147,15 @@ def create_free_mdev(
         mdev_type = found.type(type_id)
         if mdev_type is None or mdev_type.available < 1:
             continue
-        mdev = refresher.host.create_mdev(
-            found, type_id, uuid or str(uuidlib.uuid4())
-        )
-        refresher.binder.made(mdev.uuid)
+        chosen = uuid or str(uuidlib.uuid4())
+        # recorded as this library's before the host is touched
+        ledger = refresher.binder.ledger
+        repairs.record_made(ledger, chosen)
+        try:
+            mdev = refresher.host.create_mdev(found, type_id, chosen)
+        except Exception:
+            repairs.record_made(ledger, chosen, made=False)
+            raise
         refresher.discover()
         return mdev.uuid
     return None

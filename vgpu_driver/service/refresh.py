@@ -259,12 +259,10 @@ class Refresher:
             or last.config is not self.settings.config
         ):
             return False
-        owned = last.owned
-        if (
-            last.inventory.generation != inventory.generation
-            or last.claims != claims
-        ):
-            owned = self.binder.owned()
+        # asked at every pass (a look the claims' read already took): a
+        # device the records now say this library made, with nothing else
+        # changed, is no longer another manager's to reserve
+        owned = self.binder.owned()
         now = same_but_guests(
             last,
             inventory,

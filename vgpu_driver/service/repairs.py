@@ -224,18 +224,27 @@ def hold_in_flight(
     return held
 
 
-def record_made(ledger: Ledger, device_id: str) -> None:
-    """A device this library made outside a bind: recorded as ours (if
-    that cannot be written, it stays another manager's: left alone)."""
+def record_made(ledger: Ledger, device_id: str, made: bool = True) -> None:
+    """A device this library makes outside a bind, recorded as ours
+    before it is made (a pass reading the host meanwhile never takes it
+    for another manager's); if that cannot be written, it stays another
+    manager's: left alone. ``made`` False: it could not be made after
+    all, and is no longer recorded."""
     with ledger.locked(view=False):
-        ledger.record.made.add(device_id)
+        if made:
+            ledger.record.made.add(device_id)
+        else:
+            ledger.record.made.discard(device_id)
         try:
             ledger.save()
         except StateStoreError as exc:
             LOG.warning(
-                "%s is made but cannot be recorded as this library's (%s): "
-                "it is left alone, as another manager's",
+                "%s %s (%s)",
                 device_id,
+                "cannot be recorded as this library's: once made, it is "
+                "left alone, as another manager's"
+                if made
+                else "was not made, and is still recorded as made",
                 exc,
             )
             return
