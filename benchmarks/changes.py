@@ -8,8 +8,10 @@ module for what each row means)."""
 
 from __future__ import annotations
 
+import contextlib
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from benchmarks.common import (
 )
 from benchmarks.nova_side import Nova, timed
 from benchmarks.service import FREE, Service
+from vgpu_driver.host.connection import Connection
 from vgpu_driver.sim import description as hostdesc
 from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
@@ -33,28 +36,63 @@ RUNS = [15]  # repetitions of each change (--runs)
 COLD = [False]
 # wall ms of the last pairs() run: after each change, then idle, in turn
 WALL: list[float] = []
+# CPU ms of the same refreshes spent in libvirt's calls (see libvirt_cpu)
+INSIDE: list[float] = []
+_SPENT = [0.0]  # s, since the timed refresh began
+
+
+@contextlib.contextmanager
+def libvirt_cpu() -> Iterator[None]:
+    """Every call the library makes to libvirt (each goes through
+    :meth:`Connection.call`: the test driver's C, or the modelled mdev
+    calls of :mod:`vgpu_driver.sim.mdev_libvirt`) adds its CPU time to
+    ``_SPENT``: what of a refresh is libvirt's answering, not ours. (Two
+    clock reads a call, a few of them a refresh.)"""
+    real = Connection.call
+
+    def call(self: Connection, name: str, fn: Any, *args: Any) -> Any:
+        start = time.process_time()
+        try:
+            return real(self, name, fn, *args)
+        finally:
+            _SPENT[0] += time.process_time() - start
+
+    Connection.call = call  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        Connection.call = real  # type: ignore[method-assign]
 
 
 def pairs(
     change: Callable[[int], None], refresh: Callable[[], Any]
 ) -> tuple[list[float], list[float]]:
     """(CPU ms of the refresh after each change, of the idle one after);
-    their wall ms go to ``WALL``."""
+    their wall ms go to ``WALL``, what of them libvirt's calls took to
+    ``INSIDE``."""
     changed, idle = [], []
     WALL.clear()
-    for step in range(2 * RUNS[0]):
-        change(step)
-        for times in (changed, idle):
-            cpu, wall = timed(refresh, cold=COLD[0])
-            times.append(cpu)
-            WALL.append(wall)
+    INSIDE.clear()
+    with libvirt_cpu():
+        for step in range(2 * RUNS[0]):
+            change(step)
+            for times in (changed, idle):
+                _SPENT[0] = 0.0
+                cpu, wall = timed(refresh, cold=COLD[0])
+                times.append(cpu)
+                WALL.append(wall)
+                INSIDE.append(_SPENT[0] * 1000)
     return changed, idle
 
 
-def walls() -> dict[str, list[float]]:
-    """The wall ms of the last :func:`pairs` run, after each change and
-    idle."""
-    return {"changed_wall": WALL[0::2], "idle_wall": WALL[1::2]}
+def extras(remote: bool) -> dict[str, list[float]]:
+    """Of the last :func:`pairs` run: the CPU ms libvirt's calls took in
+    each refresh after a change, and (``remote``: served by a daemon)
+    the wall ms after each change and idle."""
+    found = {"libvirt": INSIDE[0::2]}
+    if remote:
+        found.update(changed_wall=WALL[0::2], idle_wall=WALL[1::2])
+    return found
 
 
 def guest_churn(
@@ -80,7 +118,7 @@ def guest_churn(
         service.driver.domain_event(guest, step % 2 == 1)
 
     changed, idle = pairs(change, service.idle)
-    wall = walls() if remote is not None else {}
+    wall = extras(remote is not None)
     return {"changed": changed, "idle": idle, "nova": nova_idle(uri), **wall}
 
 
@@ -151,7 +189,7 @@ def spawn_churn(
 
     changed, idle = pairs(change, service.idle)
     free_after.append(len(driver.free_mdevs()))
-    wall = walls() if remote is not None else {}
+    wall = extras(remote is not None)
     return {
         "changed": changed,
         "idle": idle,
@@ -175,7 +213,7 @@ def vf_churn(cards: int, tmp: Path) -> dict[str, Any]:
     changed, idle = pairs(change, service.idle)
     # Nova's libvirt driver reports no vGPU on these cards (vendor VFIO
     # VFs have no mdev type): nothing to time beside
-    return {"changed": changed, "idle": idle, "nova": None}
+    return {"changed": changed, "idle": idle, "nova": None, **extras(False)}
 
 
 def mdev_churn(
@@ -214,7 +252,7 @@ def mdev_churn(
 
     changed, idle = pairs(change, service.idle)
     reserved.append(reserved_now())
-    wall = walls() if remote is not None else {}
+    wall = extras(remote is not None)
     nova = nova_after(uri, conn, make)
     return {
         "changed": changed,

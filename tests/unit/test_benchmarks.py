@@ -93,7 +93,7 @@ def test_churn_benchmark_prints_every_change_beside_idle():
         out,
         r"\s*(guest gone|guest back|spawn|delete|VF typed|VF cleared"
         r"|mdev made|mdev gone) (\S+) \| +[\d.]+/([\d.]+)/[\d.]+ +[\d.]+/([\d.]+)/[\d.]+"
-        r" +([\d.]+)x +([+-][\d.]+) \|",
+        r" +([\d.]+)x +([+-][\d.]+) +([\d.]+) \|",
     )
     kinds = Counter(m[1] for m in found)
     # each kind of change apart, on two hosts of each case
@@ -111,10 +111,16 @@ def test_churn_benchmark_prints_every_change_beside_idle():
         2,
     )
     for m in found:
-        changed, idle, ratio, added = map(float, m.groups()[2:])
+        changed, idle, ratio, added, inside = map(float, m.groups()[2:])
         assert ratio > 0
         # what the change adds: the medians' difference (as printed)
         assert added == pytest.approx(changed - idle, abs=0.011)
+        # libvirt's calls are part of the refresh, never more
+        assert 0 <= inside <= changed
+    # a guest back is read from libvirt (its domain's XML), an mdev made
+    # too (its parent's XML, the mdev's lookup)
+    for kind in ("guest back", "mdev made"):
+        assert all(float(m[7]) > 0 for m in found if m[1] == kind)
 
 
 def test_churn_benchmark_times_guests_and_mdevs_over_libvirtd():
@@ -130,7 +136,7 @@ def test_churn_benchmark_times_guests_and_mdevs_over_libvirtd():
         out,
         r"\s*(guest gone|guest back|spawn|delete|mdev made|mdev gone) (\S+)"
         r" \|.* ([\d.]+)x"
-        r" +[+-][\d.]+ \|.*\| +([\d.]+)x$",
+        r" +[+-][\d.]+ +[\d.]+ \|.*\| +([\d.]+)x$",
     )
     kinds = "guest gone, guest back, spawn, delete, mdev made, mdev gone"
     assert Counter(m[1] for m in found) == dict.fromkeys(kinds.split(", "), 2)
