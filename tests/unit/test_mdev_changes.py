@@ -291,3 +291,24 @@ def test_another_type_made_on_a_parent_takes_its_provider_away(
     node.host.remove_mdev(theirs)
     assert node.update()[name].total == 4
     assert node.tree.exists(f"node1_{name}")
+
+
+def test_a_pass_given_the_allocations_plans_the_whole_host(
+    make_conf, tmp_path
+):
+    """Nova hands a pass the allocations (a reshape) right after another
+    manager made an mdev: the parent touched is planned with them, as
+    the whole host is, not alone without them: its total never drops
+    below the units Placement has allocated there (Placement would
+    refuse the inventory)."""
+    node = Node(make_conf, tmp_path / "state")
+    name = "pci_0000_84_00_0"  # m10: nvidia-35, 4 of them at most
+    assert node.update()[name].total == 4
+    parent = node.host.discover().parent(name)
+    node.host.create_mdev(parent, "nvidia-35", str(uuid.uuid4()))
+    units = {node.rp(name): {"resources": {"VGPU": 5}}}
+    plans = node.driver.update_provider_tree(
+        node.tree, "node1", allocations={"c1": {"allocations": units}}
+    )
+    [plan] = [p for p in plans if p.device == name]
+    assert (plan.total, plan.reserved) == (5, 1)
