@@ -201,3 +201,21 @@ def test_an_earlier_release_s_made_record_not_of_ids_is_corrupt(
     done = n.driver.init_host()
     [moved] = done["records_moved_aside"]
     assert json.loads(Path(moved).read_text()) == record
+
+
+@pytest.mark.parametrize("number", [True, 0, -1, "1157", None])
+def test_a_vf_types_record_with_no_type_number_is_corrupt(
+    make_conf, tmp_path, number
+):
+    """The VF types recorded (restored at boot) are NVIDIA vGPU type
+    numbers: a flag, zero (a VF cleared is not recorded), a negative
+    number or a string is refused, never written to a VF; a number is
+    read."""
+    state = tmp_path / "state"
+    Node(make_conf, state)
+    record = state / "vf-types.json"
+    record.write_text(json.dumps({"0000:41:00.4": 1157}))
+    Node(make_conf, state)  # read
+    record.write_text(json.dumps({"0000:41:00.4": number}))
+    with pytest.raises(StateRecordCorrupt, match=r"vf-types\.json"):
+        Node(make_conf, state)
