@@ -118,8 +118,8 @@ def guest_churn(
         service.driver.domain_event(guest, step % 2 == 1)
 
     changed, idle = pairs(change, service.idle)
-    wall = extras(remote is not None)
-    return {"changed": changed, "idle": idle, "nova": nova_idle(uri), **wall}
+    more = extras(remote is not None)
+    return {"changed": changed, "idle": idle, "nova": nova_idle(uri), **more}
 
 
 def modelled(
@@ -189,11 +189,11 @@ def spawn_churn(
 
     changed, idle = pairs(change, service.idle)
     free_after.append(len(driver.free_mdevs()))
-    wall = extras(remote is not None)
+    more = extras(remote is not None)
     return {
         "changed": changed,
         "idle": idle,
-        **wall,
+        **more,
         "nova": nova_idle(uri),
         "bound": bound,
         "free": free_after,
@@ -252,13 +252,13 @@ def mdev_churn(
 
     changed, idle = pairs(change, service.idle)
     reserved.append(reserved_now())
-    wall = extras(remote is not None)
+    more = extras(remote is not None)
     nova = nova_after(uri, conn, make)
     return {
         "changed": changed,
         "idle": idle,
         "nova": nova[0] if nova else None,
-        **wall,
+        **more,
         "reserved": reserved,
         "nova_listed": nova[1] if nova else [],
     }

@@ -42,11 +42,12 @@ together would land between them, on whichever the sample favours.
 ``libvirt``: what of the refresh after the change libvirt's calls took
 (the test driver formatting a domain's or a node device's XML, in C;
 the modelled mdev calls): the part of what a change adds that is not
-this library's. Nova beside: its periodic on the same host. In the guest rows it reads
-no guest, so a change costs it nothing more: its periodic is timed on
-the host as it is. In the mdev rows it runs on the same modelled
-connection, after each of the same changes, in a loop of its own: it
-lists and reads the mdev another manager made, as it would on a host.
+this library's. Nova beside: its periodic on the same host. In the
+guest rows it reads no guest, so a change costs it nothing more: its
+periodic is timed on the host as it is. In the mdev rows it runs on
+the same modelled connection, after each of the same changes, in a
+loop of its own: it lists and reads the mdev another manager made, as
+it would on a host.
 
 ``--daemon``: the guest, spawn and mdev rows alone, on the same hosts served
 by this machine's ``libvirtd`` over its UNIX socket, as a compute service's
