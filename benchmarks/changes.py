@@ -208,7 +208,7 @@ def vf_churn(cards: int, tmp: Path) -> dict[str, Any]:
     path = Path(sysfs) / "bus/pci/devices" / vf / "nvidia/current_vgpu_type"
 
     def change(step: int) -> None:
-        path.write_text("1157\n" if step % 2 == 0 else "0\n")
+        path.write_text("1150\n" if step % 2 == 0 else "0\n")
 
     changed, idle = pairs(change, service.idle)
     # Nova's libvirt driver reports no vGPU on these cards (vendor VFIO

@@ -55,7 +55,7 @@ def sriov(cards: int, used_per_card: int = 16) -> hostdesc.HostDescription:
     pfs, guests = [], []
     for i in range(cards):
         pf = dataclasses.replace(card, address=f"0000:{0x41 + i:02x}:00.0")
-        pf.vf_types = {vf: 1157 for vf in pf.vf_addresses[:used_per_card]}
+        pf.vf_types = {vf: 1150 for vf in pf.vf_addresses[:used_per_card]}
         pfs.append(pf)
         guests += [
             hostdesc.GuestSpec(
@@ -69,7 +69,7 @@ def sriov(cards: int, used_per_card: int = 16) -> hostdesc.HostDescription:
         l40,
         pfs=pfs,
         guests=guests,
-        config="[devices]\nenabled_mdev_types = nvidia-1157\n",
+        config="[devices]\nenabled_mdev_types = nvidia-1150\n",
     )
 
 

@@ -78,7 +78,7 @@ def sriov(tmp_path):
     """Nova's CONF and an adapter on the L40 host: an NVIDIA SR-IOV card
     whose VFs carry one vGPU each (one VF in use by a guest)."""
     yield from _sriov_driver(
-        tmp_path, "l40-sriov", "nvidia-1157", "0000:41:00.0"
+        tmp_path, "l40-sriov", "nvidia-1150", "0000:41:00.0"
     )
 
 

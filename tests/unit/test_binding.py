@@ -56,7 +56,7 @@ def test_generic_mdev_and_unmanaged_classes_are_ignored(node):
 
 def test_sriov_vf_is_set_to_the_type_and_cleared_on_release(node):
     n = node("l40-sriov")
-    # 0000:41:00.5 already carries L40-4Q and no guest uses it: reused
+    # 0000:41:00.5 already carries L40S-4Q and no guest uses it: reused
     [reused] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_41_00_0", 1)))
     assert (reused.kind, reused.id, reused.created) == (
         "vf",
@@ -69,8 +69,8 @@ def test_sriov_vf_is_set_to_the_type_and_cleared_on_release(node):
     bus = fresh.id.split(":")[1]
     assert "type='pci'" in xml and f"bus='0x{bus}'" in xml
     vfs = {vf.address: vf for vf in n.host.discover().pfs[0].vfs}
-    assert vfs[fresh.id].current_type == 1157
-    assert n.driver.binder.vf_types[fresh.id] == 1157
+    assert vfs[fresh.id].current_type == 1150
+    assert n.driver.binder.vf_types[fresh.id] == 1150
     n.driver.release_mdevs("i2")
     vfs = {vf.address: vf for vf in n.host.discover().pfs[0].vfs}
     assert vfs[fresh.id].current_type == 0

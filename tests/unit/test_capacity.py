@@ -100,18 +100,18 @@ def l40s(
     )
 
 
-Q4 = SriovType(1157, "NVIDIA L40S-4Q")
-Q24 = SriovType(1159, "NVIDIA L40S-24Q")
+Q4 = SriovType(1150, "NVIDIA L40S-4Q")
+Q24 = SriovType(1155, "NVIDIA L40S-24Q")
 
 
 def test_mixed_size_counts_the_framebuffer_other_types_hold():
     """An L40S with a 24Q and a 4Q placed holds 5 more 4Q (6 in all),
     not 12."""
-    pf = l40s((1159, Q24.name), (1157, Q4.name), free=(Q4,))
+    pf = l40s((1155, Q24.name), (1150, Q4.name), free=(Q4,))
     rooms, notes = capacity.sriov_room(pf)
-    assert rooms["nvidia-1157"] == 5 and not notes
+    assert rooms["nvidia-1150"] == 5 and not notes
     inventory = HostInventory(pfs=(pf,))
-    assert total_of(inventory, "nvidia-1157", pf.name) == (6, None)
+    assert total_of(inventory, "nvidia-1150", pf.name) == (6, None)
 
 
 def test_a_placed_type_no_vf_lists_any_more_is_remembered():
@@ -120,38 +120,38 @@ def test_a_placed_type_no_vf_lists_any_more_is_remembered():
     memory: dict[str, dict[int, SriovType]] = {}
     before = l40s(free=(Q4, Q24))
     remember_types(before, memory)
-    after = l40s((1159, ""), free=(Q4,))
+    after = l40s((1155, ""), free=(Q4,))
     after = dataclasses.replace(after, seen_types=())
     rooms, notes = capacity.sriov_room(remember_types(after, memory))
-    assert rooms["nvidia-1157"] == 6 and not notes
+    assert rooms["nvidia-1150"] == 6 and not notes
     # without the memory, the 24Q's size is unknown: one at a time, and
     # the reason names the placed type, not the 4Q (its name says 4 GB)
     rooms, notes = capacity.sriov_room(after)
-    assert rooms["nvidia-1157"] == 1
-    assert "nvidia-1159" in notes["nvidia-1157"]
-    assert "framebuffer" in notes["nvidia-1157"]
-    assert "L40S-4Q" not in notes["nvidia-1157"]
+    assert rooms["nvidia-1150"] == 1
+    assert "nvidia-1155" in notes["nvidia-1150"]
+    assert "framebuffer" in notes["nvidia-1150"]
+    assert "L40S-4Q" not in notes["nvidia-1150"]
 
 
 def test_a_type_whose_name_gives_no_size_is_named_in_the_reason():
     odd = SriovType(1190, "NVIDIA L40S-custom")
     rooms, notes = capacity.sriov_room(l40s(free=(odd, Q4)))
-    assert (rooms["nvidia-1190"], rooms["nvidia-1157"]) == (1, 12)
+    assert (rooms["nvidia-1190"], rooms["nvidia-1150"]) == (1, 12)
     assert "L40S-custom" in notes["nvidia-1190"]
-    assert "nvidia-1157" not in notes  # sized: nothing to say
+    assert "nvidia-1150" not in notes  # sized: nothing to say
     # placed, its size unknown: what is free is unknown for every type
     rooms, notes = capacity.sriov_room(l40s((1190, odd.name), free=(Q4,)))
-    assert rooms["nvidia-1157"] == 1
-    assert "nvidia-1190 ('NVIDIA L40S-custom'" in notes["nvidia-1157"]
+    assert rooms["nvidia-1150"] == 1
+    assert "nvidia-1190 ('NVIDIA L40S-custom'" in notes["nvidia-1150"]
 
 
 def test_a_card_full_by_framebuffer_offers_none_whatever_vfs_list():
     """Two 24Q fill the 48 GB: a 4Q the driver still lists (its word
     overstated, as on the dumps that showed 2x-24x) gets no room."""
-    pf = l40s((1159, Q24.name), (1159, Q24.name), free=(Q4,))
+    pf = l40s((1155, Q24.name), (1155, Q24.name), free=(Q4,))
     rooms, notes = capacity.sriov_room(pf)
-    assert rooms["nvidia-1157"] == 0 and not notes  # proven: no reason
-    assert total_of(HostInventory(pfs=(pf,)), "nvidia-1157", pf.name)[0] == 0
+    assert rooms["nvidia-1150"] == 0 and not notes  # proven: no reason
+    assert total_of(HostInventory(pfs=(pf,)), "nvidia-1150", pf.name)[0] == 0
 
 
 def unknown_board(free: tuple[SriovType, ...]) -> PhysicalFunction:
@@ -161,7 +161,7 @@ def unknown_board(free: tuple[SriovType, ...]) -> PhysicalFunction:
 def test_a_board_nobody_can_size_offers_one_more_and_says_why():
     pf = unknown_board((Q4,))
     inventory = HostInventory(pfs=(pf,))
-    total, why = total_of(inventory, "nvidia-1157", pf.name)
+    total, why = total_of(inventory, "nvidia-1150", pf.name)
     assert total == 1
     assert why is not None and "0x10de:0x9999" in why
     assert "max_instances" in why
@@ -170,33 +170,33 @@ def test_a_board_nobody_can_size_offers_one_more_and_says_why():
 def test_max_instances_vouches_for_a_board_nobody_can_size():
     pf = unknown_board((Q4,))
     inventory = HostInventory(pfs=(pf,))
-    assert total_of(inventory, "nvidia-1157", pf.name, max_instances=12) == (
+    assert total_of(inventory, "nvidia-1150", pf.name, max_instances=12) == (
         12,
         None,
     )
 
 
 def test_time_sliced_vgpus_stop_at_32_per_gpu_whatever_the_framebuffer():
-    small = SriovType(1155, "NVIDIA L40S-1B")
+    small = SriovType(1145, "NVIDIA L40S-1B")
     pf = l40s(free=(small,))
     rooms, _ = capacity.sriov_room(
         dataclasses.replace(pf, vfs=pf.vfs * 2)  # 64 VFs listing it
     )
-    assert rooms["nvidia-1155"] == 32
+    assert rooms["nvidia-1145"] == 32
     # the vGPUs placed count against the 32, whatever their type
-    placed = l40s(*[(1155, small.name)] * 10, free=(small,), count=64)
+    placed = l40s(*[(1145, small.name)] * 10, free=(small,), count=64)
     rooms, _ = capacity.sriov_room(placed)
-    assert rooms["nvidia-1155"] == 22
+    assert rooms["nvidia-1145"] == 22
 
 
 def test_a_vouched_board_past_32_time_sliced_offers_none():
-    small = SriovType(1155, "NVIDIA L40S-1B")
+    small = SriovType(1145, "NVIDIA L40S-1B")
     pf = dataclasses.replace(
-        l40s(*[(1155, small.name)] * 32, free=(small,), count=64),
+        l40s(*[(1145, small.name)] * 32, free=(small,), count=64),
         product_id="0x9999",
     )
-    rooms, notes = capacity.sriov_room(pf, vouched={"nvidia-1155"})
-    assert rooms["nvidia-1155"] == 0 and not notes
+    rooms, notes = capacity.sriov_room(pf, vouched={"nvidia-1145"})
+    assert rooms["nvidia-1145"] == 0 and not notes
 
 
 def test_what_the_empty_card_holds_leaves_out_what_it_cannot_size():
@@ -205,12 +205,12 @@ def test_what_the_empty_card_holds_leaves_out_what_it_cannot_size():
     name gives no size."""
     mig = SriovType(1546, "NVIDIA RTX Pro 6000 Blackwell DC-1-2Q")
     odd = SriovType(1190, "NVIDIA L40S-custom")
-    small = SriovType(1155, "NVIDIA L40S-1B")
+    small = SriovType(1145, "NVIDIA L40S-1B")
     pf = l40s(free=(Q4, Q24, small, mig, odd))
     assert capacity.card_max(pf) == {
-        "nvidia-1157": 12,
-        "nvidia-1159": 2,
-        "nvidia-1155": 32,
+        "nvidia-1150": 12,
+        "nvidia-1155": 2,
+        "nvidia-1145": 32,
     }
     assert capacity.card_max(unknown_board((Q4,))) == {}
 
@@ -231,7 +231,7 @@ def test_a_mig_backed_type_is_never_sized_by_framebuffer_division():
 @pytest.mark.parametrize(
     ("name", "size"),
     [
-        ("NVIDIA L40-4Q", capacity.TypeSize(4, False)),
+        ("NVIDIA L40S-4Q", capacity.TypeSize(4, False)),
         ("NVIDIA RTX Pro 6000 Blackwell DC-48Q", capacity.TypeSize(48, False)),
         ("NVIDIA A100D-1-10C", capacity.TypeSize(10, True)),
         (
@@ -292,7 +292,7 @@ def test_the_board_table_is_keyed_as_sysfs_spells_product_ids():
         assert re.fullmatch(r"0x[0-9a-f]{4}", product_id), product_id
         assert board.framebuffer_gb > 0
     l20 = dataclasses.replace(
-        l40s(free=(SriovType(1157, "NVIDIA L20-4Q"),)), product_id="0x26BA"
+        l40s(free=(SriovType(1150, "NVIDIA L20-4Q"),)), product_id="0x26BA"
     )
     rooms, notes = capacity.sriov_room(l20)
-    assert rooms["nvidia-1157"] == 12 and not notes
+    assert rooms["nvidia-1150"] == 12 and not notes

@@ -349,7 +349,7 @@ def test_a_card_full_of_the_enabled_type_still_offers_it():
     config = DeviceConfig(
         (
             TypeConfig(
-                "nvidia-1157", "VGPU", (), None, (), True, "mdev_nvidia-1157"
+                "nvidia-1150", "VGPU", (), None, (), True, "mdev_nvidia-1150"
             ),
         )
     )

@@ -111,21 +111,21 @@ def test_setting_a_vf_type_narrows_its_siblings():
     host = helpers.simulated_host("l40-sriov")
     [pf] = host.discover().pfs
     free = [vf for vf in pf.vfs if vf.current_type == 0]
-    assert {t.id for t in free[0].creatable} == {1157}
-    host.set_vf_type(free[0].address, 1157)
+    assert {t.id for t in free[0].creatable} == {1150}
+    host.set_vf_type(free[0].address, 1150)
     [pf] = host.discover().pfs
     by_address = {vf.address: vf for vf in pf.vfs}
     assert by_address[free[0].address].creatable == ()
-    assert by_address[free[0].address].current_type == 1157
+    assert by_address[free[0].address].current_type == 1150
     with pytest.raises(DeviceOperationFailed, match="not creatable"):
-        host.set_vf_type(free[1].address, 1155)
+        host.set_vf_type(free[1].address, 1145)
     for vf in free[1:]:
         host.set_vf_type(vf.address, 0)
-    # 3 of 12 L40-4Q in use: 9 more VFs can take it, then none
+    # 3 of 12 L40S-4Q in use: 9 more VFs can take it, then none
     taken = 3
     for vf in free[1:]:
         try:
-            host.set_vf_type(vf.address, 1157)
+            host.set_vf_type(vf.address, 1150)
             taken += 1
         except DeviceOperationFailed:
             break

@@ -123,8 +123,8 @@ def test_a_vf_address_in_device_addresses_names_the_gpu_to_list_instead(
     conf = make_conf(
         """
         [devices]
-        enabled_mdev_types = nvidia-1157
-        [mdev_nvidia-1157]
+        enabled_mdev_types = nvidia-1150
+        [mdev_nvidia-1150]
         device_addresses = 0000:41:00.5
         """
     )
@@ -156,8 +156,8 @@ def test_an_sriov_gpu_whose_vfs_are_not_enabled_says_how_to_enable_them(
     conf = make_conf(
         """
         [devices]
-        enabled_mdev_types = nvidia-1157
-        [mdev_nvidia-1157]
+        enabled_mdev_types = nvidia-1150
+        [mdev_nvidia-1150]
         device_addresses = 0000:41:00.0
         """
     )

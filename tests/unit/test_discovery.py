@@ -166,13 +166,13 @@ def test_libvirt_host_writes_sysfs_where_libvirt_cannot_create(tmp_path):
 
 def test_libvirt_host_sets_a_vf_type_through_sysfs(tmp_path):
     host = helpers.libvirt_host(helpers.load("l40-sriov"), tmp_path)
-    host.set_vf_type("0000:41:00.6", 1157)
+    host.set_vf_type("0000:41:00.6", 1150)
     current = (
         tmp_path / "sys/bus/pci/devices/0000:41:00.6/nvidia/current_vgpu_type"
     )
-    assert current.read_text() == "1157"
+    assert current.read_text() == "1150"
     with pytest.raises(DeviceOperationFailed, match=r"0000:99:00\.1"):
-        host.set_vf_type("0000:99:00.1", 1157)
+        host.set_vf_type("0000:99:00.1", 1150)
 
 
 def test_domain_events_keep_guests_current(tmp_path):

@@ -107,7 +107,7 @@ def test_a_vf_another_manager_typed_is_never_used_nor_cleared(
     pf = n.host.discover().pf(PF)
     free = [vf for vf in pf.vfs if not vf.current_type]
     theirs = free[0].address
-    n.host.set_vf_type(theirs, 1157)  # an operator, by hand
+    n.host.set_vf_type(theirs, 1150)  # an operator, by hand
     n.update()
     got = {
         d.id
@@ -122,7 +122,7 @@ def test_a_vf_another_manager_typed_is_never_used_nor_cleared(
     n.driver.guest_undefined("g1")
     n.driver.release_mdevs("g1")
     vfs = {vf.address: vf for vf in n.host.discover().pf(PF).vfs}
-    assert vfs[theirs].current_type == 1157
+    assert vfs[theirs].current_type == 1150
 
 
 def test_discover_and_audit_show_another_manager_s_devices(tmp_path, capsys):

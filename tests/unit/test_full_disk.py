@@ -141,14 +141,14 @@ def test_restore_never_overwrites_a_vf_that_now_carries_another_type(
     n.driver.allocate_mdevs("i0", n.alloc((PF, 1)))
     [mine] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
     [other] = n.driver.allocate_mdevs("i2", n.alloc((PF, 1)))
-    assert n.driver.binder.vf_types[mine.id] == 1157
-    # the record says L40-8Q, the card carries L40-4Q set by someone else
-    assert n.driver.binder.record_vf_types({mine.id: 1158})
+    assert n.driver.binder.vf_types[mine.id] == 1150
+    # the record says L40S-8Q, the card carries L40S-4Q set by someone else
+    assert n.driver.binder.record_vf_types({mine.id: 1152})
     n.host.set_vf_type(other.id, 0)  # this one only forgot (a reboot)
     failed: list[str] = []
     restored = n.driver.restore_vf_types(failed)
-    assert _vf_type(n, mine.id) == 1157
-    assert restored == [other.id] and _vf_type(n, other.id) == 1157
+    assert _vf_type(n, mine.id) == 1150
+    assert restored == [other.id] and _vf_type(n, other.id) == 1150
     assert failed == []  # left alone, not tried and refused
 
 

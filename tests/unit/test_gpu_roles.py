@@ -54,7 +54,7 @@ def test_each_kind_of_gpu_the_library_drives_says_what_it_offers(capsys):
     [l40] = gpus(capsys, "l40-sriov").values()
     assert (l40["role"], l40["note"], l40["vfs"]) == (
         "NVIDIA SR-IOV vGPU GPU",
-        "offers nvidia-1157",
+        "offers nvidia-1150",
         32,
     )
     [mixed] = gpus(capsys, "rtx6000-mixed").values()

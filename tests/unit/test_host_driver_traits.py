@@ -47,7 +47,7 @@ def test_an_upgraded_driver_replaces_the_trait(
     node = helpers.Node(make_conf, tmp_path, "l40-sriov")
     [plan] = node.update().values()
     monkeypatch.setattr(specs, "NVIDIA_HOST_DRIVER", "580.65.05")
-    node.host.set_vf_type("0000:41:00.6", 1157)  # the host reads anew
+    node.host.set_vf_type("0000:41:00.6", 1150)  # the host reads anew
     [plan] = node.update().values()
     traits = node.tree.data(plan.name).traits
     assert "CUSTOM_VGPU_HOST_NVIDIA_580_65_05" in traits

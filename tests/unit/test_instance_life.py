@@ -125,7 +125,7 @@ def test_vf_types_are_restored_after_a_reboot(node, make_conf, tmp_path):
     restored = restarted.driver.restore_vf_types()
     assert device.id in restored
     vfs = {vf.address: vf for vf in n.host.discover().pfs[0].vfs}
-    assert vfs[device.id].current_type == 1157
+    assert vfs[device.id].current_type == 1150
 
 
 def test_live_migration_claim_survives_a_restart(node, make_conf, tmp_path):
@@ -240,7 +240,7 @@ def test_restore_command_reapplies_recorded_vf_types(capsys):
 
     assert cli.main(["--host-description", "l40-sriov", "restore"]) == 0
     out = capsys.readouterr().out
-    # the guest's VF carries L40-4Q: recorded; nothing was lost to restore
+    # the guest's VF carries L40S-4Q: recorded; nothing was lost to restore
     assert "1 VF type(s) recorded, 0 re-applied" in out
 
 

@@ -126,7 +126,7 @@ def test_the_host_adapter_refuses_a_type_the_vf_no_longer_lists(tmp_path):
     vf = sysfs / "bus/pci/devices/0000:41:04.3/nvidia"
     (vf / "creatable_vgpu_types").write_text("ID    : vGPU Name\n")
     with pytest.raises(DeviceNoRoom, match="creatable"):
-        SysfsTree(str(sysfs)).set_vf_type("0000:41:04.3", 1157)
+        SysfsTree(str(sysfs)).set_vf_type("0000:41:04.3", 1150)
     assert (vf / "current_vgpu_type").read_text().strip() == "0"
 
 

@@ -63,10 +63,10 @@ def test_a_libvirt_pci_name_gives_its_address_and_nothing_else_does():
 
 
 def test_a_second_type_s_provider_name_gives_its_device_and_type_back():
-    name = naming.type_provider_name("node", "pci_0000_41_00_0", "nvidia-1157")
-    assert name == "node_pci_0000_41_00_0__nvidia-1157"
+    name = naming.type_provider_name("node", "pci_0000_41_00_0", "nvidia-1150")
+    assert name == "node_pci_0000_41_00_0__nvidia-1150"
     short = name.removeprefix("node_")
-    assert naming.provider_device(short) == ("pci_0000_41_00_0", "nvidia-1157")
+    assert naming.provider_device(short) == ("pci_0000_41_00_0", "nvidia-1150")
     assert naming.provider_device("pci_0000_41_00_0") == (
         "pci_0000_41_00_0",
         None,

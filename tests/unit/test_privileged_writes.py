@@ -19,7 +19,7 @@ MDEV = str(uuid.uuid4())
     ("relative", "value"),
     [
         (f"bus/mdev/devices/{MDEV}/remove", "1"),
-        ("bus/pci/devices/0000:41:00.4/nvidia/current_vgpu_type", "1157"),
+        ("bus/pci/devices/0000:41:00.4/nvidia/current_vgpu_type", "1150"),
         ("bus/pci/devices/0000:41:00.4/nvidia/current_vgpu_type", "0"),
         (
             "devices/pci0000:80/0000:80:02.0/0000:84:00.0/"
@@ -108,5 +108,5 @@ def test_a_simulated_sysfs_is_written_directly(tmp_path, monkeypatch):
     target = tmp_path / "bus/pci/devices/0000:41:00.4/nvidia"
     target.mkdir(parents=True)
     (target / "current_vgpu_type").write_text("0")
-    SysfsTree(str(tmp_path)).set_vf_type("0000:41:00.4", 1157)
-    assert (target / "current_vgpu_type").read_text() == "1157"
+    SysfsTree(str(tmp_path)).set_vf_type("0000:41:00.4", 1150)
+    assert (target / "current_vgpu_type").read_text() == "1150"

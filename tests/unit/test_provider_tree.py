@@ -86,9 +86,9 @@ def test_virtual_parent_with_custom_class(driver_for):
 
 def test_sriov_card_is_one_provider_per_physical_gpu(driver_for):
     found = providers(driver_for("l40-sriov"))
-    # 2 VFs carry L40-4Q; 12 fit on the 48 GiB board; 32 VFs
+    # 2 VFs carry L40S-4Q; 12 fit on the 48 GiB board; 32 VFs
     assert summary(found) == {"pci_0000_41_00_0": ("VGPU", 12, 0)}
-    assert "CUSTOM_NVIDIA_1157" in found["pci_0000_41_00_0"]["traits"]
+    assert "CUSTOM_NVIDIA_1150" in found["pci_0000_41_00_0"]["traits"]
 
 
 def test_sriov_type_not_configured_gets_no_provider(driver_for):

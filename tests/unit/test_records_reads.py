@@ -33,12 +33,12 @@ def test_records_as_this_process_left_them_are_not_read_again(
     record = ClaimsRecord(StateStore(tmp_path))
     with record.locked():
         record.made.add("m1")
-        record.save(vf_types={"0000:41:00.4": 1157})
+        record.save(vf_types={"0000:41:00.4": 1150})
     loads = counting_loads(monkeypatch)
     for _ in range(3):
         with record.locked():
             assert record.made == {"m1"}
-            assert record.vf_types == {"0000:41:00.4": 1157}
+            assert record.vf_types == {"0000:41:00.4": 1150}
     assert loads == Counter()
 
 
@@ -55,7 +55,7 @@ def test_a_change_held_but_never_saved_is_read_back(
     claim = claim_of(BoundDevice("mdev", "d1", "p", "t"), "i1", SPAWN)
     with record.locked():
         record.claims["d1"] = dict(claim)
-        record.save(vf_types={"0000:41:00.4": 1157})
+        record.save(vf_types={"0000:41:00.4": 1150})
     with record.locked():
         if change == "claim":
             record.claims["d2"] = {**claim, "id": "d2"}
@@ -64,12 +64,12 @@ def test_a_change_held_but_never_saved_is_read_back(
         elif change == "made":
             record.made.add("m9")
         else:
-            record.vf_types["0000:41:00.5"] = 1157
+            record.vf_types["0000:41:00.5"] = 1150
     loads = counting_loads(monkeypatch)
     with record.locked():
         assert record.claims == {"d1": claim}
         assert record.made == set() and record.vf_types == {
-            "0000:41:00.4": 1157
+            "0000:41:00.4": 1150
         }
     assert loads["claims"] == 1
 
@@ -86,17 +86,17 @@ def test_another_process_s_save_is_read(tmp_path, monkeypatch):
         pass
     with theirs.locked():
         theirs.made.add("m2")
-        theirs.save(vf_types={"0000:41:00.5": 1157})
+        theirs.save(vf_types={"0000:41:00.5": 1150})
     with ours.locked():
         assert ours.made == {"m1", "m2"}
-        assert ours.vf_types == {"0000:41:00.5": 1157}
+        assert ours.vf_types == {"0000:41:00.5": 1150}
         assert ours.stale
 
 
 def test_a_repair_reads_them_again(tmp_path):
     record = ClaimsRecord(StateStore(tmp_path))
     with record.locked():
-        record.save(vf_types={"0000:41:00.4": 1157})
+        record.save(vf_types={"0000:41:00.4": 1150})
     (tmp_path / "vf-types.json").write_text("{ cut")
     assert record.repair()  # moved aside
     with record.locked():

@@ -203,7 +203,7 @@ def test_an_earlier_release_s_made_record_not_of_ids_is_corrupt(
     assert json.loads(Path(moved).read_text()) == record
 
 
-@pytest.mark.parametrize("number", [True, 0, -1, "1157", None])
+@pytest.mark.parametrize("number", [True, 0, -1, "1150", None])
 def test_a_vf_types_record_with_no_type_number_is_corrupt(
     make_conf, tmp_path, number
 ):
@@ -214,7 +214,7 @@ def test_a_vf_types_record_with_no_type_number_is_corrupt(
     state = tmp_path / "state"
     Node(make_conf, state)
     record = state / "vf-types.json"
-    record.write_text(json.dumps({"0000:41:00.4": 1157}))
+    record.write_text(json.dumps({"0000:41:00.4": 1150}))
     Node(make_conf, state)  # read
     record.write_text(json.dumps({"0000:41:00.4": number}))
     with pytest.raises(StateRecordCorrupt, match=r"vf-types\.json"):

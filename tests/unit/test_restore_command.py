@@ -21,7 +21,7 @@ def _restore(tmp_path, capsys, *, claims="", vf_types=None, json_out=True):
         (state / "vf-types.json").write_text(json.dumps(vf_types))
     conf = tmp_path / "nova.conf"
     conf.write_text(
-        f"[devices]\nenabled_mdev_types = nvidia-1157\nstate_path = {state}\n"
+        f"[devices]\nenabled_mdev_types = nvidia-1150\nstate_path = {state}\n"
     )
     args = ["--config-file", str(conf), "--host-description", "l40-sriov"]
     args += ["restore", *(["--format", "json"] if json_out else [])]
@@ -59,7 +59,7 @@ def test_other_records_damaged_do_not_ask_placement(tmp_path, capsys):
     """The claims readable, the VF types not: moved aside, and no spawn
     in flight to look for (nothing about Placement said)."""
     code, found, _err = _restore(
-        tmp_path, capsys, claims=None, vf_types={"0000:41:00.6": "L40-4Q"}
+        tmp_path, capsys, claims=None, vf_types={"0000:41:00.6": "L40S-4Q"}
     )
     assert code == 0
     [moved] = found["records_moved_aside"]
@@ -69,7 +69,7 @@ def test_other_records_damaged_do_not_ask_placement(tmp_path, capsys):
         tmp_path / "again",
         capsys,
         claims=None,
-        vf_types={"0000:41:00.6": "L40-4Q"},
+        vf_types={"0000:41:00.6": "L40S-4Q"},
         json_out=False,
     )
     assert code == 0 and "WARNING" not in err
@@ -79,7 +79,7 @@ def test_a_vf_that_refuses_its_type_is_named_and_exits_1(tmp_path, capsys):
     """A recorded type the VF cannot take (the card offers no such
     type): named, the others restored, exit status 1, in text and JSON
     alike; with nothing refused, 0."""
-    recorded = {"0000:41:00.6": 9999, "0000:41:00.7": 1157}
+    recorded = {"0000:41:00.6": 9999, "0000:41:00.7": 1150}
     code, found, _err = _restore(
         tmp_path, capsys, claims=None, vf_types=recorded
     )

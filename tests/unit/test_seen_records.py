@@ -160,10 +160,10 @@ def test_a_guest_found_on_a_typed_vf_records_its_type(tmp_path):
     driver.update_provider_tree(tree, "n")
     [pf] = host.discover().pfs
     vf = next(v.address for v in pf.vfs if not v.current_type)
-    host.set_vf_type(vf, 1157)
+    host.set_vf_type(vf, 1150)
     driver.update_provider_tree(tree, "n")
     assert vf not in driver.binder.vf_types  # another's, not a guest's
     host.note_guest(Guest(str(uuid.uuid4()), "by-hand", (), (vf,)))
     driver.update_provider_tree(tree, "n")
     again = VgpuDriver(driver.conf, host)  # the records, as on disk
-    assert again.binder.vf_types[vf] == 1157
+    assert again.binder.vf_types[vf] == 1150

@@ -62,9 +62,9 @@ def test_the_sriov_scan_looks_only_at_the_devices_of_nvidia_s_driver(
 
     touched.clear()
     vf = pf.vf_addresses[2]
-    (devices / vf / "nvidia/current_vgpu_type").write_text("1157")
+    (devices / vf / "nvidia/current_vgpu_type").write_text("1150")
     [again] = tree.sriov_functions()
-    assert {v.address: v.current_type for v in again.vfs}[vf] == 1157
+    assert {v.address: v.current_type for v in again.vfs}[vf] == 1150
     assert looked_at([*others, *m10_gpus, *a100_vfs]) == set()
     assert not [p for p in touched if "virtfn" in p]
 
@@ -133,10 +133,10 @@ def test_a_steady_sriov_scan_reads_one_file_per_vf(tmp_path, monkeypatch):
     # another process sets a type on the second card, whose driver then
     # offers only that type on the VFs left
     vf = other.vf_addresses[3]
-    (devices / vf / "nvidia/current_vgpu_type").write_text("1156\n")
+    (devices / vf / "nvidia/current_vgpu_type").write_text("1148\n")
     for sibling in other.vf_addresses:
         (devices / sibling / "nvidia/creatable_vgpu_types").write_text(
-            "ID    : vGPU Name\n1156  : NVIDIA L40-2Q\n"
+            "ID    : vGPU Name\n1148  : NVIDIA L40S-2Q\n"
         )
     read.clear()
     changed = tree.sriov_functions()
@@ -147,8 +147,8 @@ def test_a_steady_sriov_scan_reads_one_file_per_vf(tmp_path, monkeypatch):
         other.vf_addresses
     ) - {vf}
     [card] = [p for p in changed if p.address == other.address]
-    assert {v.address: v.current_type for v in card.vfs}[vf] == 1156
-    assert {t.id for v in card.vfs for t in v.creatable} == {1156}
+    assert {v.address: v.current_type for v in card.vfs}[vf] == 1148
+    assert {t.id for v in card.vfs for t in v.creatable} == {1148}
 
 
 def test_a_vf_s_type_is_read_from_its_parent_directory_and_found_again(
@@ -186,11 +186,11 @@ def test_a_vf_s_type_is_read_from_its_parent_directory_and_found_again(
     moved.parent.mkdir(parents=True)
     shutil.copytree(old, moved, symlinks=True)
     shutil.rmtree(old)
-    (moved / "nvidia/current_vgpu_type").write_text("1157\n")
+    (moved / "nvidia/current_vgpu_type").write_text("1150\n")
     link.unlink()
     link.symlink_to(moved)
     [now] = tree.sriov_functions()
-    assert {v.address: v.current_type for v in now.vfs}[vf] == 1157
+    assert {v.address: v.current_type for v in now.vfs}[vf] == 1150
     assert len(now.vfs) == len(pf.vfs)
     relative.clear()
     tree.sriov_functions()  # found again: from its new directory

@@ -240,11 +240,11 @@ def test_restore_command_repairs_records_and_names_each_failure(
     state.mkdir()
     (state / "claims.json").write_text("")
     (state / "vf-types.json").write_text(
-        json.dumps({"0000:41:00.6": 1157, "0000:99:00.1": 1157})
+        json.dumps({"0000:41:00.6": 1150, "0000:99:00.1": 1150})
     )
     conf = tmp_path / "nova.conf"
     conf.write_text(
-        f"[devices]\nenabled_mdev_types = nvidia-1157\nstate_path = {state}\n"
+        f"[devices]\nenabled_mdev_types = nvidia-1150\nstate_path = {state}\n"
     )
     code, out, err = run_cli(
         capsys,

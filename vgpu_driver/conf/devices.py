@@ -27,7 +27,7 @@ devices_opts = [
 The mediated device types this host offers, as the kernel names them
 (``nvidia-35``, ``i915-GVTg_V5_4``, ``mlx5_core-local``...). For NVIDIA
 SR-IOV cards (no mdev bus), use the vGPU type id as the card lists it in
-``creatable_vgpu_types``, prefixed with ``nvidia-`` (``nvidia-1155``).
+``creatable_vgpu_types``, prefixed with ``nvidia-`` (``nvidia-1145``).
 
 Most vendor drivers accept one type per physical device, so each type is
 tied to the parent devices it is used on by a group named after it::

@@ -44,7 +44,7 @@ def read_int(
 
 
 def parse_creatable(text: str) -> tuple[SriovType, ...]:
-    """``creatable_vgpu_types``: a header, then ``1155  : NVIDIA L40-1B``."""
+    """``creatable_vgpu_types``: a header, then ``1145  : NVIDIA L40S-1B``."""
     types = []
     for line in text.splitlines():
         head, sep, name = line.partition(":")

@@ -65,7 +65,7 @@ def sriov_type_id(number: int) -> str:
 
 
 def sriov_type_number(type_id: str) -> int:
-    """The number of an SR-IOV vGPU type id (``nvidia-1155`` -> 1155)."""
+    """The number of an SR-IOV vGPU type id (``nvidia-1145`` -> 1145)."""
     return int(type_id.removeprefix(SRIOV_TYPE_PREFIX))
 
 

@@ -8,7 +8,10 @@ figures are the tool's own output, never transcribed by hand:
 * ``nvidia-smi vgpu -s -v``: each vGPU type's id, name, framebuffer,
   ``Max Instances`` and GPU instance profile (MIG-backed types);
 * ``nvidia-smi mig -cgi ...``: the GPU instances created, with their
-  profiles.
+  profiles;
+* a free VF's ``nvidia/creatable_vgpu_types`` (vendor VFIO cards): the
+  card's type ids and names, which its description must give as they
+  are, in the same order.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from vgpu_driver.sim.specs import PfSpec
 
 SHIPPED = "vgpu_driver.sim"
 
+_CREATABLE = re.compile(r"^(\d+) +: (.+)$", re.MULTILINE)
 _INSTANCE = re.compile(
     r"created GPU instance ID\s+(\d+) on GPU\s+\d+ using profile .*"
     r"\(ID\s+(\d+)\)"
@@ -77,11 +81,28 @@ def gpu_instances(text: str) -> list[tuple[int, int]]:
     ]
 
 
+def creatable(text: str) -> list[tuple[int, str]]:
+    """(id, name) of each type a ``creatable_vgpu_types`` lists, in its
+    order (the ``ID    : vGPU Name`` header is not one)."""
+    return [(int(i), name) for i, name in _CREATABLE.findall(text)]
+
+
 def apply(pf: PfSpec, entry: dict[str, Any], bad: Any) -> None:
     """Fill a card from the captures its description names:
     ``nvml_types_from`` (each listed type's Max Instances, framebuffer
     and GPU instance profile, as NVML gives them) and
-    ``gpu_instances_from`` (the MIG GPU instances that exist)."""
+    ``gpu_instances_from`` (the MIG GPU instances that exist); and hold
+    its types to ``creatable_from`` (a free VF's listing)."""
+    name = entry.get("creatable_from")
+    if name:
+        listed = creatable(_shipped(name, bad))
+        described = [(t.id, t.name) for t in pf.types]
+        if described != listed:
+            raise bad(
+                f"card {pf.address}: its types {described} are not those "
+                f"its capture {name!r} lists ({listed}); give them as the "
+                "capture has them"
+            )
     name = entry.get("nvml_types_from")
     if name:
         captured = {t.id: t for t in vgpu_types(_shipped(name, bad))}

@@ -34,14 +34,17 @@ Format (every key not marked optional is required)::
                   "mdevs": ["<uuid>"], "pci": ["0000:41:00.4"],
                   "nova": true}],   # false: defined outside Nova
       "sriov": [{"address": "0000:41:00.0", "vendor_id": "0x10de",
-                 "product_id": "0x26b5",
+                 "product_id": "0x26b9",
                  "driver": "nvidia",   # the default (vGPUs need it)
                  "numa_node": 0, "vf_count": 32,
-                 "types": [{"id": 1155, "name": "NVIDIA L40-1B",
+                 "types": [{"id": 1145, "name": "NVIDIA L40S-1B",
                             "capacity": 32}],
-                 "vf_types": {"0000:41:00.4": 1155},
+                 "vf_types": {"0000:41:00.4": 1145},
                  "mixed_size": false,  # optional; if true, give
-                 "framebuffer_gb": 48}]  # it and each type's
+                 "framebuffer_gb": 48,  # it and each type's
+                 # optional: a shipped capture of a free VF's listing
+                 # (data/captures) the types must match, id and name
+                 "creatable_from": "l40s-creatable-vgpu-types.txt"}]
     }
 
 Parents are named as libvirt names them (``pci_0000_84_00_0``,

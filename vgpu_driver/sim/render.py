@@ -279,10 +279,11 @@ def _render_pf(pf: PfSpec, root: Path) -> None:
 
 
 def write_vf_state(vf_dir: Path, pf: PfSpec, vf: str) -> None:
-    """The two files NVIDIA's driver shows in ``<VF>/nvidia``."""
+    """The two files NVIDIA's driver shows in ``<VF>/nvidia``. A VF of
+    a card that has room for no type lists the header alone."""
     lines = [f"{t.id:<6}: {t.name}" for t in pf.creatable(vf)]
     text = "ID    : vGPU Name\n" + "".join(line + "\n" for line in lines)
-    _write(vf_dir / "nvidia/creatable_vgpu_types", text if lines else "")
+    _write(vf_dir / "nvidia/creatable_vgpu_types", text)
     _write(vf_dir / "nvidia/current_vgpu_type", str(pf.vf_types.get(vf, 0)))
 
 

@@ -1,0 +1,87 @@
+"""The L40S host is held to a real card's listing: a free VF of the
+simulated card lists its types as the captured VF did (ids, names,
+header, spacing), the library reads them from it, a card with room for
+no type lists the header alone, and a description whose types drift
+from its capture is refused."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from tests import helpers
+from vgpu_driver.exception import HostDescriptionInvalid
+from vgpu_driver.host.sysfs import SysfsTree
+from vgpu_driver.sim import captures
+from vgpu_driver.sim import description as hostdesc
+
+CAPTURE = "l40s-creatable-vgpu-types.txt"
+
+
+def _listing(text: str) -> str:
+    """A capture's lines without the ``#`` lines naming its source."""
+    return "".join(
+        line + "\n" for line in text.splitlines() if not line.startswith("#")
+    )
+
+
+def _free_card(tmp_path, vf_types=None):
+    l40s = helpers.load("l40-sriov")
+    [pf] = l40s.pfs
+    pf = dataclasses.replace(pf, vf_types=vf_types or {})
+    hostdesc.materialize(
+        dataclasses.replace(l40s, pfs=[pf], guests=[]), tmp_path
+    )
+    return pf, tmp_path / "sys"
+
+
+def test_a_free_vf_lists_its_types_as_the_captured_l40s_vf(tmp_path):
+    pf, sysfs = _free_card(tmp_path)
+    captured = captures.read(CAPTURE)
+    assert len(captures.creatable(captured)) == 23
+    for vf in (pf.vf_addresses[0], pf.vf_addresses[-1]):
+        path = sysfs / "bus/pci/devices" / vf / "nvidia/creatable_vgpu_types"
+        assert path.read_text() == _listing(captured)
+    # and the library reads the same ids and names from every VF
+    [card] = SysfsTree(sysfs).sriov_functions()
+    assert card.product_id == "0x26b9"
+    assert len(card.vfs) == 32
+    for vf in card.vfs:
+        listed = [(t.id, t.name) for t in vf.creatable]
+        assert listed == captures.creatable(captured)
+
+
+def test_a_card_with_room_for_no_type_lists_the_header_alone(tmp_path):
+    """As kernel/hypeman pull request 327 saw on an L40S: one VF holding
+    L40S-48Q (the whole board), every other VF prints the header and
+    nothing else, and offers no type."""
+    [first, other] = helpers.load("l40-sriov").pfs[0].vf_addresses[:2]
+    _pf, sysfs = _free_card(tmp_path, vf_types={first: 1156})  # L40S-48Q
+    path = sysfs / "bus/pci/devices" / other / "nvidia/creatable_vgpu_types"
+    assert path.read_text() == "ID    : vGPU Name\n"
+    [card] = SysfsTree(sysfs).sriov_functions()
+    by_address = {vf.address: vf for vf in card.vfs}
+    assert by_address[other].creatable == ()
+    assert by_address[first].current_type == 1156
+
+
+@pytest.mark.parametrize(
+    "drift",
+    [
+        lambda types: types[5].update(name="NVIDIA L40S-4A"),
+        lambda types: types[5].update(id=1157),
+        lambda types: types.pop(),
+        lambda types: types.reverse(),
+    ],
+    ids=["renamed", "renumbered", "one missing", "reordered"],
+)
+def test_types_that_drift_from_their_capture_are_refused(drift):
+    path = hostdesc.Path(hostdesc.__file__).parent / "data/l40-sriov.json"
+    raw = json.loads(path.read_text())
+    hostdesc.parse(json.dumps(raw), "test")  # as shipped: accepted
+    drift(raw["sriov"][0]["types"])
+    with pytest.raises(HostDescriptionInvalid, match=CAPTURE) as caught:
+        hostdesc.parse(json.dumps(raw), "test")
+    assert "0000:41:00.0" in str(caught.value)
