@@ -84,21 +84,27 @@ class Guests:
         )
 
     def scan(self, conn: Any) -> None:
-        """Read every domain (what the waiting events said, and more)."""
-        self.rescan = False
-        self.scanned_at = time.monotonic()
-        self._take_events()
+        """Read every domain (what the waiting events said, and more). A
+        scan libvirt fails is due again, its events still waiting."""
+        started = time.monotonic()
+        events = self._take_events()
         self._read_at.clear()
         guests: dict[str, Guest] = {}
         domains: dict[str, Any] = {}
         api = self.link.api
-        for domain in self.link.call(
-            "listAllDomains", conn.listAllDomains, api.list_all_domains
-        ):
-            guest = self._read(domain)
-            if guest is not None:
-                guests[guest.uuid] = guest
-                domains[guest.uuid] = domain
+        try:
+            for domain in self.link.call(
+                "listAllDomains", conn.listAllDomains, api.list_all_domains
+            ):
+                guest = self._read(domain)
+                if guest is not None:
+                    guests[guest.uuid] = guest
+                    domains[guest.uuid] = domain
+        except Exception:
+            self._put_back(events)
+            raise
+        self.rescan = False
+        self.scanned_at = started
         self.known = guests
         self._domains, self._domains_of = domains, conn
         self._gone.clear()
@@ -217,18 +223,33 @@ class Guests:
         events = self._take_events()
         changes: list[tuple[str, Guest | None]] = []
         if self.known is not None:  # else the first scan reads all
-            for uuid, (seq, defined) in events.items():
-                if self._read_at.get(uuid, -1) > seq:
-                    continue  # read since: that reading is newer
-                if defined or self._holds_devices(uuid):
-                    changes.append((uuid, self.refresh(uuid)))
-                else:
-                    self.forget(uuid)
-                    changes.append((uuid, None))
+            try:
+                for uuid, (seq, defined) in events.items():
+                    if self._read_at.get(uuid, -1) > seq:
+                        continue  # read since: that reading is newer
+                    if defined or self._holds_devices(uuid):
+                        changes.append((uuid, self.refresh(uuid)))
+                    else:
+                        self.forget(uuid)
+                        changes.append((uuid, None))
+            except Exception:
+                # libvirt failed a read: every event taken waits for the
+                # next reading, none is lost (one applied is read again)
+                self._put_back(events)
+                raise
         # reads so far are older than any event still to come (losing one
         # only costs a read again)
         self._read_at.clear()
         return changes
+
+    def _put_back(self, events: dict[str, tuple[int, bool]]) -> None:
+        """Events taken (one per domain), waiting again before any that
+        came since."""
+        for uuid in events:
+            self._read_at.pop(uuid, None)
+        self._events.extendleft(
+            (seq, uuid, defined) for uuid, (seq, defined) in events.items()
+        )
 
     def _holds_devices(self, uuid: str) -> bool:
         """Does the guest, as known, use a device? Undefined while running

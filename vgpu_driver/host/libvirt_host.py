@@ -207,16 +207,24 @@ class LibvirtHost:
             else:
                 tracker.take_changes()
             relist = self.readings.last is None or rescan_guests
-            parents, mdevs = self.devices.read(
-                conn,
-                relist=relist
-                or (
-                    tracker.dirty
-                    and self.devices.made_unseen(tracker.mdevs_of_changed())
-                ),
-                wanted=wanted,
-                again=again,
-            )
+            try:
+                parents, mdevs = self.devices.read(
+                    conn,
+                    relist=relist
+                    or (
+                        tracker.dirty
+                        and self.devices.made_unseen(
+                            tracker.mdevs_of_changed()
+                        )
+                    ),
+                    wanted=wanted,
+                    again=again,
+                )
+            except Exception:
+                # the node-device events it took are spent: every device
+                # is listed at the next reading, so none is missed
+                self.devices.forget_listing()
+                raise
             pfs = self.sysfs.sriov_functions()
             plain = self.plain_sriov.gpus()
             said = (
