@@ -5,6 +5,7 @@ creation, pre-reshape allocations, and guests undefined and redefined."""
 from __future__ import annotations
 
 import types
+import uuid
 from collections import Counter
 
 import libvirt
@@ -159,3 +160,23 @@ def test_a_kernel_out_of_room_is_exhaustion_not_a_failing_parent(
     assert n.driver.binder.claims() == {}
     assert parent not in n.driver.binder.unschedulable
     assert n.update()[parent].reserved == 0
+
+
+def test_a_creator_failing_without_a_message_is_named_by_its_error(tmp_path):
+    """A privileged helper raising a bare exception: the error says what
+    it raised, not an empty reason."""
+    import pytest
+
+    from vgpu_driver.exception import DeviceOperationFailed
+
+    class HelperCrashed(Exception):
+        pass
+
+    def crashed(*args):
+        raise HelperCrashed()
+
+    uri, sysfs = helpers.hostdesc.materialize(helpers.load("m10"), tmp_path)
+    host = LibvirtHost(uri, sysfs, creator=crashed)
+    parent = next(p for p in host.discover().parents if p.types[0].available)
+    with pytest.raises(DeviceOperationFailed, match="HelperCrashed"):
+        host.create_mdev(parent, parent.types[0].id, str(uuid.uuid4()))

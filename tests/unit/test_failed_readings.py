@@ -178,3 +178,26 @@ def test_a_node_device_event_taken_by_a_failed_reading_is_not_lost(
     assert theirs in {m.name for m in after.mdevs}
     assert after.parents == whole.parents
     assert after.mdevs == whole.mdevs
+
+
+def test_a_lookup_libvirt_fails_is_not_a_gone_mdev(tmp_path):
+    """A bind asks whether the free mdev it chose is still there: a
+    lookup libvirt fails for another reason than "no such device" is the
+    host's error, not an mdev gone (whose room would then be offered
+    again beside it)."""
+    description = helpers.load("m10")
+    uri, sysfs = hostdesc.materialize(description, tmp_path)
+    conn = logged_connection(uri, description, sysfs=Path(sysfs))
+    host = LibvirtHost(uri, sysfs, opener=lambda _u: conn)
+    [mdev, *_] = host.discover().mdevs
+    assert host.mdev_exists(mdev)
+    real = host.link.call
+
+    def call(name: str, fn: Any, *args: Any) -> Any:
+        if name == "nodeDeviceLookupByName":
+            raise _refusal()
+        return real(name, fn, *args)
+
+    host.link.call = call  # type: ignore[method-assign]
+    with pytest.raises(HostOperationFailed, match="transient"):
+        host.mdev_exists(mdev)

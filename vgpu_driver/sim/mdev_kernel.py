@@ -13,10 +13,28 @@ refuses it (EDQUOT).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 from vgpu_driver.model import naming
 from vgpu_driver.sim.specs import HostDescription, MdevSpec, ParentSpec
+
+
+class KernelSet(set[str]):
+    """Names whose membership the kernel follows (``on_change``)."""
+
+    def __init__(self, on_change: Callable[[str], None]) -> None:
+        super().__init__()
+        self.on_change = on_change
+
+    def add(self, element: str) -> None:
+        super().add(element)
+        self.on_change(element)
+
+    def discard(self, element: object) -> None:
+        if element in self and isinstance(element, str):
+            super().discard(element)
+            self.on_change(element)
 
 
 class MdevKernel:

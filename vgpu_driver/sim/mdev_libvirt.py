@@ -15,7 +15,8 @@ them on a real host:
   libvirt passes on the kernel's EDQUOT through mdevctl;
 * a defined-only (stopped) one is listed with the INACTIVE flag alone,
   and its directory is gone;
-* a removed one is looked up in vain.
+* a removed one is looked up in vain; a start, stop or undefine its
+  state does not allow is refused (libvirt's node-device driver).
 
 A created mdev's XML has the shape :mod:`.render` gives a host's own
 mdevs, as libvirt's node-device format documents it (``formatnode``:
@@ -33,17 +34,17 @@ use it to follow another manager's mdevs through the real adapter.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import libvirt
 
 from vgpu_driver.sim.mdev_events import ModelledEvents
-from vgpu_driver.sim.mdev_kernel import MdevKernel
+from vgpu_driver.sim.mdev_kernel import KernelSet, MdevKernel
 from vgpu_driver.sim.specs import HostDescription
 
 INACTIVE = libvirt.VIR_CONNECT_LIST_NODE_DEVICES_INACTIVE
+_VALIDATE = getattr(libvirt, "VIR_NODE_DEVICE_DEFINE_XML_VALIDATE", 1)
 # the capabilities whose devices the model changes, as listAllDevices
 # flags
 _CAP_FLAGS = {
@@ -67,6 +68,18 @@ def no_device(name: str) -> libvirt.libvirtError:
     return _error(
         libvirt.VIR_ERR_NO_NODE_DEVICE, f"Node device not found: {name}"
     )
+
+
+def _invalid(what: str) -> libvirt.libvirtError:
+    text = f"Requested operation is not valid: {what}"
+    return _error(libvirt.VIR_ERR_OPERATION_INVALID, text)
+
+
+def _no_flags(flags: int, function: str) -> None:
+    """libvirt's ``virCheckFlags``: a flag the call does not take."""
+    if flags:
+        text = f"unsupported flags ({flags:#x}) in function {function}"
+        raise _error(libvirt.VIR_ERR_INVALID_ARG, text)
 
 
 def _failed_start(why: str) -> libvirt.libvirtError:
@@ -130,12 +143,16 @@ class ModelledMdev:
 
     def create(self, flags: int = 0) -> None:
         self.conn.answer("create", self._name)
-        if not self.conn.running(self._name):
-            self.conn.refuse_without_room(self.parent, self.type_id)
+        _no_flags(flags, "nodeDeviceCreate")
+        if self.conn.running(self._name):
+            raise _invalid("Device is already active")
+        self.conn.refuse_without_room(self.parent, self.type_id)
         self.conn.inactive.discard(self._name)
 
     def destroy(self) -> None:
         self.conn.answer("destroy", self._name)
+        if not self.conn.running(self._name):
+            raise _invalid(f"Device '{self._name}' is not active")
         if self.persistent:
             self.conn.inactive.add(self._name)
         else:
@@ -143,6 +160,9 @@ class ModelledMdev:
 
     def undefine(self, flags: int = 0) -> None:
         self.conn.answer("undefine", self._name)
+        _no_flags(flags, "nodeDeviceUndefine")
+        if not self.persistent:
+            raise _invalid(f"Node device '{self._name}' is not defined")
         self.persistent = False
         if self._name in self.conn.inactive:
             self.conn.gone.add(self._name)
@@ -182,23 +202,6 @@ class ModelledParent:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.device, name)
-
-
-class KernelSet(set[str]):
-    """Names whose membership the kernel follows (``on_change``)."""
-
-    def __init__(self, on_change: Callable[[str], None]) -> None:
-        super().__init__()
-        self.on_change = on_change
-
-    def add(self, element: str) -> None:
-        super().add(element)
-        self.on_change(element)
-
-    def discard(self, element: object) -> None:
-        if element in self and isinstance(element, str):
-            super().discard(element)
-            self.on_change(element)
 
 
 class MdevConnection:
@@ -371,6 +374,7 @@ class MdevConnection:
 
     def nodeDeviceDefineXML(self, xml: str, flags: int) -> ModelledMdev:
         self.answer("nodeDeviceDefineXML")
+        _no_flags(flags & ~_VALIDATE, "nodeDeviceDefineXML")
         uuid = _field(xml, "<uuid>", "</uuid>")
         [device] = [d for d in self.made.values() if d.uuid == uuid]
         device.persistent = True
