@@ -201,3 +201,78 @@ def test_a_lookup_libvirt_fails_is_not_a_gone_mdev(tmp_path):
     host.link.call = call  # type: ignore[method-assign]
     with pytest.raises(HostOperationFailed, match="transient"):
         host.mdev_exists(mdev)
+
+
+def _refuse_once(host: LibvirtHost, wanted: Any) -> None:
+    """libvirt fails the next call ``wanted(name, args)`` picks."""
+    real, fail = host.link.call, [1]
+
+    def call(name: str, fn: Any, *args: Any) -> Any:
+        if fail[0] and wanted(name, args):
+            fail[0] -= 1
+            raise _refusal()
+        return real(name, fn, *args)
+
+    host.link.call = call  # type: ignore[method-assign]
+
+
+def _stopped_by_another_manager(tmp_path):
+    """A host whose readings know an mdev another manager defined and
+    started, then stopped (still defined), and its name."""
+    description = helpers.load("m10")
+    uri, sysfs = hostdesc.materialize(description, tmp_path)
+    conn = logged_connection(uri, description, sysfs=Path(sysfs))
+    host = LibvirtHost(uri, sysfs, opener=lambda _u: conn)
+    parent = next(p for p in host.discover().parents if p.types[0].available)
+    xml = mdev_xml(parent.name, parent.types[0].id, str(uuid.uuid4()))
+    device = conn.nodeDeviceCreateXML(xml, 0)
+    conn.nodeDeviceDefineXML(xml, 0)
+    assert device.name() in {m.name for m in host.discover().mdevs}
+    device.destroy()
+    return host, device.name()
+
+
+def test_a_failed_look_at_a_stopped_mdev_does_not_drop_it(tmp_path):
+    """Its directory gone from sysfs, libvirt is asked whether it is
+    still defined: a lookup libvirt fails is not "gone"."""
+    host, name = _stopped_by_another_manager(tmp_path)
+    _refuse_once(host, lambda call, _args: call == "nodeDeviceLookupByName")
+    with pytest.raises(HostOperationFailed, match="transient"):
+        host.discover()
+    [mdev] = [m for m in host.discover().mdevs if m.name == name]
+    assert not mdev.active  # defined, stopped: still the host's
+
+
+def test_a_failed_listing_of_stopped_mdevs_is_asked_again(tmp_path):
+    """libvirt failing the listing of defined, stopped mdevs once is
+    not a libvirt that cannot list them: the next reading asks again."""
+    host, name = _stopped_by_another_manager(tmp_path)
+    inactive = host.link.api.list_inactive_mdevs
+    host.devices.relist_interval = 0.0  # every reading lists all
+    _refuse_once(host, lambda call, args: args == (inactive,))
+    with pytest.raises(HostOperationFailed, match="transient"):
+        host.discover()
+    [mdev] = [m for m in host.discover().mdevs if m.name == name]
+    assert not mdev.active  # defined, stopped: still the host's
+
+
+def test_a_libvirt_that_cannot_list_stopped_mdevs_is_asked_once(tmp_path):
+    """libvirt's test driver refuses the INACTIVE listing flag (no
+    support, not a failure): asked at the first full listing, never
+    again on that connection."""
+    uri, sysfs = hostdesc.materialize(helpers.load("m10"), tmp_path)
+    host = LibvirtHost(uri, sysfs)
+    inactive = host.link.api.list_inactive_mdevs
+    asked: list[Any] = []
+    real = host.link.call
+
+    def call(name: str, fn: Any, *args: Any) -> Any:
+        if args == (inactive,):
+            asked.append(name)
+        return real(name, fn, *args)
+
+    host.link.call = call  # type: ignore[method-assign]
+    host.devices.relist_interval = 0.0  # every reading lists all
+    for _ in range(3):
+        assert host.discover().mdevs
+    assert asked == ["listAllDevices"]
