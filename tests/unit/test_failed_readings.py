@@ -84,18 +84,22 @@ class Refusing(RecordingConnection):
         return self._conn.listAllDomains(flags)
 
 
-def _refuse_a_parent_s_xml(host: LibvirtHost) -> None:
-    """libvirt fails the next node device's XML read (not a domain's:
-    those are ``domain.XMLDesc``)."""
-    real, fail = host.devices.link.call, [1]
+def _refuse_once(host: LibvirtHost, wanted: Any) -> None:
+    """libvirt fails the next call ``wanted(name, args)`` picks."""
+    real, fail = host.link.call, [1]
 
     def call(name: str, fn: Any, *args: Any) -> Any:
-        if name == "XMLDesc" and fail[0]:
+        if fail[0] and wanted(name, args):
             fail[0] -= 1
             raise _refusal()
         return real(name, fn, *args)
 
-    host.devices.link.call = call  # type: ignore[method-assign]
+    host.link.call = call  # type: ignore[method-assign]
+
+
+def _a_parent_s_xml(call: str, _args: Any) -> bool:
+    """A node device's XML read (a domain's is ``domain.XMLDesc``)."""
+    return call == "XMLDesc"
 
 
 @pytest.fixture
@@ -142,7 +146,7 @@ def test_a_guest_event_after_a_reading_that_failed_past_its_scan(host):
     counts as changed since that scan)."""
     host, conn = host
     host.guests.scanned_at -= host.guests.rescan_interval  # a scan is due
-    _refuse_a_parent_s_xml(host)
+    _refuse_once(host, _a_parent_s_xml)
     with pytest.raises(HostOperationFailed, match="transient"):
         host.discover()
     assert host.calls["listAllDomains"] == 2  # the first reading's, this
@@ -168,7 +172,7 @@ def test_a_node_device_event_taken_by_a_failed_reading_is_not_lost(
         parent = next(p for p in before.parents if p.types[0].available)
         xml = mdev_xml(parent.name, parent.types[0].id, str(uuid.uuid4()))
         theirs = conn.nodeDeviceCreateXML(xml, 0).name()
-        _refuse_a_parent_s_xml(host)
+        _refuse_once(host, _a_parent_s_xml)
         with pytest.raises(HostOperationFailed, match="transient"):
             host.discover()
         after = host.discover()
@@ -191,29 +195,9 @@ def test_a_lookup_libvirt_fails_is_not_a_gone_mdev(tmp_path):
     host = LibvirtHost(uri, sysfs, opener=lambda _u: conn)
     [mdev, *_] = host.discover().mdevs
     assert host.mdev_exists(mdev)
-    real = host.link.call
-
-    def call(name: str, fn: Any, *args: Any) -> Any:
-        if name == "nodeDeviceLookupByName":
-            raise _refusal()
-        return real(name, fn, *args)
-
-    host.link.call = call  # type: ignore[method-assign]
+    _refuse_once(host, lambda call, _args: call == "nodeDeviceLookupByName")
     with pytest.raises(HostOperationFailed, match="transient"):
         host.mdev_exists(mdev)
-
-
-def _refuse_once(host: LibvirtHost, wanted: Any) -> None:
-    """libvirt fails the next call ``wanted(name, args)`` picks."""
-    real, fail = host.link.call, [1]
-
-    def call(name: str, fn: Any, *args: Any) -> Any:
-        if fail[0] and wanted(name, args):
-            fail[0] -= 1
-            raise _refusal()
-        return real(name, fn, *args)
-
-    host.link.call = call  # type: ignore[method-assign]
 
 
 def _stopped_by_another_manager(tmp_path):

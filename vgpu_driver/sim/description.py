@@ -41,11 +41,13 @@ Format (every key not marked optional is required)::
                             "capacity": 32}],
                  "vf_types": {"0000:41:00.4": 1145},
                  "mixed_size": false,  # optional; if true, give
-                 "framebuffer_gb": 48,  # it and each type's
-                 # optional: a shipped capture of a free VF's listing
-                 # (data/captures) the types must match, id and name
-                 "creatable_from": "l40s-creatable-vgpu-types.txt"}]
+                 "framebuffer_gb": 48}]  # it and each type's
     }
+
+An SR-IOV card may also name a shipped capture of a free VF's
+``creatable_vgpu_types`` (``"creatable_from":
+"l40s-creatable-vgpu-types.txt"``, in ``data/captures``): its types must
+then be the capture's, every one, ids and names, in its order.
 
 Parents are named as libvirt names them (``pci_0000_84_00_0``,
 ``css_0_0_0023``, ``ap_matrix``); a virtual parent keeps its sysfs name.
