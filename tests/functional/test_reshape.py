@@ -112,8 +112,8 @@ def test_vgpu_on_the_root_moves_to_per_pgpu_children(
         # VFs as mdev parents (A2 before kernel 6.8): by the VF's name
         (
             "a2-vf-parents",
-            ("pci_0000_3b_00_4", "pci_0000_3b_00_5"),
-            "pci_0000_3b_00_0",
+            ("pci_0000_08_00_4", "pci_0000_08_00_5"),
+            "pci_0000_08_00_0",
             4,
         ),
     ],

@@ -13,15 +13,15 @@ from tests.capacity_helpers import enabled
 from vgpu_driver.model.inventory import plan_providers
 from vgpu_driver.sim import description as hostdesc
 
-A2_GPU = "0000:3b:00.0"
+A2_GPU = "0000:08:00.0"
 
 
 def a2_totals(inventory, **kwargs):
     plans = plan_providers(
         "cn",
-        enabled("nvidia-744", **kwargs),
+        enabled("nvidia-746", **kwargs),
         inventory,
-        held={"pci_0000_3b_00_4": {"nvidia-744": 1}},
+        held={"pci_0000_08_00_4": {"nvidia-746": 1}},
     )
     return plans
 
@@ -34,8 +34,8 @@ def test_the_vfs_of_one_gpu_are_one_provider_of_what_the_gpu_holds():
     assert len(inventory.parents) == 16
     [plan] = a2_totals(inventory)
     assert (plan.name, plan.device) == (
-        "cn_pci_0000_3b_00_0",
-        "pci_0000_3b_00_0",
+        "cn_pci_0000_08_00_0",
+        "pci_0000_08_00_0",
     )
     assert (plan.total, plan.reserved) == (4, 0)
     assert plan.limit is None  # max_instance is proven: nothing to say
@@ -45,18 +45,18 @@ def test_the_simulated_kernel_refuses_a_fifth_as_the_driver_does():
     host = helpers.simulated_host("a2-vf-parents")
     for name in [p.name for p in host.discover().parents]:
         parent = host.discover().parent(name)
-        if parent.type("nvidia-744").available:
-            host.create_mdev(parent, "nvidia-744", str(uuid.uuid4()))
+        if parent.type("nvidia-746").available:
+            host.create_mdev(parent, "nvidia-746", str(uuid.uuid4()))
     inventory = host.discover()
-    assert sum(1 for m in inventory.mdevs if m.type_id == "nvidia-744") == 4
-    assert not any(p.type("nvidia-744").available for p in inventory.parents)
+    assert sum(1 for m in inventory.mdevs if m.type_id == "nvidia-746") == 4
+    assert not any(p.type("nvidia-746").available for p in inventory.parents)
 
 
 def test_the_gpu_address_in_device_addresses_means_its_vfs():
     from vgpu_driver.model import check
 
     inventory = helpers.simulated_host("a2-vf-parents").discover()
-    config = enabled("nvidia-744", addresses=(A2_GPU,))
+    config = enabled("nvidia-746", addresses=(A2_GPU,))
     assert check.host_problems(config, inventory) == []
     plans = plan_providers("cn", config, inventory, held={})
     assert sum(p.total for p in plans) == 4
@@ -90,7 +90,7 @@ def test_through_libvirt_the_vfs_are_known_as_one_gpu_s(tmp_path):
     inventory = host.discover()
     assert {p.physical_function for p in inventory.parents} == {A2_GPU}
     xml = (
-        host.connection().nodeDeviceLookupByName("pci_0000_3b_00_5").XMLDesc(0)
+        host.connection().nodeDeviceLookupByName("pci_0000_08_00_5").XMLDesc(0)
     )
     fast, _ = nodedev_xml.read_parent(xml)
     reference, _ = nodedev_xml.read_parent_tree(xml)
@@ -129,8 +129,8 @@ def test_check_config_says_which_vfs_a_gpu_address_means(tmp_path, capsys):
 
     path = tmp_path / "nova.conf"
     path.write_text(
-        "[devices]\nenabled_mdev_types = nvidia-744\n"
-        f"[mdev_nvidia-744]\ndevice_addresses = {A2_GPU}\n"
+        "[devices]\nenabled_mdev_types = nvidia-746\n"
+        f"[mdev_nvidia-746]\ndevice_addresses = {A2_GPU}\n"
     )
     code = cli.main(
         [
@@ -147,4 +147,4 @@ def test_check_config_says_which_vfs_a_gpu_address_means(tmp_path, capsys):
     assert code == 0 and report["valid"]
     [row] = report["types"]
     vfs = row["vfs_meant"][A2_GPU]
-    assert len(vfs) == 16 and vfs[0] == "0000:3b:00.4"
+    assert len(vfs) == 16 and vfs[0] == "0000:08:00.4"

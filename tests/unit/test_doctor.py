@@ -82,8 +82,8 @@ def test_discover_lists_every_gpu_and_folds_vfs_under_their_gpu(capsys):
     code, data = run_json(capsys, "a2-vf-parents", "discover")
     assert code == 0
     [gpu] = data["gpus"]
-    assert gpu["address"] == "0000:3b:00.0" and gpu["vfs"] == 16
-    assert gpu["offered"] and "nvidia-744" in gpu["note"]
+    assert gpu["address"] == "0000:08:00.0" and gpu["vfs"] == 16
+    assert gpu["offered"] and "nvidia-746" in gpu["note"]
     code, data = run_json(capsys, "m10", "discover")
     assert code == 0
     roles = {g["address"]: g for g in data["gpus"]}

@@ -47,7 +47,7 @@ def test_each_kind_of_gpu_the_library_drives_says_what_it_offers(capsys):
     [a2] = gpus(capsys, "a2-vf-parents").values()
     assert a2["role"] == "GPU whose 16 VFs are mdev parents (one provider)"
     assert (a2["note"], a2["vfs"], a2["offered"]) == (
-        "offers nvidia-744",
+        "offers nvidia-746",
         16,
         True,
     )

@@ -172,9 +172,9 @@ def test_an_nvml_fault_on_a_gpu_takes_its_mdev_parents_alone():
     assert set(found) == {"pci_0000_85_00_0"}
     assert "0000:85:00.0 lost" in found["pci_0000_85_00_0"]
     a2 = helpers.simulated_host("a2-vf-parents").discover()
-    assert {p.physical_function for p in a2.parents} == {"0000:3b:00.0"}
-    found = health.unhealthy(_with_fault(a2, "0000:3b:00.0"))
+    assert {p.physical_function for p in a2.parents} == {"0000:08:00.0"}
+    found = health.unhealthy(_with_fault(a2, "0000:08:00.0"))
     assert set(found) == {p.name for p in a2.parents}
-    assert all("0000:3b:00.0 lost" in why for why in found.values())
+    assert all("0000:08:00.0 lost" in why for why in found.values())
     # a VF's own address is not a GPU NVML reports on
-    assert health.unhealthy(_with_fault(a2, "0000:3b:00.4")) == {}
+    assert health.unhealthy(_with_fault(a2, "0000:08:00.4")) == {}

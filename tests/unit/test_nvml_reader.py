@@ -149,7 +149,7 @@ def test_a_description_naming_a_capture_that_is_not_shipped_is_refused():
         ),
         ("gvtg", []),  # Intel's i915 parent: never NVML's to answer
         ("mtty", []),  # no PCI address at all
-        ("a2-vf-parents", ["0000:3b:00.0"]),  # 16 VF parents: their PF
+        ("a2-vf-parents", ["0000:08:00.0"]),  # 16 VF parents: their PF
     ],
 )
 def test_nvml_is_asked_of_nvidia_gpus_alone(name, expected):

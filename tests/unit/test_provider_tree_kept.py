@@ -157,18 +157,18 @@ def test_a_type_trait_follows_the_type_on_a_gpu_whose_vfs_are_parents(
     operator's trait is left alone."""
     from vgpu_driver.model import naming
 
-    gpu = "pci_0000_3b_00_0"
+    gpu = "pci_0000_08_00_0"
     host = SimulatedHost(helpers.load("a2-vf-parents"))
     host._state.guests.clear()  # nothing in use: the type may change
     host._state.mdevs.clear()
     tree = new_tree()
     before = providers(driver_for("a2-vf-parents", host=host), tree)
-    assert naming.type_trait("nvidia-744") in before[gpu]["traits"]
-    config = helpers.load("a2-vf-parents").config.replace("744", "745")
+    assert naming.type_trait("nvidia-746") in before[gpu]["traits"]
+    config = helpers.load("a2-vf-parents").config.replace("746", "747")
     after = providers(driver_for("a2-vf-parents", config, host), tree)
     traits = set(after[gpu]["traits"])
-    assert naming.type_trait("nvidia-745") in traits
-    assert naming.type_trait("nvidia-744") not in traits
+    assert naming.type_trait("nvidia-747") in traits
+    assert naming.type_trait("nvidia-746") not in traits
     # a type trait the library has no record of setting (left by an
     # earlier deployment), of a type the GPU's VFs list: removed too
     tree.add_traits(f"node1_{gpu}", naming.type_trait("nvidia-742"))

@@ -2,7 +2,7 @@
 one vGPU, and the GPU is one provider (named after it, as the seeds'
 pGPU model has it) whose total is what the GPU holds; a bind picks a VF.
 The host is ``a2-vf-parents``: an A2 with 16 VFs, one A2-4Q in use on
-VF 0000:3b:00.4 (max_instance=4)."""
+VF 0000:08:00.4 (max_instance=4)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from vgpu_driver.exception import DeviceCapacityExhausted
 
-GPU = "pci_0000_3b_00_0"
-IN_USE = "pci_0000_3b_00_4"
+GPU = "pci_0000_08_00_0"
+IN_USE = "pci_0000_08_00_4"
 
 
 def test_one_provider_for_the_gpu_none_for_its_vfs(node):
@@ -152,9 +152,9 @@ def test_a_vf_address_means_its_gpu_and_check_config_says_so():
     from vgpu_driver.model.inventory import plan_providers
 
     inventory = helpers.simulated_host("a2-vf-parents").discover()
-    config = enabled("nvidia-744", addresses=("0000:3b:00.5",))
+    config = enabled("nvidia-746", addresses=("0000:08:00.5",))
     [problem] = check.host_problems(config, inventory)
     assert problem.severity == "warning"
-    assert "VF of GPU 0000:3b:00.0" in str(problem)
+    assert "VF of GPU 0000:08:00.0" in str(problem)
     [plan] = plan_providers("cn", config, inventory, held={})
     assert (plan.device, plan.total) == (GPU, 4)

@@ -109,13 +109,16 @@ def _total(
     reason = None
     limit = device.limits.get(type_id)
     if device.gpu:
-        # its VFs hold one vGPU each, the GPU what the type says
+        # its VFs hold one vGPU each, the GPU what the type says, less
+        # the vGPUs of other types of its size (the driver lets them
+        # share the GPU, and offers the type beside them)
         occupied = max(device.existing[type_id], used)
+        others = sum(device.existing.values()) - device.existing[type_id]
         free_here = max(0, total - occupied)
         room, why = capacity.gpu_room(
             device.gpu,
             type_id,
-            occupied,
+            occupied + others,
             device.capabilities(type_id).max_instance,
         )
         total = occupied + min(free_here, room)

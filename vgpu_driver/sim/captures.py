@@ -21,11 +21,15 @@ import re
 from importlib import resources
 from typing import Any
 
-from vgpu_driver.sim.specs import PfSpec
+from vgpu_driver.sim.specs import PfSpec, TypeSpec
 
 SHIPPED = "vgpu_driver.sim"
 
 _CREATABLE = re.compile(r"^(\d+) +: (.+)$", re.MULTILINE)
+_TYPE_FILE = re.compile(
+    r"^([\w.-]+)/(available_instances|description|device_api|name):(.*)$",
+    re.MULTILINE,
+)
 _INSTANCE = re.compile(
     r"created GPU instance ID\s+(\d+) on GPU\s+\d+ using profile .*"
     r"\(ID\s+(\d+)\)"
@@ -85,6 +89,43 @@ def creatable(text: str) -> list[tuple[int, str]]:
     """(id, name) of each type a ``creatable_vgpu_types`` lists, in its
     order (the ``ID    : vGPU Name`` header is not one)."""
     return [(int(i), name) for i, name in _CREATABLE.findall(text)]
+
+
+def mdev_types(text: str) -> dict[str, dict[str, str]]:
+    """Type id -> {file: its text} of a ``grep -r .`` listing of a
+    parent's ``mdev_supported_types``, in the listing's order."""
+    found: dict[str, dict[str, str]] = {}
+    for type_id, name, value in _TYPE_FILE.findall(text):
+        found.setdefault(type_id, {})[name] = value
+    return found
+
+
+def parent_types(
+    entry: dict[str, Any], where: str, bad: Any
+) -> list[TypeSpec]:
+    """The types of a parent whose description names a capture of its
+    ``mdev_supported_types`` (``types_from``), each with room for
+    ``type_capacity`` on the parent, as the capture names and describes
+    them."""
+    if "types" in entry:
+        raise bad(f"{where}: give its types or types_from, not both")
+    if not isinstance(entry.get("type_capacity"), int):
+        raise bad(f"{where}: types_from needs type_capacity (an integer)")
+    listed = mdev_types(_shipped(entry["types_from"], bad))
+    if not listed:
+        raise bad(
+            f"{where}: its capture {entry['types_from']!r} lists no type"
+        )
+    return [
+        TypeSpec(
+            id=type_id,
+            capacity=entry["type_capacity"],
+            name=files.get("name"),
+            device_api=files.get("device_api", "vfio-pci"),
+            description=files.get("description"),
+        )
+        for type_id, files in listed.items()
+    ]
 
 
 def apply(pf: PfSpec, entry: dict[str, Any], bad: Any) -> None:

@@ -63,7 +63,14 @@ def check_names(raw: dict[str, Any], bad: Any) -> None:
         for field in ("vendor", "product", "driver"):
             text(f"parents[{i}].{field}", p.get(field))
         numa(f"parents[{i}].numa_node", p.get("numa_node"))
-        for j, t in enumerate(p["types"]):
+        if "type_capacity" in p:
+            count(
+                f"parents[{i}].type_capacity",
+                p["type_capacity"],
+                0,
+                MAX_CAPACITY,
+            )
+        for j, t in enumerate(p.get("types", [])):
             plain(f"parents[{i}].types[{j}].id", t["id"])
             for field in ("name", "description", "device_api"):
                 text(f"parents[{i}].types[{j}].{field}", t.get(field))

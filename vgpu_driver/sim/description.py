@@ -47,7 +47,12 @@ Format (every key not marked optional is required)::
 An SR-IOV card may also name a shipped capture of a free VF's
 ``creatable_vgpu_types`` (``"creatable_from":
 "l40s-creatable-vgpu-types.txt"``, in ``data/captures``): its types must
-then be the capture's, every one, ids and names, in its order.
+then be the capture's, every one, ids and names, in its order. A parent
+may take its types from a shipped capture of its
+``mdev_supported_types`` instead of ``types`` (``"types_from":
+"a2-vf-mdev-supported-types.txt", "type_capacity": 1``): each type's
+id, name, description and device_api as the capture has them, with room
+for ``type_capacity`` on the parent.
 
 Parents are named as libvirt names them (``pci_0000_84_00_0``,
 ``css_0_0_0023``, ``ap_matrix``); a virtual parent keeps its sysfs name.
@@ -187,16 +192,20 @@ def _build(raw: dict[str, Any], source: str) -> HostDescription:
             name = naming.libvirt_pci_name(address)
         else:
             name = p["name"]
-        types = [
-            TypeSpec(
-                id=t["id"],
-                capacity=int(t["capacity"]),
-                name=t.get("name"),
-                device_api=t.get("device_api", "vfio-pci"),
-                description=t.get("description"),
-            )
-            for t in p["types"]
-        ]
+        types = (
+            captures.parent_types(p, f"parents[{index}]", bad)
+            if "types_from" in p
+            else [
+                TypeSpec(
+                    id=t["id"],
+                    capacity=int(t["capacity"]),
+                    name=t.get("name"),
+                    device_api=t.get("device_api", "vfio-pci"),
+                    description=t.get("description"),
+                )
+                for t in p["types"]
+            ]
+        )
         parents.append(
             ParentSpec(
                 kind=kind,

@@ -12,7 +12,10 @@ sysfs) and by the in-process simulated host, so all three agree.
   the card; a VF that has a type lists nothing as creatable.
 * On a kernel before 6.8 an NVIDIA Ampere GPU's VFs are mdev parents of
   one vGPU each; together they hold what the GPU holds: the type's
-  ``max_instance`` (its description), one type at a time per GPU.
+  ``max_instance`` (its description). Types of one framebuffer size may
+  share the GPU, no two sizes (a captured A2 holding a 4 GB vGPU offers
+  A2-4Q, -4A and -4C on a free VF, nothing else:
+  ``data/captures/a2-vf-mdev-supported-types.txt``).
 * In mixed-size mode (vGPU 17+ on Ada and later) the VFs may hold types
   of different framebuffer sizes: a free VF lists every type of which
   fewer than its capacity exist and whose size fits in the framebuffer
@@ -70,11 +73,30 @@ def creatable_types(
     return [t for t, capacity in capacities.items() if capacity > 0]
 
 
-def gpu_room(type_id: str, description: str | None, on_gpu: list[str]) -> int:
-    """Room for ``type_id`` on a GPU whose VFs hold ``on_gpu``."""
-    if any(t != type_id for t in on_gpu):
+def gpu_room(
+    type_id: str,
+    description: str | None,
+    on_gpu: list[str],
+    descriptions: Mapping[str, str | None],
+) -> int:
+    """Room for ``type_id`` on a GPU whose VFs hold ``on_gpu`` (type
+    ids; ``descriptions``: each type's): none while a vGPU of another
+    framebuffer size is there, else its ``max_instance`` less every vGPU
+    on the GPU."""
+    size = framebuffer(description)
+    if any(
+        t != type_id
+        and (size is None or framebuffer(descriptions.get(t)) != size)
+        for t in on_gpu
+    ):
         return 0
     found = re.search(r"max_instance=(\d+)", description or "")
     if found is None:
         return 0
     return max(0, int(found.group(1)) - len(on_gpu))
+
+
+def framebuffer(description: str | None) -> str | None:
+    """The ``framebuffer=`` a type's description gives, as written."""
+    found = re.search(r"framebuffer=(\w+)", description or "")
+    return None if found is None else found.group(1)

@@ -269,9 +269,10 @@ class HostDescription:
         on_gpu = [
             m.type for m in self.mdevs if m.parent in siblings and m.active
         ]
+        descriptions = {t.id: t.description for t in parent.types}
         return min(
             available,
-            kernel.gpu_room(type_id, spec.description, on_gpu),
+            kernel.gpu_room(type_id, spec.description, on_gpu, descriptions),
         )
 
     def copy(self) -> HostDescription:
