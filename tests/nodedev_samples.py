@@ -17,9 +17,9 @@ M10_PARENT = """
     <vendor id='0x10de'>NVIDIA Corporation</vendor>
     <capability type='mdev_types'>
       <type id='nvidia-35'>
-        <name>GRID M10-2B</name>
+        <name>GRID M10-0B</name>
         <deviceAPI>vfio-pci</deviceAPI>
-        <availableInstances>4</availableInstances>
+        <availableInstances>16</availableInstances>
       </type>
       <type id='i915-GVTg_V5_4'>
         <deviceAPI>vfio-pci</deviceAPI>

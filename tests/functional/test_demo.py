@@ -21,7 +21,7 @@ def test_demo_syncs_and_asks_placement_for_candidates(capsys):
     nvidia_35 = rows["one vGPU of type nvidia-35"]
     assert "pci_0000_84_00_0" in nvidia_35 and "pci_0000_85_00_0" in nvidia_35
     assert "pci_0000_86_00_0" not in nvidia_35
-    assert " 2 " in rows["one vGPU able to drive 3840x2160"]
+    assert " 4 " in rows["one vGPU able to drive 2560x1600"]
     assert "pci_0000_3b_00_0" in rows["one generic mlx5 mdev"]
     assert "+" in rows["two vGPUs from two different pGPUs"]
     # then a pretend instance gets its devices and gives them back

@@ -113,7 +113,7 @@ def test_another_host_gets_requests_of_its_own(capsys):
     assert {r["request"]: r.get("not_asked") for r in asked} == {
         "one vGPU": "VGPU",
         "one vGPU of type nvidia-35": "CUSTOM_NVIDIA_35",
-        "one vGPU able to drive 3840x2160": "HW_GPU_RESOLUTION_W3840H2160",
+        "one vGPU able to drive 2560x1600": "HW_GPU_RESOLUTION_W2560H1600",
         "two vGPUs from two different pGPUs": "VGPU",
         "one generic mlx5 mdev": "CUSTOM_MLX5",
         "one CUSTOM_SERIAL": None,

@@ -30,8 +30,8 @@ def test_first_sync_creates_the_tree(placement_url, tmp_path, client):
         node.nodename: {},
         "pci_0000_3b_00_0": {"CUSTOM_MLX5": (64, 0)},
         "pci_0000_41_00_0": {"VGPU": (12, 0)},
-        "pci_0000_84_00_0": {"VGPU": (4, 0)},
-        "pci_0000_85_00_0": {"VGPU": (4, 0)},
+        "pci_0000_84_00_0": {"VGPU": (16, 0)},
+        "pci_0000_85_00_0": {"VGPU": (16, 0)},
         "pci_0000_86_00_0": {"VGPU": (16, 0)},
         "pci_0000_87_00_0": {"VGPU": (16, 0)},
     }
@@ -109,7 +109,7 @@ def test_changed_host_type_switch_removal_and_lowered_cap(
     view = summary(placement_view(client, node.nodename))
     assert view == {
         node.nodename: {},
-        "pci_0000_84_00_0": {"VGPU": (4, 0)},
+        "pci_0000_84_00_0": {"VGPU": (16, 0)},
         "pci_0000_85_00_0": {"VGPU": (16, 0)},  # switched to nvidia-36
         "pci_0000_86_00_0": {"VGPU": (1, 1)},  # gone, in use: reserved
     }
@@ -219,8 +219,8 @@ def test_many_hosts_at_once(placement_url, tmp_path, client):
     for node in nodes:
         assert summary(placement_view(client, node.nodename)) == {
             node.nodename: {},
-            "pci_0000_84_00_0": {"VGPU": (4, 0)},
-            "pci_0000_85_00_0": {"VGPU": (4, 0)},
+            "pci_0000_84_00_0": {"VGPU": (16, 0)},
+            "pci_0000_85_00_0": {"VGPU": (16, 0)},
             "pci_0000_86_00_0": {"VGPU": (16, 0)},
         }
 

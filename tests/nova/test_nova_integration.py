@@ -42,7 +42,7 @@ def test_nova_s_provider_tree_gets_one_child_per_pgpu(nova):
         f"{NODE}_pci_0000_86_00_0",
     ]  # 87 has no enabled type: no provider
     pgpu84 = found[f"{NODE}_pci_0000_84_00_0"]
-    assert pgpu84.inventory["VGPU"]["total"] == 4
+    assert pgpu84.inventory["VGPU"]["total"] == 16
     assert "OWNER_NOVA" in pgpu84.traits
     assert "CUSTOM_NVIDIA_35" in pgpu84.traits
     assert found[f"{NODE}_pci_0000_86_00_0"].inventory["VGPU"]["total"] == 16

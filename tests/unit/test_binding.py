@@ -201,8 +201,8 @@ def test_a_bind_failing_on_one_parent_marks_that_parent_alone_failing(
 def test_exhaustion_raises_and_leaves_nothing_behind(node):
     n = node()
     before = set(n.mdevs())
-    devices = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_85_00_0", 4)))
-    assert len(devices) == 4
+    devices = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_85_00_0", 16)))
+    assert len(devices) == 16
     claims = n.driver.binder.claims()
     with pytest.raises(DeviceCapacityExhausted, match="pci_0000_85_00_0"):
         n.driver.allocate_mdevs("i2", n.alloc(("pci_0000_85_00_0", 1)))
@@ -222,8 +222,8 @@ def test_failed_create_is_rolled_back_and_the_parent_reserved(node):
         )
     assert set(n.mdevs()) == before  # the mdev made on 84 is gone again
     assert n.driver.binder.claims() == {}
-    assert n.update()["pci_0000_85_00_0"].reserved == 4  # unschedulable
-    assert n.update()["pci_0000_85_00_0"].reserved == 4  # for a while
+    assert n.update()["pci_0000_85_00_0"].reserved == 16  # unschedulable
+    assert n.update()["pci_0000_85_00_0"].reserved == 16  # for a while
     n.host.failures.clear()
     n.conf.set_override("failed_device_retry_interval", 0, "devices")
     assert n.update()["pci_0000_85_00_0"].reserved == 0  # offered again

@@ -97,11 +97,11 @@ def test_agreement_survives_kernel_changes(tmp_path_factory, data, name):
 def test_creating_an_mdev_lowers_available_and_blocks_other_types():
     host = helpers.simulated_host("m10")
     parent = host.discover().parent("pci_0000_87_00_0")
-    assert parent.type("nvidia-35").available == 4
+    assert parent.type("nvidia-35").available == 16
     assert parent.type("nvidia-36").available == 16
     host.create_mdev(parent, "nvidia-35", str(uuid.uuid4()))
     after = host.discover().parent("pci_0000_87_00_0")
-    assert after.type("nvidia-35").available == 3
+    assert after.type("nvidia-35").available == 15
     assert after.type("nvidia-36").available == 0  # one type per pGPU
     with pytest.raises(DeviceOperationFailed, match="no available"):
         host.create_mdev(after, "nvidia-36", str(uuid.uuid4()))

@@ -19,9 +19,9 @@ PARENT = {
     "types": [
         {
             "id": "nvidia-35",
-            "capacity": 4,
-            "name": "GRID M10-2B",
-            "description": "num_heads=2, framebuffer=2048M",
+            "capacity": 16,
+            "name": "GRID M10-0B",
+            "description": "num_heads=2, framebuffer=512M",
         }
     ],
 }

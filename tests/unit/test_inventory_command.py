@@ -45,7 +45,7 @@ def test_the_json_report_and_no_record_written(write_conf, capsys, tmp_path):
     assert code == 0
     assert report["notes"] == [{"provider": P86, "note": NOTE}]
     providers = {p["name"]: p for p in report["providers"]}
-    assert providers[P84]["inventories"]["VGPU"]["total"] == 4
+    assert providers[P84]["inventories"]["VGPU"]["total"] == 16
     assert providers[P86]["inventories"]["VGPU"]["reserved"] == 1
     assert len(_resolutions(providers[P84]["traits"])) > 1
     assert not (tmp_path / "state").exists()

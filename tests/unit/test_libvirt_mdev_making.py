@@ -101,7 +101,7 @@ def test_the_modelled_kernel_counts_rooms_as_a_host_rendered_with_its_mdevs(
     expected, _ = _rooms_read(LibvirtHost(uri, sysfs))
     assert xml == files == expected
     assert xml["pci_0000_85_00_0"] == {"nvidia-35": 0, "nvidia-36": 14}
-    assert xml["pci_0000_84_00_0"] == {"nvidia-35": 4, "nvidia-36": 16}
+    assert xml["pci_0000_84_00_0"] == {"nvidia-35": 16, "nvidia-36": 16}
 
 
 def test_a_create_the_parent_has_no_room_for_is_refused_as_the_kernel_does(

@@ -283,13 +283,13 @@ def test_another_type_made_on_a_parent_takes_its_provider_away(
     that mdev is removed."""
     node = Node(make_conf, tmp_path / "state")
     name = "pci_0000_85_00_0"
-    assert node.update()[name].total == 4
+    assert node.update()[name].total == 16
     parent = node.host.discover().parent(name)
     theirs = node.host.create_mdev(parent, "nvidia-36", str(uuid.uuid4()))
     assert name not in node.update()
     assert not node.tree.exists(f"node1_{name}")
     node.host.remove_mdev(theirs)
-    assert node.update()[name].total == 4
+    assert node.update()[name].total == 16
     assert node.tree.exists(f"node1_{name}")
 
 
@@ -302,13 +302,13 @@ def test_a_pass_given_the_allocations_plans_the_whole_host(
     below the units Placement has allocated there (Placement would
     refuse the inventory)."""
     node = Node(make_conf, tmp_path / "state")
-    name = "pci_0000_84_00_0"  # m10: nvidia-35, 4 of them at most
-    assert node.update()[name].total == 4
+    name = "pci_0000_84_00_0"  # m10: nvidia-35, 16 of them at most
+    assert node.update()[name].total == 16
     parent = node.host.discover().parent(name)
     node.host.create_mdev(parent, "nvidia-35", str(uuid.uuid4()))
-    units = {node.rp(name): {"resources": {"VGPU": 5}}}
+    units = {node.rp(name): {"resources": {"VGPU": 17}}}
     plans = node.driver.update_provider_tree(
         node.tree, "node1", allocations={"c1": {"allocations": units}}
     )
     [plan] = [p for p in plans if p.device == name]
-    assert (plan.total, plan.reserved) == (5, 1)
+    assert (plan.total, plan.reserved) == (17, 1)

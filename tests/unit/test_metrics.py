@@ -87,7 +87,7 @@ def test_the_textfile_for_node_exporter(tmp_path, capsys):
         for (n, labels), v in found.items()
         if n.startswith("vgpu_driver_provider_")
     }
-    assert by_device[("vgpu_driver_provider_total", "pci_0000_84_00_0")] == 4
+    assert by_device[("vgpu_driver_provider_total", "pci_0000_84_00_0")] == 16
     # 86: 16 nvidia-36, one used by a guest (a first start adopts the
     # free mdev already there: nothing reserved)
     total = by_device[("vgpu_driver_provider_total", "pci_0000_86_00_0")]

@@ -23,8 +23,8 @@ def test_pci_parent_address_comes_from_the_capability_not_the_name():
     assert (parent.vendor_id, parent.product_id) == ("0x10de", "0x13bd")
     assert parent.vendor == "NVIDIA Corporation"
     assert parent.driver == "nvidia" and parent.numa_node == 1
-    assert parent.type("nvidia-35").name == "GRID M10-2B"
-    assert parent.type("nvidia-35").available == 4
+    assert parent.type("nvidia-35").name == "GRID M10-0B"
+    assert parent.type("nvidia-35").available == 16
     assert parent.type("i915-GVTg_V5_4").name is None  # i915 has no name
 
 
@@ -62,7 +62,7 @@ def test_mdev_with_legacy_name_and_no_uuid_element():
         ),
         (
             M10_PARENT.replace(
-                "<availableInstances>4", "<availableInstances>x"
+                "<availableInstances>16", "<availableInstances>x"
             ),
             "availableInstances",
         ),
@@ -243,10 +243,10 @@ def test_a_parent_whose_rooms_alone_changed_is_not_parsed_again(
     monkeypatch.setattr(
         nodedev_xml, "read_parent", lambda text: parsed.append(text)
     )
-    text = M10_PARENT.replace(">4</available", ">3</available")
+    text = M10_PARENT.replace(">16</available", ">15</available")
     now = seen.read("pci_0000_84_00_0", text, None)
     assert not parsed
-    assert [t.available for t in now.types] == [3, 7]
+    assert [t.available for t in now.types] == [15, 7]
     assert now.types[1] is before.types[1]  # the type unchanged is kept
 
 

@@ -10,8 +10,8 @@ from vgpu_driver.sim.simulated import SimulatedHost
 def test_m10_two_types_with_legacy_group_names(driver_for):
     found = providers(driver_for("m10"))
     assert summary(found) == {
-        "pci_0000_84_00_0": ("VGPU", 4, 0),  # 1 mdev + 3 available
-        "pci_0000_85_00_0": ("VGPU", 4, 0),
+        "pci_0000_84_00_0": ("VGPU", 16, 0),  # 1 mdev + 15 available
+        "pci_0000_85_00_0": ("VGPU", 16, 0),
         "pci_0000_86_00_0": ("VGPU", 16, 0),  # 2 mdevs + 14 available
     }  # 87 is listed under no type and there is no default type
     assert "CUSTOM_NVIDIA_35" in found["pci_0000_84_00_0"]["traits"]
@@ -72,11 +72,11 @@ def test_gvtg_without_type_name_uses_the_catalogue(driver_for):
 def test_nvidia_description_gives_heads_and_resolutions(driver_for):
     found = providers(driver_for("dense"))
     traits = set(found["pci_0000_10_00_0"]["traits"])
-    # num_heads=4, max_resolution=5120x2880
-    assert "HW_GPU_MAX_DISPLAY_HEADS_4" in traits
-    assert "HW_GPU_MAX_DISPLAY_HEADS_6" not in traits
-    assert "HW_GPU_RESOLUTION_W3840H2160" in traits
-    assert "HW_GPU_RESOLUTION_W7680H4320" not in traits
+    # num_heads=2, max_resolution=2560x1600 (GRID M10-0B)
+    assert "HW_GPU_MAX_DISPLAY_HEADS_2" in traits
+    assert "HW_GPU_MAX_DISPLAY_HEADS_4" not in traits
+    assert "HW_GPU_RESOLUTION_W2560H1600" in traits
+    assert "HW_GPU_RESOLUTION_W3840H2160" not in traits
 
 
 def test_virtual_parent_with_custom_class(driver_for):
@@ -150,20 +150,20 @@ def test_lowered_cap_below_use_keeps_in_use_reserved(driver_for):
 def test_a_parent_full_of_devices_in_use_is_offered_no_more_under_a_cap(
     driver_for,
 ):
-    """84 holds its 4 nvidia-35, all in use; the cap of 10 is not
-    reached: 84 offers its 4 (none free), never one more than it holds;
-    85 its own 4 (6 of the cap are left)."""
+    """84 holds its 16 nvidia-35, all in use; the cap of 20 is not
+    reached: 84 offers its 16 (none free), never one more than it holds;
+    85 the 4 of the cap that are left."""
     from vgpu_driver.model.device import Guest
 
     host = SimulatedHost(helpers.load("m10"))
     parent = host.discover().parent("pci_0000_84_00_0")
-    for n in range(3):
-        mdev = f"11111111-0000-0000-0000-00000000000{n}"
+    for n in range(15):
+        mdev = f"11111111-0000-0000-0000-{n:012d}"
         host.create_mdev(parent, "nvidia-35", mdev)
         host.note_guest(Guest(f"g{n}", f"extra-{n}", (mdev,)))
     config = helpers.load("m10").config + (
-        "[vgpu_nvidia-35]\nmax_instances = 10\n"
+        "[vgpu_nvidia-35]\nmax_instances = 20\n"
     )
     found = summary(providers(driver_for("m10", config, host)))
-    assert found["pci_0000_84_00_0"] == ("VGPU", 4, 0)
+    assert found["pci_0000_84_00_0"] == ("VGPU", 16, 0)
     assert found["pci_0000_85_00_0"] == ("VGPU", 4, 0)

@@ -129,7 +129,7 @@ def test_a_type_changed_in_use_keeps_the_class_it_was_allocated_in(
     switched = SWITCHED_84.format(nvidia_35="mdev_class = CUSTOM_OLD")
     found = summary(providers(driver_for("m10", switched, host), tree))
     assert found["pci_0000_84_00_0"] == ("VGPU", 1, 1)
-    assert found["pci_0000_85_00_0"] == ("CUSTOM_OLD", 4, 0)
+    assert found["pci_0000_85_00_0"] == ("CUSTOM_OLD", 16, 0)
 
 
 def test_operator_traits_are_kept_managed_ones_follow_config(driver_for):

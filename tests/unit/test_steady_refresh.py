@@ -100,7 +100,7 @@ def test_an_inventory_someone_changed_is_put_back(steady):
     driver, _, tree = steady
     tree.tree.update_inventory(P84, {"VGPU": {"total": 99, "max_unit": 99}})
     driver.update_provider_tree(tree, "node1")
-    assert tree.data(P84).inventory["VGPU"]["total"] == 4
+    assert tree.data(P84).inventory["VGPU"]["total"] == 16
 
 
 def test_a_provider_someone_removed_is_made_again(steady):
@@ -232,7 +232,7 @@ def test_a_parent_offered_again_is_reported_at_once_on_a_steady_host(
     n = Node(make_conf, tmp_path / "state", host=host)
     parent = "pci_0000_85_00_0"
     n.driver.unschedulable.mark(parent, "a test")
-    assert n.update()[parent].reserved == 4
+    assert n.update()[parent].reserved == 16
     n.conf.set_override("failed_device_retry_interval", 0, "devices")
     assert n.update()[parent].reserved == 0
 

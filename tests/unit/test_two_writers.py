@@ -50,7 +50,7 @@ def test_a_tool_with_another_configuration_gives_way_and_the_service_warns(
     tree = new_tree()
     service.update_provider_tree(tree, "node1")
     [service_mark] = _marks(tree)
-    assert tree.data(PARENT).inventory["VGPU"]["total"] == 4
+    assert tree.data(PARENT).inventory["VGPU"]["total"] == 16
     # the tool's first pass: it cannot know it is a second writer yet
     tool.update_provider_tree(tree, "node1")
     [tool_mark] = _marks(tree)
@@ -66,12 +66,12 @@ def test_a_tool_with_another_configuration_gives_way_and_the_service_warns(
     assert len(warned) == 1 and service_mark in warned[0]
     assert service.settings.source in warned[0]
     assert tool.settings.source in warned[0]  # known from the shared record
-    assert tree.data(PARENT).inventory["VGPU"]["total"] == 4
+    assert tree.data(PARENT).inventory["VGPU"]["total"] == 16
     # the tool finds the service's mark after its own: it writes nothing
     with pytest.raises(WriterConflict, match=service_mark):
         tool.update_provider_tree(tree, "node1")
     assert _marks(tree) == {service_mark}
-    assert tree.data(PARENT).inventory["VGPU"]["total"] == 4
+    assert tree.data(PARENT).inventory["VGPU"]["total"] == 16
 
 
 def test_one_writer_whose_configuration_changes_is_no_conflict(

@@ -34,8 +34,8 @@ REQUESTS = [
         "resources=VGPU:1&required=CUSTOM_NVIDIA_35",
     ),
     (
-        "one vGPU able to drive 3840x2160",
-        "resources=VGPU:1&required=HW_GPU_RESOLUTION_W3840H2160",
+        "one vGPU able to drive 2560x1600",
+        "resources=VGPU:1&required=HW_GPU_RESOLUTION_W2560H1600",
     ),
     (
         "two vGPUs from two different pGPUs",

@@ -24,9 +24,9 @@ Format (every key not marked optional is required)::
         "product_id": "0x13bd", "product": "GM107GL [Tesla M10]",
         "driver": "nvidia", "numa_node": 0,  # all optional
         "homogeneous": true,   # one type at a time (default true)
-        "types": [{"id": "nvidia-35", "name": "GRID M10-2B",
-                   "device_api": "vfio-pci", "capacity": 8,
-                   "description": "num_heads=4, ..."}]   # name optional
+        "types": [{"id": "nvidia-35", "name": "GRID M10-0B",
+                   "device_api": "vfio-pci", "capacity": 16,
+                   "description": "num_heads=2, ..."}]   # name optional
       }],
       "mdevs": [{"uuid": "...", "parent": "0000:84:00.0",
                  "type": "nvidia-35", "legacy_name": false}],
