@@ -111,7 +111,8 @@ def test_setting_a_vf_type_narrows_its_siblings():
     host = helpers.simulated_host("l40-sriov")
     [pf] = host.discover().pfs
     free = [vf for vf in pf.vfs if vf.current_type == 0]
-    assert {t.id for t in free[0].creatable} == {1150}
+    # beside L40S-4Q: the types of its size (4Q, 4A), no other size
+    assert {t.id for t in free[0].creatable} == {1150, 1160}
     host.set_vf_type(free[0].address, 1150)
     [pf] = host.discover().pfs
     by_address = {vf.address: vf for vf in pf.vfs}
@@ -121,9 +122,11 @@ def test_setting_a_vf_type_narrows_its_siblings():
         host.set_vf_type(free[1].address, 1145)
     for vf in free[1:]:
         host.set_vf_type(vf.address, 0)
-    # 3 of 12 L40S-4Q in use: 9 more VFs can take it, then none
-    taken = 3
-    for vf in free[1:]:
+    # 3 of 12 L40S-4Q in use and an L40S-4A: 8 more VFs can take
+    # 4Q, then none (12 vGPUs of 4 GB fill the 48 GB)
+    host.set_vf_type(free[1].address, 1160)
+    taken = 4
+    for vf in free[2:]:
         try:
             host.set_vf_type(vf.address, 1150)
             taken += 1

@@ -1,8 +1,9 @@
 """The L40S host is held to a real card's listing: a free VF of the
 simulated card lists its types as the captured VF did (ids, names,
 header, spacing), the library reads them from it, a card with room for
-no type lists the header alone, and a description whose types drift
-from its capture is refused."""
+no type lists the header alone, a description whose types drift from
+its capture is refused, and vGPUs of another type of the same size
+count against what the card holds."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ import json
 import pytest
 
 from tests import helpers
+from tests.helpers import providers, summary
 from vgpu_driver.exception import HostDescriptionInvalid
 from vgpu_driver.host.sysfs import SysfsTree
 from vgpu_driver.sim import captures
 from vgpu_driver.sim import description as hostdesc
+from vgpu_driver.sim.simulated import SimulatedHost
 
 CAPTURE = "l40s-creatable-vgpu-types.txt"
 
@@ -85,3 +88,21 @@ def test_types_that_drift_from_their_capture_are_refused(drift):
     with pytest.raises(HostDescriptionInvalid, match=CAPTURE) as caught:
         hostdesc.parse(json.dumps(raw), "test")
     assert "0000:41:00.0" in str(caught.value)
+
+
+def test_vgpus_of_another_type_of_its_size_count_against_the_card(
+    driver_for,
+):
+    """Two L40S-4A typed by another manager beside the two L40S-4Q in
+    use: a free VF offers both 4 GB types (equal-size mode lists the
+    placed vGPUs' size), and the card (48 GB) holds twelve 4 GB vGPUs
+    in all: the L40S-4Q provider offers the two in use and eight more,
+    10, not NVIDIA's 12 for the type."""
+    host = SimulatedHost(helpers.load("l40-sriov"))
+    [pf] = host.discover().pfs
+    free = [vf for vf in pf.vfs if vf.current_type == 0]
+    assert {t.id for t in free[0].creatable} == {1150, 1160}
+    for vf in free[:2]:
+        host.set_vf_type(vf.address, 1160)  # L40S-4A
+    found = summary(providers(driver_for("l40-sriov", host=host)))
+    assert found == {"pci_0000_41_00_0": ("VGPU", 10, 0)}

@@ -8,8 +8,9 @@ sysfs) and by the in-process simulated host, so all three agree.
   homogeneous parent (NVIDIA: one type per physical GPU) a type has no
   room left while devices of another type exist.
 * An NVIDIA SR-IOV card carries one vGPU per VF. Once one VF has a type,
-  the others can only take that same type, up to the type's capacity on
-  the card; a VF that has a type lists nothing as creatable.
+  the others can only take types of its framebuffer size (the same type
+  where the size is not known), up to the capacity on the card; a VF
+  that has a type lists nothing as creatable.
 * On a kernel before 6.8 an NVIDIA Ampere GPU's VFs are mdev parents of
   one vGPU each; together they hold what the GPU holds: the type's
   ``max_instance`` (its description). Types of one framebuffer size may
@@ -52,12 +53,24 @@ def creatable_types(
     *,
     sizes: Mapping[int, int] | None = None,
     board_gb: int = 0,
+    equal_sizes: Mapping[int, int | None] | None = None,
 ) -> list[int]:
     """Type ids a VF lists as creatable, given every VF's current type
-    (``sizes``: framebuffer GB per type, in mixed-size mode only)."""
+    (``sizes``: framebuffer GB per type, in mixed-size mode only;
+    ``equal_sizes``: the same, where known, in equal-size mode: a free VF
+    then lists the types of the placed vGPUs' size, none of another)."""
     if vf_type:
         return []
     counts = Counter(t for t in vf_types if t)
+    if sizes is None and counts and equal_sizes is not None:
+        placed = {equal_sizes.get(t) for t in counts}
+        if len(placed) == 1 and None not in placed:
+            total = sum(counts.values())
+            return [
+                t
+                for t, capacity in capacities.items()
+                if equal_sizes.get(t) in placed and total < capacity
+            ]
     if sizes is not None:
         free_gb = board_gb - sum(sizes[t] * n for t, n in counts.items())
         if sum(counts.values()) >= MAX_TIME_SLICED:

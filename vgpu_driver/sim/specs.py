@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from vgpu_driver.model import naming
+from vgpu_driver.model import capacity, naming
 from vgpu_driver.sim import kernel
 
 PARENT_KINDS = ("pci", "css", "ap_matrix", "virtual")
@@ -95,6 +95,13 @@ class SriovTypeSpec:
     # MIG-backed type's figure is the VF count on real cards)
     nvml_max_instances: int | None = None
 
+    def size_gb(self) -> int | None:
+        """Its framebuffer: as given, else as its name says."""
+        if self.framebuffer_gb is not None:
+            return self.framebuffer_gb
+        found = capacity.type_size(self.name)
+        return None if found is None else found.framebuffer_gb
+
 
 @dataclasses.dataclass
 class PfSpec:
@@ -148,6 +155,7 @@ class PfSpec:
             self.capacities(),
             sizes=sizes,
             board_gb=self.framebuffer_gb or 0,
+            equal_sizes={t.id: t.size_gb() for t in self.types},
         )
         by_id = {t.id: t for t in self.types}
         return [by_id[i] for i in ids if self._mig_allows(by_id[i])]
