@@ -162,6 +162,37 @@ def test_a_kernel_out_of_room_is_exhaustion_not_a_failing_parent(
     assert n.update()[parent].reserved == 0
 
 
+def test_a_parent_found_full_midway_is_the_one_named(node, monkeypatch):
+    """Two devices made, on 84 then 85; the kernel says 85 is full (its
+    room taken behind our back): the bind is exhaustion of one device on
+    85, not on 84 whose device was made (and is unmade again)."""
+    import pytest
+
+    from vgpu_driver.exception import DeviceCapacityExhausted, DeviceNoRoom
+
+    n = node()
+    real = n.host.create_mdev
+
+    def create(parent, type_id, uuid):
+        if getattr(parent, "name", parent) == "pci_0000_85_00_0":
+            raise DeviceNoRoom(
+                action="create mdev", device=uuid, reason="EDQUOT"
+            )
+        return real(parent, type_id, uuid)
+
+    monkeypatch.setattr(n.host, "create_mdev", create)
+    before = set(n.mdevs())
+    with pytest.raises(DeviceCapacityExhausted) as refused:
+        n.driver.allocate_mdevs(
+            "i1", n.alloc(("pci_0000_84_00_0", 1), ("pci_0000_85_00_0", 1))
+        )
+    assert str(refused.value).startswith(
+        "No room for 1 more nvidia-35 device(s) on pci_0000_85_00_0;"
+    )
+    assert set(n.mdevs()) == before
+    assert "pci_0000_85_00_0" not in n.driver.binder.unschedulable
+
+
 def test_a_creator_failing_without_a_message_is_named_by_its_error(tmp_path):
     """A privileged helper raising a bare exception: the error says what
     it raised, not an empty reason."""

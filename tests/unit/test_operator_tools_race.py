@@ -115,3 +115,30 @@ def test_an_orphan_a_guest_took_since_the_audit_stays(make_conf, tmp_path):
     n.host.note_guest(Guest("by-hand", "instance-by-hand", (FREE_ON_86,)))
     assert fix(auditor, inventory, findings, claims) == []
     assert FREE_ON_86 in n.mdevs()
+
+
+def test_a_free_mdev_a_tool_removed_is_not_reused_after_a_guest_defined(
+    make_conf, tmp_path
+):
+    """``audit --fix`` (another process) removes a free mdev of ours;
+    then Nova defines a spawn's guest: ``guest_defined`` reads the host
+    again (the records changed under it), which ends the spawn's claim,
+    and says so (it once returned nothing: the reading had ended it
+    first); the next bind makes a device, it does not reuse the one
+    gone."""
+    n = Node(make_conf, tmp_path / "state")
+    [d] = n.driver.allocate_mdevs("first", n.alloc((PARENT, 1)))
+    assert d.id == FREE_ON_86  # the free mdev is reused
+    n.driver.release_mdevs("first")
+    # a spawn takes FREE_ON_86 again; another instance's mdev is made
+    # and released (a free mdev of ours), and the tool removes it
+    [spawned] = n.driver.allocate_mdevs("spawned", n.alloc((PARENT, 1)))
+    assert spawned.id == FREE_ON_86
+    [made] = n.driver.allocate_mdevs("other", n.alloc((PARENT, 1)))
+    n.driver.release_mdevs("other")  # made is a free mdev of ours now
+    auditor = _auditor(n, make_conf)
+    assert auditor.binder.remove_free_mdevs([made.id]) == [made.id]
+    n.host.note_guest(Guest("spawned", "instance-spawned", (spawned.id,)))
+    assert n.driver.guest_defined("spawned") == [spawned.id]
+    [again] = n.driver.allocate_mdevs("next", n.alloc((PARENT, 1)))
+    assert again.id != made.id and again.created

@@ -276,3 +276,25 @@ def test_a_spawn_and_a_delete_cost_a_refresh_no_call_and_no_plan(
     assert Counter(host.calls) == idle
     assert device.id in driver.free_mdevs()
     assert counts == Counter()
+
+
+def test_a_guest_defined_again_writes_no_record(tmp_path, monkeypatch):
+    """Nova tells ``guest_defined`` at every definition, a spawn's and a
+    redefinition's alike: only a spawn's ends claims and writes them
+    (one durable write); a guest defined again, no claim on its
+    devices, writes nothing."""
+    host, driver, tree, guests = service(tmp_path, (2, 24, 16))
+    order = records_helpers.saves_in_order(monkeypatch)
+    assert driver.guest_defined(guests[0]) == []
+    assert order == []
+    free = [p for p in driver.last_plans if p.total > p.reserved]
+    instance = str(uuid.uuid4())
+    rp = tree.data(free[0].name).uuid
+    [device] = driver.allocate_mdevs(
+        instance, {rp: {"resources": {"VGPU": 1}}}
+    )
+    order.clear()
+    spec = GuestSpec(uuid=instance, name="spawned", mdevs=[device.id])
+    host.connection().defineXML(render_guest(spec))
+    assert driver.guest_defined(instance) == [device.id]
+    assert order == ["claims"]

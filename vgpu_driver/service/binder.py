@@ -154,10 +154,14 @@ class DeviceBinder:
         domain now has end (the domain itself keeps them from now on).
         Returns the device ids whose claims ended."""
         with self.ledger.locked(fresh_view=True):
-            ended = guests.note(self.ledger, guest)
-            if ended:
+            # a reading the lock took (another process wrote the records)
+            # may have ended them already, and saved that
+            read = self.ledger.view_ended.items()
+            ended = [d for d, instance in read if instance == guest.uuid]
+            noted = guests.note(self.ledger, guest)
+            if noted:
                 self.ledger.save()
-        return ended
+        return ended + noted
 
     def guest_undefined(self, instance: str) -> list[str]:
         """The instance's guest is gone: the devices it had are free again,

@@ -81,6 +81,9 @@ class Ledger:
         # to the host once it is left
         self._handing_back: list[tuple[str, BoundDevice]] = []
         self.handed_back = 0  # devices handed back so far (compared only)
+        # device -> instance of the spawn claims the reading of the
+        # outermost locked() ended (a guest's domain had the device)
+        self.view_ended: dict[str, str] = {}
 
     @property
     def claims(self) -> Claims:
@@ -104,6 +107,8 @@ class Ledger:
         the guests domain events reported since."""
         handing_back: list[tuple[str, BoundDevice]] = []
         with self.lock:
+            if not self._depth:
+                self.view_ended = {}
             self._depth += 1
             try:
                 with self.record.locked():
@@ -224,7 +229,7 @@ class Ledger:
         # a spawn claim ends when the guest's domain has the device
         ended = self.where_kept(ended_by_guests(self.claims, self.view.used))
         for device_id in ended:
-            del self.claims[device_id]
+            self.view_ended[device_id] = self.claims.pop(device_id)["instance"]
         # every VF a guest uses keeps its type across reboots
         in_use = vf_types_in_use(inventory, self.view.used, self.vf_types)
         self.vf_types.update(in_use)
