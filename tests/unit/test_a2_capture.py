@@ -60,10 +60,21 @@ def test_the_library_reads_the_captured_types_through_libvirt(tmp_path):
     host = helpers.libvirt_host(_with(), tmp_path)
     inventory = host.discover()
     free = inventory.parent("pci_0000_08_01_7")
-    assert [(t.id, t.name, t.available) for t in free.types] == [
-        (i, f["name"], int(f["available_instances"]))
+    assert [
+        (t.id, t.name, t.available, t.description) for t in free.types
+    ] == [
+        (i, f["name"], int(f["available_instances"]), f["description"])
         for i, f in captured.items()
     ]
+    # the descriptions (from sysfs: libvirt's XML has none) give what the
+    # GPU holds: A2-4Q's max_instance=4, the one in use among them
+    [plan] = plan_providers(
+        "cn",
+        enabled("nvidia-746"),
+        inventory,
+        held={IN_USE: {"nvidia-746": 1}},
+    )
+    assert (plan.total, plan.limit) == (4, None)
     assert {p.physical_function for p in inventory.parents} == {"0000:08:00.0"}
 
 

@@ -277,3 +277,31 @@ def test_a_virtual_parent_registered_late_gets_its_mdevs(tmp_path):
     assert [p.name for p in later.parents] == ["mtty"]
     assert [m.parent for m in later.mdevs] == ["mtty"]
     assert later == fresh
+
+
+def test_a_parent_whose_xml_names_its_driver_still_gets_its_descriptions(
+    tmp_path,
+):
+    """On a host libvirt names a bound device's driver in its XML (the
+    test driver never does): the types' descriptions, which no XML has,
+    still come from sysfs, and with them what the GPU can hold."""
+    from pathlib import Path
+
+    from tests.nodedev_samples import M10_PARENT
+    from vgpu_driver.host.parents import ParentReader
+    from vgpu_driver.host.sysfs import SysfsTree
+
+    description = helpers.load("m10")
+    _uri, sysfs = hostdesc.materialize(description, tmp_path)
+    # the sample's path, as the rendered sysfs has the device
+    real = (Path(sysfs) / "bus/pci/devices/0000:84:00.0").resolve()
+    xml = M10_PARENT.replace(
+        "/sys/devices/pci0000:80/0000:80:01.0/0000:84:00.0",
+        "/sys/" + str(real.relative_to(Path(sysfs).resolve())),
+    )
+    reader = ParentReader(SysfsTree(sysfs))
+    parent = reader.read("pci_0000_84_00_0", xml, None)
+    assert parent is not None and parent.driver == "nvidia"
+    [spec] = [t for t in description.parents[0].types if t.id == "nvidia-35"]
+    assert parent.type("nvidia-35").description == spec.description
+    assert "max_instance=16" in (spec.description or "")

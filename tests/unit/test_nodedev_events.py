@@ -299,3 +299,23 @@ class _Conn:
     def send(self, name):
         device = type("D", (), {"name": lambda _self: name})()
         self.callbacks[0][1](self, device, 0, 0, None)
+
+
+def test_a_type_described_since_the_last_reading_is_read_without_an_event(
+    tmp_path,
+):
+    """The configuration now enables another type (the caller describes
+    other types): a steady reading, no event since, reads each parent
+    again with that type's description, not the reading made without
+    it."""
+    host, conn = _host(tmp_path)
+    host.described_types = lambda: {"nvidia-35"}
+    first = host.discover()
+    [m10] = [p for p in first.parents if p.name == "pci_0000_87_00_0"]
+    assert m10.type("nvidia-35").description is not None
+    assert m10.type("nvidia-36").description is None
+    host.described_types = lambda: {"nvidia-36"}
+    read, now = _xml_read(conn, host.discover)
+    [m10] = [p for p in now.parents if p.name == "pci_0000_87_00_0"]
+    assert m10.type("nvidia-36").description is not None
+    assert "pci_0000_87_00_0" in read
