@@ -140,5 +140,6 @@ def test_a_free_mdev_a_tool_removed_is_not_reused_after_a_guest_defined(
     assert auditor.binder.remove_free_mdevs([made.id]) == [made.id]
     n.host.note_guest(Guest("spawned", "instance-spawned", (spawned.id,)))
     assert n.driver.guest_defined("spawned") == [spawned.id]
+    assert n.driver.guest_defined("spawned") == []  # defined again: none
     [again] = n.driver.allocate_mdevs("next", n.alloc((PARENT, 1)))
     assert again.id != made.id and again.created
