@@ -114,3 +114,16 @@ def test_a_stopped_defined_mdev_the_library_starts_reads_as_running(
     [started] = [m for m in host.discover().mdevs if m.name == device.name()]
     assert started.active and started.persistent
     assert len(conn.calls("listAllDevices")) == before
+
+
+def test_a_parent_s_xml_names_its_driver_as_libvirt_does(tmp_path):
+    """libvirt names a bound device's driver in its XML; the test driver
+    gives none back, so the model adds it: readings through the model
+    take the path a real host takes (the driver from libvirt, the
+    types' descriptions from sysfs)."""
+    host, conn = modelled_host(tmp_path)
+    xml = conn.nodeDeviceLookupByName("pci_0000_84_00_0").XMLDesc(0)
+    assert "<driver><name>nvidia</name></driver>" in xml
+    parent = host.discover().parent("pci_0000_84_00_0")
+    assert parent.driver == "nvidia"
+    assert "max_instance=16" in (parent.type("nvidia-35").description or "")

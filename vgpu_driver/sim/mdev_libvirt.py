@@ -227,6 +227,9 @@ class MdevConnection:
         self._described = {m.libvirt_name: m for m in description.mdevs}
         # parent name -> (the test driver's XML, the rooms, the XML given)
         self._parent_xml: dict[str, tuple[str, dict[str, int], str]] = {}
+        # a bound device's driver, named in its XML as libvirt names it
+        # (the test driver gives none back)
+        self._drivers = {p.name: p.driver for p in description.parents}
         self.persistent = persistent
         self.events = ModelledEvents(self.real)
 
@@ -265,6 +268,9 @@ class MdevConnection:
             ),
             xml,
         )
+        if self._drivers.get(parent) and "<driver>" not in given:
+            driver = f"<driver><name>{self._drivers[parent]}</name></driver>"
+            given = given.replace("</parent>", "</parent>\n    " + driver, 1)
         self._parent_xml[parent] = (xml, rooms, given)
         return given
 
