@@ -268,9 +268,10 @@ class MdevConnection:
             ),
             xml,
         )
-        if self._drivers.get(parent) and "<driver>" not in given:
-            driver = f"<driver><name>{self._drivers[parent]}</name></driver>"
-            given = given.replace("</parent>", "</parent>\n    " + driver, 1)
+        driver = self._drivers.get(parent)
+        if driver and "<driver>" not in given:
+            named = f"</parent>\n    <driver><name>{driver}</name></driver>"
+            given = given.replace("</parent>", named, 1)
         self._parent_xml[parent] = (xml, rooms, given)
         return given
 
