@@ -110,3 +110,19 @@ def test_a_simulated_sysfs_is_written_directly(tmp_path, monkeypatch):
     (target / "current_vgpu_type").write_text("0")
     SysfsTree(str(tmp_path)).set_vf_type("0000:41:00.4", 1150)
     assert (target / "current_vgpu_type").read_text() == "1150"
+
+
+def test_a_root_service_writes_sysfs_itself(monkeypatch):
+    """On the real /sys as root, no daemon is asked (none is started for
+    a root service): the write is the process's own, and the kernel's
+    answer (no such mdev) is named."""
+
+    def refused(relative: str, value: str) -> None:
+        raise AssertionError(f"the daemon was asked to write {relative}")
+
+    monkeypatch.setattr(privileged, "write_sysfs", refused)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    gone = str(uuid.uuid4())
+    with pytest.raises(DeviceOperationFailed, match=gone):
+        SysfsTree("/sys").remove_mdev(gone)
+    assert not os.path.exists(f"/sys/bus/mdev/devices/{gone}")

@@ -97,3 +97,40 @@ def test_a_vf_list_read_while_vfs_are_being_enabled_is_not_kept(tmp_path):
     link.symlink_to(target)
     [pf] = tree.sriov_functions()
     assert len(pf.vfs) == complete
+
+
+def test_a_vf_type_is_written_only_to_a_pci_address(tmp_path):
+    """The VF named must be a PCI address: a name that walks out of
+    ``bus/pci/devices`` (here to a directory that has the same files)
+    is refused before anything is read or written there."""
+    import pytest
+
+    from vgpu_driver.exception import DeviceOperationFailed
+
+    elsewhere = tmp_path / "bus/elsewhere/nvidia"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "current_vgpu_type").write_text("0\n")
+    (elsewhere / "creatable_vgpu_types").write_text(
+        "ID    : vGPU Name\n1150  : NVIDIA L40S-4Q\n"
+    )
+    (tmp_path / "bus/pci/devices").mkdir(parents=True)
+    with pytest.raises(DeviceOperationFailed, match="not a PCI address"):
+        SysfsTree(tmp_path).set_vf_type("../../elsewhere", 1150)
+    assert (elsewhere / "current_vgpu_type").read_text() == "0\n"
+
+
+def test_an_mdevs_parent_is_named_by_its_sysfs_link(tmp_path):
+    """``bus/mdev/devices/<uuid>`` links to the mdev's directory under
+    its parent's: the parent is that directory's name; an mdev sysfs
+    does not have has none (not the name of a directory on the way)."""
+    made = "5b1c3f1e-8f0e-4a63-9d1b-1f0a8e6c2d11"
+    parent = tmp_path / "devices/pci0000:80/0000:80:02.0/0000:84:00.0"
+    (parent / made).mkdir(parents=True)
+    links = tmp_path / "bus/mdev/devices"
+    links.mkdir(parents=True)
+    (links / made).symlink_to(parent / made)
+    tree = SysfsTree(tmp_path)
+    assert tree.mdev_parent_name(made) == "0000:84:00.0"
+    assert (
+        tree.mdev_parent_name("0c8e2d1a-3b4f-4e5a-8c6d-7e8f9a0b1c2d") is None
+    )
