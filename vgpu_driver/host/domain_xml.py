@@ -14,6 +14,10 @@ from vgpu_driver.model.binding import BoundDevice
 from vgpu_driver.model.device import Guest
 
 _ATTRIBUTE = re.compile(r"([\w:-]+)='([^'<&]*)'")
+# what libvirt never writes in a <hostdev>: an entity, a bracket within
+# an attribute's value (it writes &lt; and &gt;), an element closed by
+# itself (the end tag found next is another hostdev's)
+_NOT_LIBVIRTS = re.compile(r"&|='[^']*[<>]|^<hostdev[^>]*/>")
 # the namespace of the metadata Nova writes in every instance's domain
 # (``nova:instance``; 1.0, 1.1 ... as its format moved)
 NOVA_NS = "http://openstack.org/xmlns/libvirt/nova/"
@@ -31,9 +35,10 @@ def parse_guest(text: str) -> Guest:
     of ``<devices>`` are read, so what else a domain holds does not send
     it to the tree: a Nova guest's ``<metadata>`` (its ``nova:instance``,
     written with double quotes) is passed over whole. Declined: an entity
-    in the name or uuid or in a ``<hostdev>``, a comment, CDATA or a
-    double quote among the devices, a ``metadata`` element within the
-    metadata, and elements out of libvirt's order."""
+    or markup in the name or uuid, an entity or a bracket in an
+    attribute of a ``<hostdev>``, a ``<hostdev/>`` closed by itself, a
+    comment, CDATA or a double quote among the devices, a ``metadata``
+    element within the metadata, and elements out of libvirt's order."""
     name = between(text, "<name>", "</name>")
     uuid = between(text, "<uuid>", "</uuid>")
     first = text.find("<uuid>")
@@ -56,8 +61,11 @@ def parse_guest(text: str) -> Guest:
                 or text.find("<metadata", head + 1, max(tail, head)) >= 0
             )
         )
+        # an entity, a comment or CDATA in the name or uuid
         or "&" in name
         or "&" in uuid
+        or "<" in name
+        or "<" in uuid
         # a double quote, a comment or CDATA among the devices
         or text.find('"', devices, end) >= 0
         or text.find("<!", devices, end) >= 0
@@ -74,7 +82,7 @@ def parse_guest(text: str) -> Guest:
         if stop < 0:
             return parse_guest_tree(text)
         fragment = text[start:stop]
-        if "&" in fragment:
+        if _NOT_LIBVIRTS.search(fragment):
             return parse_guest_tree(text)
         _hostdev_text(fragment, mdevs, pci)
         start = text.find("<hostdev", stop, end)
