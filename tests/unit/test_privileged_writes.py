@@ -54,6 +54,45 @@ def test_anything_else_is_refused_before_it_is_opened(relative, value):
         privileged.check(relative, value)
 
 
+@pytest.mark.parametrize(
+    "relative",
+    [
+        # each would match an allowed write's pattern once joined
+        f"../sys/bus/mdev/devices/{MDEV}/remove",
+        f"/bus/mdev/devices/{MDEV}/remove",
+        "class/../../tmp/x/mdev_supported_types/nvidia-35/create",
+    ],
+)
+def test_a_path_that_is_not_below_sys_is_refused_as_such(relative):
+    """``..`` anywhere, or an absolute path, is refused before any
+    pattern is tried (the create pattern takes ``..`` as a directory
+    name: the first check is what keeps it inside /sys)."""
+    value = MDEV if relative.endswith("create") else "1"
+    with pytest.raises(ValueError, match="is not a path inside /sys"):
+        privileged.check(relative, value)
+
+
+def test_a_link_that_leads_out_of_sys_is_refused(tmp_path, monkeypatch):
+    """``class/mdev_bus/<parent>`` is a link, and the check follows it:
+    a parent whose link leads out of /sys (here a /sys of the test's
+    own, its link to a directory beside it) is refused."""
+    root, outside = tmp_path / "sys", tmp_path / "outside"
+    (outside / "mdev_supported_types/nvidia-35").mkdir(parents=True)
+    (root / "class/mdev_bus").mkdir(parents=True)
+    (root / "class/mdev_bus/0000:84:00.0").symlink_to(outside)
+    monkeypatch.setattr(privileged, "SYSFS", str(root))
+    relative = "class/mdev_bus/0000:84:00.0/mdev_supported_types/nvidia-35"
+    with pytest.raises(ValueError, match="leads out of /sys"):
+        privileged.check(relative + "/create", MDEV)
+    inside = root / "devices/pci0000:80/0000:84:00.0"
+    (inside / "mdev_supported_types/nvidia-35").mkdir(parents=True)
+    (root / "class/mdev_bus/0000:84:00.0").unlink()
+    (root / "class/mdev_bus/0000:84:00.0").symlink_to(inside)
+    assert privileged.check(relative + "/create", MDEV) == (
+        f"{root}/{relative}/create"
+    )
+
+
 @pytest.fixture
 def daemon():
     """The privileged daemon, forked as a root helper would start it."""
