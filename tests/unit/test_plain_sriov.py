@@ -241,3 +241,46 @@ def test_an_intel_igpu_s_vfs_bound_to_i915_are_one_provider(tmp_path):
     config = enabled("vf-8086-46d3", addresses=("0000:00:02.0",))
     [plan] = plan_providers("cn", config, inventory, held={})
     assert (plan.total, plan.device) == (7, "pci_0000_00_02_0")
+
+
+def test_the_vf_links_are_read_when_their_count_changes(tmp_path, monkeypatch):
+    """A steady scan reads no ``virtfn`` link; a listing read while VFs
+    are being enabled (a link not there yet) is not kept; NUMA node 0 is
+    node 0 (-1: none); one VF enabled names its product."""
+    import os
+
+    from tests import helpers
+    from vgpu_driver.host.plain_sriov import PlainSriovScan
+
+    _uri, sysfs = helpers.hostdesc.materialize(
+        helpers.load("amd-mxgpu"), tmp_path
+    )
+    pf = sysfs / "bus/pci/devices/0000:61:00.0"
+    (pf / "numa_node").write_text("0\n")
+    link = pf / "virtfn5"
+    target = link.readlink()
+    link.unlink()  # the kernel has not made it yet
+    reads = []
+    real = os.readlink
+
+    def counted(path, *args, **kwargs):
+        reads.append(str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "readlink", counted)
+    scan = PlainSriovScan(str(sysfs))
+    [gpu] = scan.gpus()
+    assert (len(gpu.vfs), gpu.numa_node) == (15, 0)
+    link.symlink_to(target)
+    [gpu] = scan.gpus()  # the same count: read again, not kept
+    assert len(gpu.vfs) == 16
+    reads.clear()
+    assert scan.gpus() == [gpu] and reads == []
+    (pf / "sriov_numvfs").write_text("1\n")
+    (pf / "numa_node").write_text("-1\n")
+    [one] = scan.gpus()
+    assert (one.vfs, one.vf_product_id, one.numa_node) == (
+        ("0000:61:02.0",),
+        "0x692f",
+        None,
+    )
