@@ -114,6 +114,36 @@ def test_the_survey_reads_the_real_sysfs_layout(tmp_path):
     assert (pf.driver, pf.total_vfs, pf.num_vfs) == ("gim", 16, 16)
     vfs = [g for g in found if g.physfn == "0000:61:00.0"]
     assert len(vfs) == 16 and vfs[0].product_id == "0x692f"
+    # a network card on the same bus is no GPU
+    nic = root / "bus/pci/devices/0000:62:00.0"
+    nic.mkdir()
+    (nic / "class").write_text("0x020000\n")
+    assert scan_gpus(str(root)) == found
+    assert scan_gpus(str(tmp_path / "no-sysfs")) == []
+
+
+def test_the_facts_say_whether_nvml_and_mdevctl_are_there(
+    tmp_path, monkeypatch
+):
+    import importlib.util
+    import shutil
+
+    from vgpu_driver.host import preflight
+
+    for path in ("/usr/sbin/mdevctl", None):
+        monkeypatch.setattr(shutil, "which", lambda name, path=path: path)
+        assert preflight.read_facts(str(tmp_path)).mdevctl is bool(path)
+
+    real = importlib.util.find_spec
+    for installed in (True, False):
+
+        def find(name, *args, installed=installed):
+            if name != "pynvml":
+                return real(name, *args)
+            return real("json") if installed else None
+
+        monkeypatch.setattr(importlib.util, "find_spec", find)
+        assert preflight.read_facts(str(tmp_path)).nvml is installed
 
 
 def test_doctor_says_what_nvml_says(capsys, tmp_path):
