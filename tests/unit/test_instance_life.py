@@ -145,7 +145,8 @@ def test_live_migration_claim_survives_a_restart(node, make_conf, tmp_path):
         "other", restarted.alloc(("pci_0000_85_00_0", 2))
     )
     assert not {d.id for d in others} & set(mapping.values())
-    restarted.driver.rollback_live_migration_at_destination("mig")
+    released = restarted.driver.rollback_live_migration_at_destination("mig")
+    assert set(released) == set(mapping.values())
     assert not set(mapping.values()) & set(restarted.driver.binder.claims())
 
 
@@ -341,3 +342,17 @@ def test_a_same_host_resize_keeps_the_devices_the_resized_guest_runs_on(
         "in_use": [new.id],
         "claimed": [],
     }
+
+
+def test_a_confirmed_move_lets_the_source_s_devices_go(node):
+    """Once the move is confirmed, the source's guest is gone and its
+    devices are let go: the call names them."""
+    source = node()
+    guest = next(
+        g
+        for g in source.host.discover().guests
+        if g.name == "instance-00000021"
+    )
+    source.host.forget_guest(guest.uuid)
+    released = source.driver.confirm_migration(guest.uuid)
+    assert sorted(released) == sorted(guest.mdevs)
