@@ -84,3 +84,29 @@ def test_a_card_nvml_cannot_describe_is_warned_of_once(caplog):
 
 def test_a_bus_id_with_a_two_digit_domain():
     assert nvml_host.bus_id("0010:3b:00.0") == "00000010:3B:00.0"
+
+
+def test_every_card_s_xid_errors_are_heard_and_a_guest_s_are_not():
+    """Two cards, each registered for XID events in turn: an error on
+    the first is heard (the cards share one event set), and the XIDs a
+    guest's program causes (those NVIDIA's device plugin skips) hold
+    neither."""
+    import json
+
+    from tests.cli_runs import raw_description
+    from vgpu_driver.model import health
+    from vgpu_driver.sim import description as hostdesc
+    from vgpu_driver.sim.simulated import SimulatedHost
+
+    raw = raw_description("rtx6000-nvml")
+    second = dict(raw["sriov"][0], address="0002:c8:00.0", vf_types={})
+    raw["sriov"].append(second)
+    host = SimulatedHost(hostdesc.parse(json.dumps(raw), "two cards"))
+    library = host.nvml._lib
+    assert health.unhealthy(host.discover()) == {}
+    for xid in (13, 31, 43, 45, 68, 109):
+        library.errors.append((RTX, xid))
+        library.errors.append(("0002:c8:00.0", xid))
+    assert health.unhealthy(host.discover()) == {}
+    library.errors.append((RTX, 79))  # fallen off the bus
+    assert list(health.unhealthy(host.discover())) == ["pci_0001_c8_00_0"]

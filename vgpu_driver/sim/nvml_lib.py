@@ -189,18 +189,22 @@ class SimulatedNvml:
         domain, rest = self._card(handle).address.split(":", 1)
         return _Info(busId=f"{int(domain, 16):08X}:{rest.upper()}")
 
-    def nvmlEventSetCreate(self) -> object:
-        return self
+    def nvmlEventSetCreate(self) -> set[str]:
+        """A set of its own: a GPU's events go to the sets it was
+        registered in, as NVML's do."""
+        return set()
 
     def nvmlDeviceRegisterEvents(
-        self, handle: str, types: int, events: object
+        self, handle: str, types: int, events: set[str]
     ) -> None:
-        self.watched.add(self._card(handle).address)
+        address = self._card(handle).address
+        events.add(address)
+        self.watched.add(address)
 
-    def nvmlEventSetWait_v2(self, events: object, timeout: int) -> _Info:
+    def nvmlEventSetWait_v2(self, events: set[str], timeout: int) -> _Info:
         while self.errors:
             address, xid = self.errors.popleft()
-            if address in self.watched:
+            if address in events:
                 return _Info(device=address, eventType=8, eventData=xid)
         raise NVMLError(NVML_ERROR_TIMEOUT)
 
