@@ -154,3 +154,43 @@ def test_a_parent_naming_its_capture_wrongly_is_refused(change, said):
     change(raw["parents"][3])
     with pytest.raises(HostDescriptionInvalid, match=said):
         hostdesc.parse(json.dumps(raw), "test")
+
+
+def test_an_mdev_made_through_libvirt_takes_room_from_every_vf(tmp_path):
+    """Through the modelled libvirt (its kernel shares the GPU among the
+    VF parents): beside the A2-4Q in use, an A2-4A made on another VF
+    leaves a free VF room for one more 4 GB vGPU of any series (its
+    own capacity), in its XML and in sysfs, and for no 8 GB one; the
+    VF made on has none."""
+    import re
+    from pathlib import Path
+
+    from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
+
+    a2 = helpers.load("a2-vf-parents")
+    uri, sysfs = hostdesc.materialize(a2, tmp_path)
+    conn = MdevConnection(uri, a2, sysfs=Path(sysfs))
+
+    def rooms(vf):
+        name = "pci_" + vf.replace(":", "_").replace(".", "_")
+        xml = conn.nodeDeviceLookupByName(name).XMLDesc(0)
+        found = re.findall(
+            r"<type id='([^']+)'>.*?<availableInstances>(\d+)<", xml, re.S
+        )
+        live = Path(sysfs) / "class/mdev_bus" / vf / "mdev_supported_types"
+        return {
+            t: (int(n), int((live / t / "available_instances").read_text()))
+            for t, n in found
+            if t in ("nvidia-746", "nvidia-751", "nvidia-747")
+        }
+
+    assert rooms("0000:08:02.3")["nvidia-747"] == (0, 0)  # the 4Q placed
+    made = mdev_xml("pci_0000_08_00_6", "nvidia-751", str(uuid.uuid4()))
+    conn.nodeDeviceCreateXML(made, 0)
+    assert rooms("0000:08:00.6") == {t: (0, 0) for t in rooms("0000:08:00.6")}
+    for vf in ("0000:08:00.5", "0000:08:02.3"):
+        assert rooms(vf) == {
+            "nvidia-746": (1, 1),
+            "nvidia-747": (0, 0),
+            "nvidia-751": (1, 1),
+        }, vf
