@@ -66,7 +66,6 @@ class SimulatedNvml:
         self.nvmlEventTypeXidCriticalError = nvmlEventTypeXidCriticalError
         # XID errors the GPUs report, in order: (PCI address, XID)
         self.errors: collections.deque[tuple[str, int]] = collections.deque()
-        self.watched: set[str] = set()
         # calls this NVML answers with an error code (an older vGPU
         # manager's library lacks some: NVML_ERROR_FUNCTION_NOT_FOUND)
         self.failing: dict[str, int] = {}
@@ -197,9 +196,7 @@ class SimulatedNvml:
     def nvmlDeviceRegisterEvents(
         self, handle: str, types: int, events: set[str]
     ) -> None:
-        address = self._card(handle).address
-        events.add(address)
-        self.watched.add(address)
+        events.add(self._card(handle).address)
 
     def nvmlEventSetWait_v2(self, events: set[str], timeout: int) -> _Info:
         while self.errors:
