@@ -209,3 +209,50 @@ def test_a_guest_defined_with_its_bound_device_ends_the_spawn_claim(
     assert instance not in {
         c["instance"] for c in again.binder.claims().values()
     }
+
+
+class _Compared(frozenset):
+    """A set of the devices made that counts its comparisons."""
+
+    count = 0
+
+    def __eq__(self, other):
+        _Compared.count += 1
+        return frozenset.__eq__(self, other)
+
+    def __ne__(self, other):
+        _Compared.count += 1
+        return frozenset.__ne__(self, other)
+
+    __hash__ = frozenset.__hash__
+
+
+def test_a_guest_event_compares_no_set_of_devices_made_with_itself():
+    """The devices the library made are one set from pass to pass while
+    the records stand: a guest's event takes them in by identity, not
+    element by element (Python compares a set with itself in full: a
+    walk over every device made, at each guest's event)."""
+    from vgpu_driver.model.config import DeviceConfig
+    from vgpu_driver.model.device import Guest, HostInventory
+    from vgpu_driver.service.fingerprint import (
+        RefreshFingerprint,
+        same_but_guests,
+    )
+
+    one = Guest("g1", "one")
+    before = HostInventory(guests=(), generation=1)
+    now = before.with_guests((one,), True, 2, (1, (("g1", None, one),)))
+    made = _Compared(f"m{i}" for i in range(64))
+    last = RefreshFingerprint(
+        "n", before, DeviceConfig(), (), {}, frozenset(), frozenset(),
+        owned=made, guests_free=True,
+    )  # fmt: skip
+    _Compared.count = 0
+    found = same_but_guests(last, now, (), made, dict, (set(), set()))
+    assert found is not None and found.inventory is now
+    assert _Compared.count == 0
+    # another set, even an equal one, is compared
+    assert same_but_guests(
+        last, now, (), frozenset(made), dict, (set(), set())
+    )
+    assert _Compared.count == 1
