@@ -17,6 +17,7 @@ import libvirt
 from vgpu_driver.cmd.inventory import ROOT_NAMESPACE, tree_report
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import LibvirtHost
+from vgpu_driver.model.device import MdevType, Parent
 from vgpu_driver.model.provider_tree import ProviderTree
 from vgpu_driver.sim import description as hostdesc
 from vgpu_driver.sim import nvml_lib
@@ -34,6 +35,13 @@ device_addresses = 0000:61:00.0
 mdev_class = CUSTOM_MXGPU
 """
 ALL_HOSTS = [*hostdesc.shipped_names(), str(DATA / "s390.json")]
+# one M10 pGPU, for readings made by hand
+M10_PARENT = Parent(
+    name="pci_0000_84_00_0",
+    address="0000:84:00.0",
+    driver="nvidia",
+    types=(MdevType("nvidia-35", "GRID M10-2Q", "vfio-pci", 3),),
+)
 
 
 def load(name: str) -> hostdesc.HostDescription:

@@ -27,7 +27,7 @@ def test_an_mdev_is_found_by_name_and_by_parent_until_taken_out():
     cache.put(mdev.name, mdev)
     assert mdev.name in cache and "mdev_other" not in cache
     assert cache.get(mdev.name) is mdev and cache.get("mdev_other") is None
-    assert (cache.names(), cache.values()) == ({mdev.name}, [mdev])
+    assert (cache.names(), list(cache.values())) == ({mdev.name}, [mdev])
     assert cache.of_parent(P1) == {UUID: mdev} and cache.has_uuid(UUID)
     assert cache.pop(mdev.name) is mdev
     assert mdev.name not in cache and cache.of_parent(P1) == {}

@@ -10,6 +10,8 @@ parent's mdevs costs what that parent holds, not what the host holds.
 
 from __future__ import annotations
 
+from collections.abc import ValuesView
+
 from vgpu_driver.model.device import Mdev
 
 
@@ -33,8 +35,11 @@ class MdevCache:
     def names(self) -> set[str]:
         return set(self.by_name)
 
-    def values(self) -> list[Mdev]:
-        return list(self.by_name.values())
+    def values(self) -> ValuesView[Mdev]:
+        """Every mdev read: a view, not a copy (a reading after a change
+        takes in what changed and never reads it; one made whole sorts
+        it at once, under the adapter's lock)."""
+        return self.by_name.values()
 
     def of_parent(self, parent: str) -> dict[str, Mdev]:
         """uuid -> mdev, of the mdevs read on ``parent`` (read-only)."""

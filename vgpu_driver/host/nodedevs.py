@@ -26,7 +26,7 @@ import dataclasses
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from oslo_log import log as logging
@@ -78,7 +78,6 @@ class NodeDevices:
         # was: another manager's mdev made there would go unseen)
         self._ours: set[str] = set()
         self._placed_among: set[str] = set()  # parent names, last placed
-        self._mdev_list: list[Mdev] = []
         self._implied: list[Parent] = []
         self.unsupported: set[str] = set()  # flags the driver cannot tell
         self.events = NodeDeviceEvents(link)
@@ -96,7 +95,7 @@ class NodeDevices:
         relist: bool,
         wanted: frozenset[str] | None,
         again: bool = False,
-    ) -> tuple[list[Parent], list[Mdev]]:
+    ) -> tuple[list[Parent], Collection[Mdev]]:
         """The parents (those only in sysfs and those implied by their
         mdevs included) and the mdevs. ``relist``: list the mdevs again
         whatever the policy says. ``again``: right after the last
@@ -147,12 +146,12 @@ class NodeDevices:
         # parents listed or gone (a virtual one registered late) may be
         # those of the mdevs libvirt names no parent of: placed again
         if self.dirty or relist or names != self._placed_among:
-            self._mdev_list = self._mdevs_with_known_parents(names)
+            self._place_mdevs(names)
             self._implied = implied_parents(
                 parents, [self.mdevs.by_name[n] for n in self.mdevs.unplaced]
             )
         parents.extend(self._implied)
-        return parents, self._mdev_list
+        return parents, self.mdevs.values()
 
     def made_unseen(self, uuids: set[str]) -> bool:
         """Does sysfs have an mdev among ``uuids`` (those guests took up)
@@ -277,7 +276,7 @@ class NodeDevices:
         )
         self.dirty = True
 
-    def _mdevs_with_known_parents(self, names: set[str]) -> list[Mdev]:
+    def _place_mdevs(self, names: set[str]) -> None:
         """libvirt names a virtual parent's mdevs' parent ``computer``:
         find the real parent (among ``names``, those listed) in sysfs,
         once per mdev (every mdev again only when the parents listed
@@ -286,16 +285,18 @@ class NodeDevices:
         if names != self._placed_among:
             self._placed_among = names
             cache.unplaced = cache.names()
-        for key in list(cache.unplaced):
+        # a new set: an emptied one keeps its table, walked every reading
+        pending, cache.unplaced = cache.unplaced, set()
+        for key in pending:
             mdev = cache.by_name[key]
             if mdev.parent not in names:
                 real = self.sysfs.mdev_parent_name(mdev.uuid)
-                if real not in names:
-                    continue  # implied: its parent is not listed
+                if real not in names:  # implied: its parent is not listed
+                    cache.unplaced.add(key)
+                    continue
                 cache.put(key, dataclasses.replace(mdev, parent=str(real)))
+                cache.unplaced.discard(key)
                 self.dirty = True
-            cache.unplaced.discard(key)
-        return cache.values()
 
     # -- following a parent's mdevs through sysfs ----------------------
 

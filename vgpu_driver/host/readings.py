@@ -47,7 +47,7 @@ class Devices(NamedTuple):
     """The devices a discovery read."""
 
     parents: list[Parent]
-    mdevs: list[Mdev]
+    mdevs: Collection[Mdev]  # a view (see MdevCache.values)
     pfs: list[PhysicalFunction]
     plain: list[PlainSriovGpu]
     nvml: NvmlReading | None
@@ -172,7 +172,14 @@ class Readings:
         matched = now is not None  # the last reading's, with ``diff``
         if now is None:
             now = sort_guests(guests.everyone)
-        if now == last.guests and guests.known == last.guests_known:
+        # made from the last one's: the same iff each change is none (a
+        # guest defined again as it was; not compared guest by guest)
+        same = (
+            all(then == new for _uuid, then, new in diff)
+            if matched and diff is not None
+            else now == last.guests
+        )
+        if same and guests.known == last.guests_known:
             return last  # read again, the same
         return self._new(
             last.with_guests(

@@ -140,11 +140,11 @@ class HostInventory:
 
     def same_devices(self, other: HostInventory) -> bool:
         """Everything but the guests is as in ``other`` (cheap when the
-        reader kept its device objects: tuples compare by identity
-        first)."""
+        reader kept its device objects: tuples compare their items by
+        identity first, never themselves)."""
         return (
-            self.parents == other.parents
-            and self.mdevs == other.mdevs
+            (self.parents is other.parents or self.parents == other.parents)
+            and (self.mdevs is other.mdevs or self.mdevs == other.mdevs)
             and self.same_but_node_devices(other)
         )
 
@@ -188,11 +188,9 @@ class HostInventory:
             device_changes=None,
         )
         if matched and changes is not None and self.guests_known:
-            # who uses what, made from this reading's by those changed
-            state.update(
-                guest_indexes.carried(
-                    self.__dict__, self.guests, self.mdevs, changes[1]
-                )
+            # who uses what: made from this reading's when asked
+            state[guest_indexes.CARRY] = guest_indexes.link(
+                self, changes[1], True
             )
         reading = object.__new__(HostInventory)
         reading.__dict__.update(state)
@@ -224,24 +222,23 @@ class HostInventory:
             found.setdefault(pf.name, pf)
         return found
 
+    # who uses what: carried from the reading this one was made from, or
+    # built whole (see guest_indexes)
     @functools.cached_property
     def _mdev_users(self) -> dict[str, str]:
-        return {m: g.uuid for g in self.guests for m in g.mdevs}
+        return guest_indexes.users_of(self, "_mdev_users")
 
     @functools.cached_property
     def _pci_users(self) -> dict[str, str]:
-        return {a: g.uuid for g in self.guests for a in g.pci_devices}
+        return guest_indexes.users_of(self, "_pci_users")
 
     @functools.cached_property
     def _unmarked(self) -> tuple[Guest, ...]:
-        return tuple(filter(guest_indexes.unmarked, self.guests))
+        return guest_indexes.unmarked_of(self)
 
     @functools.cached_property
     def _absent_users(self) -> frozenset[str]:
-        # in C: a Python loop per mdev costs a dense host
-        return frozenset(
-            self._mdev_users.keys() - set(map(_BY_UUID, self.mdevs))
-        )
+        return guest_indexes.absent_of(self)
 
     @functools.cached_property
     def _by_parent(self) -> dict[str, tuple[Mdev, ...]]:

@@ -1,37 +1,142 @@
-"""Which guest uses which device, carried from a reading to the next one
-made from it when guests alone changed (``HostInventory.with_guests``).
+"""Which guest uses which device, carried from a reading to the readings
+made from it when guests alone changed (``HostInventory.with_guests``)
+or node devices alone (``device_changes.with_devices``).
 
 A reading indexes its guests' devices (``mdev_users``, ``pci_users``)
 and the mdevs guests use that the host does not have
 (``absent_in_use``), and the guests outside Nova using devices
-(``unmarked_guests``), each built once, when first asked: a loop over
-every guest, or every mdev. A refresh after a guest's event (or a spawn
-that made its mdev) asks them of a reading that differs from the last
-by a few guests: here they are made from the last reading's by those
-guests alone. An index is carried only where each device is one
-guest's (two guests may name one mdev, one of them stopped: which of
-them the index names follows the order of every guest, so it is built
-whole again); what is carried is then each device's one guest by
-construction.
+(``unmarked_guests``), each built when first asked: a loop over every
+guest, or every mdev. A reading made from another by a few guests'
+changes keeps a :class:`Link` to it; asked for an index, it makes it
+from the nearest reading up its links that built it, by the guests
+changed since. Nothing is made until asked: a guest's event that plans
+nothing costs what the change costs, not what the host holds. A chain
+keeps at most :data:`LINKS` readings alive; past it, or past a node
+device's change (for the mdevs in use the host lacks), the index is
+built whole.
+
+An index is carried only where each device is one guest's (two guests
+may name one mdev, one of them stopped: which of them the index names
+follows the order of every guest, so it is built whole again); what is
+carried is then each device's one guest by construction.
 """
 
 from __future__ import annotations
 
 import bisect
 import operator
-from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeGuard
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard, cast
 
 if TYPE_CHECKING:
-    from vgpu_driver.model.device import Guest, Mdev
+    from vgpu_driver.model.device import Guest, HostInventory, Mdev
 
 # index -> the guest's field it indexes
 USERS = {"_mdev_users": "mdevs", "_pci_users": "pci_devices"}
 # an index's companion: True when each device is one guest's
 SINGLE = {name: f"{name}_single" for name in USERS}
+CARRY = "_carry"  # a reading's Link, in its __dict__
+LINKS = 16  # the most readings a chain of links keeps alive
 _BY_UUID = operator.attrgetter("uuid")
 
-Changes = Iterable[tuple[str, "Guest | None", "Guest | None"]]
+Change = tuple[str, "Guest | None", "Guest | None"]
+Changes = Iterable[Change]
+
+
+class Link(NamedTuple):
+    """What a reading was made from: the reading ``before`` it and the
+    guests changed since (none: the same guests, its node devices
+    changed, ``same_devices`` False)."""
+
+    before: HostInventory
+    changes: tuple[Change, ...]
+    same_devices: bool
+    depth: int  # readings up the chain, this one's before included
+
+
+def link(
+    before: HostInventory, changes: Iterable[Change], same_devices: bool
+) -> Link | None:
+    """The link of a reading made from ``before`` by ``changes``; None
+    past :data:`LINKS` (its indexes are then built whole)."""
+    prior = before.__dict__.get(CARRY)
+    depth = prior.depth + 1 if prior is not None else 1
+    if depth > LINKS:
+        return None
+    return Link(before, tuple(changes), same_devices, depth)
+
+
+def users_of(reading: HostInventory, name: str) -> dict[str, str]:
+    """The index ``name`` of :data:`USERS` of ``reading``: device -> the
+    uuid of the guest that has it."""
+    found = carry(reading, name)
+    if found is not None:
+        return cast(dict[str, str], found)
+    has = operator.attrgetter(USERS[name])
+    return {d: guest.uuid for guest in reading.guests for d in has(guest)}
+
+
+def unmarked_of(reading: HostInventory) -> tuple[Guest, ...]:
+    """The guests of ``reading`` outside Nova using devices."""
+    found = carry(reading, "_unmarked")
+    if found is not None:
+        return tuple(found)
+    return tuple(filter(unmarked, reading.guests))
+
+
+def absent_of(reading: HostInventory) -> frozenset[str]:
+    """The mdevs guests of ``reading`` use that it does not have."""
+    found = carry(reading, "_absent_users")
+    if found is not None:
+        return frozenset(found)
+    # in C: a Python loop per mdev costs a dense host
+    users = reading.mdev_users().keys()
+    return frozenset(users - set(map(_BY_UUID, reading.mdevs)))
+
+
+def carry(reading: HostInventory, name: str) -> Any | None:
+    """The index ``name`` of ``reading``, made from the nearest reading
+    up its links that has it built, by the guests changed since; None:
+    build it whole."""
+    batches: list[tuple[Change, ...]] = []
+    here = reading
+    while (step := here.__dict__.get(CARRY)) is not None:
+        if name == "_absent_users" and not step.same_devices:
+            return None  # of the mdevs too, which changed
+        batches.append(step.changes)
+        had = step.before.__dict__
+        if name in had:
+            batches.reverse()
+            return _replay(reading, name, step.before, batches)
+        here = step.before
+    return None
+
+
+def _replay(
+    reading: HostInventory,
+    name: str,
+    before: HostInventory,
+    batches: list[tuple[Change, ...]],
+) -> Any | None:
+    """``before``'s index ``name`` with ``batches`` made, in order."""
+    had = before.__dict__
+    if name in USERS:
+        if not _single(before, name):
+            return None
+        found = dict(had[name])
+        if not all(_apply(found, b, USERS[name]) for b in batches):
+            return None
+        reading.__dict__[SINGLE[name]] = True
+        return found
+    if name == "_unmarked":
+        unmarked_now: tuple[Guest, ...] | None = had[name]
+        for batch in batches:
+            if unmarked_now is None:
+                return None
+            unmarked_now = _unmarked_after(unmarked_now, batch)
+        return unmarked_now
+    every = [change for batch in batches for change in batch]
+    return _absent_after(had[name], reading.mdev_users(), reading.mdevs, every)
 
 
 def users_after(
@@ -41,59 +146,36 @@ def users_after(
     the guests ``changes`` names are as they are now (those gone first,
     then those defined); None where a device would be two guests'."""
     found = dict(users)
-    changes = list(changes)
+    return found if _apply(found, list(changes), field) else None
+
+
+def _apply(
+    found: MutableMapping[str, str], changes: Sequence[Change], field: str
+) -> bool:
+    """:func:`users_after`, made in ``found``; False (``found`` half
+    made) where a device would be two guests'."""
     for uuid, before, _now in changes:
         for device in getattr(before, field) if before is not None else ():
             if found.get(device) != uuid:
-                return None  # not as indexed: build it whole
+                return False  # not as indexed: build it whole
             del found[device]
     for uuid, _before, now in changes:
         for device in getattr(now, field) if now is not None else ():
             if device in found:
-                return None  # two guests': build it whole
+                return False  # two guests': build it whole
             found[device] = uuid
-    return found
+    return True
 
 
-def _single(
-    had: Mapping[str, Any], name: str, guests: Sequence[Guest]
-) -> bool:
-    """Is each device of index ``name`` (built) one guest's?"""
+def _single(reading: HostInventory, name: str) -> bool:
+    """Is each device of index ``name`` (built) one guest's? (Asked of a
+    reading once.)"""
+    had = reading.__dict__
     known = had.get(SINGLE[name])
-    if known is not None:
-        return bool(known)
-    devices = map(operator.attrgetter(USERS[name]), guests)
-    return len(had[name]) == sum(map(len, devices))
-
-
-def carried(
-    had: Mapping[str, Any],
-    guests: Sequence[Guest],
-    mdevs: Sequence[Mdev],
-    changes: Changes,
-) -> dict[str, Any]:
-    """The indexes a reading of ``guests`` and ``mdevs`` had built
-    (``had``: its ``__dict__``), made for the reading whose guests
-    ``changes`` changed; an index not built, or not carried, is left
-    out (built whole when first asked)."""
-    changes = list(changes)
-    found: dict[str, Any] = {}
-    for name, field in USERS.items():
-        if name not in had or not _single(had, name, guests):
-            continue
-        after = users_after(had[name], changes, field)
-        if after is not None:
-            found[name] = after
-            found[SINGLE[name]] = True
-    if "_unmarked" in had:
-        unmarked = _unmarked_after(had["_unmarked"], changes)
-        if unmarked is not None:
-            found["_unmarked"] = unmarked
-    if "_absent_users" in had and "_mdev_users" in found:
-        found["_absent_users"] = _absent_after(
-            had["_absent_users"], found["_mdev_users"], mdevs, changes
-        )
-    return found
+    if known is None:
+        devices = map(operator.attrgetter(USERS[name]), reading.guests)
+        known = had[SINGLE[name]] = len(had[name]) == sum(map(len, devices))
+    return bool(known)
 
 
 def unmarked(guest: Guest | None) -> TypeGuard[Guest]:
