@@ -187,11 +187,31 @@ def test_the_mdevs_in_use_the_host_lacks_are_not_carried_past_its_mdevs():
     assert came.absent_in_use() == frozenset()
 
 
+def test_indexes_carried_are_the_ones_handed_out():
+    """Each index the links carry is the one asked for: no guest and no
+    mdev walked over to build it again."""
+    mdevs = (_mdev("a"), _mdev("b"))
+    one = Guest("g1", "one", mdevs=("a", "gone"), nova=False)
+    two = Guest("g2", "two", mdevs=("b",), pci_devices=("0000:41:00.1",))
+    before = HostInventory(parents=(PARENT,), mdevs=mdevs, guests=(one,))
+    for ask in ASKED.values():
+        ask(before)
+    after = before.with_guests(
+        (one, two), True, 2, (1, (("g2", None, two),)), True
+    )
+    whole = _whole(after)
+    object.__setattr__(after, "guests", _NoWalk(after.guests))
+    object.__setattr__(after, "mdevs", _NoWalk(after.mdevs))
+    for name, ask in ASKED.items():
+        assert ask(after) == ask(whole), name
+    assert after.absent_in_use() == frozenset({"gone"})
+
+
 @pytest.mark.parametrize("shape", [(2, 16, 16), (8, 256, 256)])
 def test_a_guest_event_that_plans_nothing_builds_no_index(tmp_path, shape):
     """Guests gone and back, refresh after refresh: no reading of theirs
     has who uses what built (a guest's event costs what it changes, not
-    a walk over every guest); a spawn after them finds it carried."""
+    a walk over every guest); asked after them, it is carried."""
     host, driver, tree, guests = service(tmp_path, shape)
     conn = host.connection()
     xml = conn.lookupByUUIDString(guests[0]).XMLDesc(0)
@@ -205,8 +225,21 @@ def test_a_guest_event_that_plans_nothing_builds_no_index(tmp_path, shape):
         reading = host.discover()
         assert vars(reading).get(guest_indexes.CARRY) is not None
         assert not vars(reading).keys() & ASKED.keys()
-    found = guest_indexes.carry(reading, "_mdev_users")
-    assert found == _whole(reading).mdev_users()
+    whole = _whole(reading)
+    carried = {n for n in ASKED if guest_indexes.carry(reading, n) is not None}
+    assert "_mdev_users" in carried
+    # those asked now that the links carry: no guest (nor mdev) walked
+    object.__setattr__(reading, "guests", _NoWalk(reading.guests))
+    object.__setattr__(reading, "mdevs", _NoWalk(reading.mdevs))
+    for name in carried:
+        assert ASKED[name](reading) == ASKED[name](whole), name
+
+
+class _NoWalk(tuple):
+    """Devices or guests that may be looked up, not walked over."""
+
+    def __iter__(self):
+        raise AssertionError("every one walked")
 
 
 def test_placed_mdevs_leave_no_table_behind(tmp_path):
