@@ -170,21 +170,48 @@ def test_a_chain_keeps_at_most_LINKS_readings_alive():
     assert reading.mdev_users() == _whole(reading).mdev_users()
 
 
-def test_the_mdevs_in_use_the_host_lacks_are_not_carried_past_its_mdevs():
-    """An mdev a guest uses, removed after another guest came: the
-    reading made by that change has the guests' indexes of the one
-    before, but the mdevs in use it lacks are its own."""
+def test_the_mdevs_in_use_the_host_lacks_follow_its_mdevs():
+    """An mdev a guest uses, removed after another guest came: the mdevs
+    in use the host lacks are carried through both changes (the mdevs
+    the change touched looked at alone), and right."""
     mdevs = (_mdev("a"), _mdev("b"))
     one, two = Guest("g1", "one", mdevs=("a",)), Guest("g2", "two")
     before = HostInventory(parents=(PARENT,), mdevs=mdevs, guests=(one,))
-    before.absent_in_use(), before.mdev_users()
+    for ask in ASKED.values():
+        ask(before)
     came = before.with_guests(
         (one, two), True, 2, (1, (("g2", None, two),)), True
     )
     after = with_devices(came, (PARENT,), [], [mdevs[0]], 3)
+    object.__setattr__(after, "mdevs", _NoWalk(after.mdevs))
+    object.__setattr__(after, "guests", _NoWalk(after.guests))
     assert after.mdev_users() == {"a": "g1"}
     assert after.absent_in_use() == frozenset({"a"})
     assert came.absent_in_use() == frozenset()
+
+
+def test_a_reading_with_every_index_lets_go_of_its_links():
+    """Each index asked at every change (as a refresh that plans does):
+    a reading made from one that has them all links to it alone, and
+    that one lets go of the readings before it."""
+    rng = random.Random(3)
+    pool = ["a", "b", "c"]
+    reading = HostInventory(parents=(PARENT,), guests=())
+    for step in range(1, 3 * guest_indexes.LINKS):
+        for ask in ASKED.values():
+            ask(reading)
+        changes = _guest_changes(rng, reading, pool)
+        made = reading.with_guests(
+            resort_guests(reading.guests, changes),
+            True,
+            step,
+            (reading.generation, changes),
+            True,
+        )
+        assert vars(made)[guest_indexes.CARRY].depth == 1
+        assert guest_indexes.CARRY not in vars(reading)
+        reading = made
+    assert reading.mdev_users() == _whole(reading).mdev_users()
 
 
 def test_indexes_carried_are_the_ones_handed_out():

@@ -189,9 +189,7 @@ class HostInventory:
         )
         if matched and changes is not None and self.guests_known:
             # who uses what: made from this reading's when asked
-            state[guest_indexes.CARRY] = guest_indexes.link(
-                self, changes[1], True
-            )
+            state[guest_indexes.CARRY] = guest_indexes.link(self, changes[1])
         reading = object.__new__(HostInventory)
         reading.__dict__.update(state)
         return reading

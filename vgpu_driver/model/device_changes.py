@@ -35,7 +35,7 @@ from vgpu_driver.model.device import (
     PhysicalFunction,
     PlainSriovGpu,
 )
-from vgpu_driver.model.guest_indexes import CARRY, SINGLE, link
+from vgpu_driver.model.guest_indexes import CARRY, INDEXES, SINGLE, link
 from vgpu_driver.model.nvml import NvmlReading
 
 _BY_UUID = operator.attrgetter("uuid")
@@ -85,8 +85,8 @@ def with_devices(
         if name in _FIELDS or name in _CARRIED
     }
     state.update(_indexes_after(last, changed, touched, added, gone))
-    if not state.keys() >= GUEST_INDEXES:  # the same guests': when asked
-        state[CARRY] = link(last, (), False)
+    if not state.keys() >= set(INDEXES):  # made from last's when asked
+        state[CARRY] = link(last, mdevs={m.uuid for m in (*added, *gone)})
     if cards and "_pfs_by_name" in state:
         state["_pfs_by_name"] = {
             **state["_pfs_by_name"],

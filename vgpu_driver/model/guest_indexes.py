@@ -25,7 +25,13 @@ from __future__ import annotations
 
 import bisect
 import operator
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import (
+    Collection,
+    Iterable,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard, cast
 
 if TYPE_CHECKING:
@@ -44,26 +50,38 @@ Changes = Iterable[Change]
 
 
 class Link(NamedTuple):
-    """What a reading was made from: the reading ``before`` it and the
-    guests changed since (none: the same guests, its node devices
-    changed, ``same_devices`` False)."""
+    """What a reading was made from: the reading ``before`` it, the
+    guests changed since and the uuids of the mdevs made or removed
+    since (one or the other)."""
 
     before: HostInventory
     changes: tuple[Change, ...]
-    same_devices: bool
+    mdevs: frozenset[str]
     depth: int  # readings up the chain, this one's before included
 
 
+# every index a link carries
+INDEXES = (*USERS, "_unmarked", "_absent_users")
+
+
 def link(
-    before: HostInventory, changes: Iterable[Change], same_devices: bool
+    before: HostInventory,
+    changes: Iterable[Change] = (),
+    mdevs: Iterable[str] = (),
 ) -> Link | None:
-    """The link of a reading made from ``before`` by ``changes``; None
-    past :data:`LINKS` (its indexes are then built whole)."""
-    prior = before.__dict__.get(CARRY)
-    depth = prior.depth + 1 if prior is not None else 1
+    """The link of a reading made from ``before`` by the guests'
+    ``changes``, or by the mdevs (uuids) made or removed; None past
+    :data:`LINKS` (its indexes are then built whole)."""
+    had = before.__dict__
+    if all(name in had for name in INDEXES):
+        had.pop(CARRY, None)  # (a cache: nothing up its links is needed)
+        depth = 1
+    else:
+        prior = had.get(CARRY)
+        depth = prior.depth + 1 if prior is not None else 1
     if depth > LINKS:
         return None
-    return Link(before, tuple(changes), same_devices, depth)
+    return Link(before, tuple(changes), frozenset(mdevs), depth)
 
 
 def users_of(reading: HostInventory, name: str) -> dict[str, str]:
@@ -96,18 +114,15 @@ def absent_of(reading: HostInventory) -> frozenset[str]:
 
 def carry(reading: HostInventory, name: str) -> Any | None:
     """The index ``name`` of ``reading``, made from the nearest reading
-    up its links that has it built, by the guests changed since; None:
-    build it whole."""
-    batches: list[tuple[Change, ...]] = []
+    up its links that has it built, by what changed since; None: build
+    it whole."""
+    steps: list[Link] = []
     here = reading
     while (step := here.__dict__.get(CARRY)) is not None:
-        if name == "_absent_users" and not step.same_devices:
-            return None  # of the mdevs too, which changed
-        batches.append(step.changes)
-        had = step.before.__dict__
-        if name in had:
-            batches.reverse()
-            return _replay(reading, name, step.before, batches)
+        steps.append(step)
+        if name in step.before.__dict__:
+            steps.reverse()
+            return _replay(reading, name, step.before, steps)
         here = step.before
     return None
 
@@ -116,27 +131,37 @@ def _replay(
     reading: HostInventory,
     name: str,
     before: HostInventory,
-    batches: list[tuple[Change, ...]],
+    steps: list[Link],
 ) -> Any | None:
-    """``before``'s index ``name`` with ``batches`` made, in order."""
+    """``before``'s index ``name`` with ``steps`` made, in order."""
     had = before.__dict__
     if name in USERS:
         if not _single(before, name):
             return None
         found = dict(had[name])
-        if not all(_apply(found, b, USERS[name]) for b in batches):
-            return None
+        for step in steps:
+            if not _apply(found, step.changes, USERS[name]):
+                return None
         reading.__dict__[SINGLE[name]] = True
         return found
     if name == "_unmarked":
         unmarked_now: tuple[Guest, ...] | None = had[name]
-        for batch in batches:
+        for step in steps:
             if unmarked_now is None:
                 return None
-            unmarked_now = _unmarked_after(unmarked_now, batch)
+            unmarked_now = _unmarked_after(unmarked_now, step.changes)
         return unmarked_now
-    every = [change for batch in batches for change in batch]
-    return _absent_after(had[name], reading.mdev_users(), reading.mdevs, every)
+    # an mdev in use is absent or not as before but for those the steps
+    # touched: the guests' changed, and the mdevs made or removed
+    touched = set().union(*(step.mdevs for step in steps))
+    for step in steps:
+        for _uuid, *pair in step.changes:
+            for guest in pair:
+                if guest is not None:
+                    touched.update(guest.mdevs)
+    return _absent_after(
+        had[name], reading.mdev_users(), reading.mdevs, touched
+    )
 
 
 def users_after(
@@ -210,16 +235,12 @@ def _absent_after(
     absent: frozenset[str],
     users: Mapping[str, str],
     mdevs: Sequence[Mdev],
-    changes: Changes,
+    touched: Collection[str],
 ) -> frozenset[str]:
-    """The mdevs guests use that ``mdevs`` (sorted by uuid) lacks, once
-    ``changes`` are made (``users``: the mdev index after them)."""
-    touched: set[str] = set()
-    for _uuid, before, now in changes:
-        for guest in (before, now):
-            if guest is not None:
-                touched.update(guest.mdevs)
-    found = set(absent - touched)
+    """The mdevs guests use that ``mdevs`` (sorted by uuid) lacks, where
+    ``absent`` were before and only those ``touched`` may have changed
+    (``users``: the mdev index now)."""
+    found = set(absent.difference(touched))
     for uuid in touched:
         if uuid in users and not _present(mdevs, uuid):
             found.add(uuid)
