@@ -277,3 +277,21 @@ def test_placed_mdevs_leave_no_table_behind(tmp_path):
     unplaced = host.devices.mdevs.unplaced
     assert not unplaced
     assert sys.getsizeof(unplaced) == sys.getsizeof(set())
+
+
+def test_guests_outside_nova_not_as_the_links_say_are_listed_whole():
+    """A guest said gone that the index of guests outside Nova does not
+    hold, then another change: that index is built whole, and right."""
+    out = Guest("g1", "one", mdevs=("a",), nova=False)
+    other = Guest("g2", "two", mdevs=("b",), nova=False)
+    before = HostInventory(parents=(PARENT,), guests=(out,))
+    for ask in ASKED.values():
+        ask(before)
+    stray = Guest("g9", "nine", mdevs=("c",), nova=False)
+    once = before.with_guests(
+        (out,), True, 2, (1, (("g9", stray, None),)), True
+    )
+    twice = once.with_guests(
+        (out, other), True, 3, (2, (("g2", None, other),)), True
+    )
+    assert twice.unmarked_guests() == (out, other)
