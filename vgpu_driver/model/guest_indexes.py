@@ -7,13 +7,13 @@ and the mdevs guests use that the host does not have
 (``absent_in_use``), and the guests outside Nova using devices
 (``unmarked_guests``), each built when first asked: a loop over every
 guest, or every mdev. A reading made from another by a few guests'
-changes keeps a :class:`Link` to it; asked for an index, it makes it
-from the nearest reading up its links that built it, by the guests
-changed since. Nothing is made until asked: a guest's event that plans
-nothing costs what the change costs, not what the host holds. A chain
-keeps at most :data:`LINKS` readings alive; past it, or past a node
-device's change (for the mdevs in use the host lacks), the index is
-built whole.
+changes, or by mdevs made or removed, keeps a :class:`Link` to it;
+asked for an index, it makes it from the nearest reading up its links
+that built it, by what changed since. Nothing is made until asked: a
+guest's event that plans nothing costs what the change costs, not what
+the host holds. A chain keeps at most :data:`LINKS` readings alive
+(past it, the index is built whole); a reading made from one that has
+every index links to that one alone.
 
 An index is carried only where each device is one guest's (two guests
 may name one mdev, one of them stopped: which of them the index names
