@@ -19,7 +19,7 @@ from vgpu_driver.model.device import (
     HostInventory,
     Mdev,
 )
-from vgpu_driver.model.guest_indexes import carry
+from vgpu_driver.model.guest_indexes import INDEXES, carry
 from vgpu_driver.model.guest_order import resort_guests, sort_guests
 
 PARENT = M10_PARENT
@@ -182,7 +182,6 @@ def test_who_uses_what_carried_to_a_copy_is_what_it_would_build(seed):
 
 
 CARRIED: dict[int, set[str]] = {}
-INDEXES = {"_mdev_users", "_pci_users", "_absent_users", "_unmarked"}
 
 
 def test_the_indexes_were_carried_where_they_could_be():

@@ -85,7 +85,7 @@ def with_devices(
         if name in _FIELDS or name in _CARRIED
     }
     state.update(_indexes_after(last, changed, touched, added, gone))
-    if not state.keys() >= set(INDEXES):  # made from last's when asked
+    if not state.keys() >= INDEXES:  # made from last's when asked
         state[CARRY] = link(last, mdevs={m.uuid for m in (*added, *gone)})
     if cards and "_pfs_by_name" in state:
         state["_pfs_by_name"] = {

@@ -61,7 +61,7 @@ class Link(NamedTuple):
 
 
 # every index a link carries
-INDEXES = (*USERS, "_unmarked", "_absent_users")
+INDEXES = frozenset({*USERS, "_unmarked", "_absent_users"})
 
 
 def link(
@@ -73,7 +73,7 @@ def link(
     ``changes``, or by the mdevs (uuids) made or removed; None past
     :data:`LINKS` (its indexes are then built whole)."""
     had = before.__dict__
-    if all(name in had for name in INDEXES):
+    if had.keys() >= INDEXES:
         had.pop(CARRY, None)  # (a cache: nothing up its links is needed)
         depth = 1
     else:
