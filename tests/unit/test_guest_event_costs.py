@@ -224,6 +224,14 @@ class _Compared(frozenset):
         _Compared.count += 1
         return frozenset.__ne__(self, other)
 
+    def __xor__(self, other):
+        _Compared.count += 1
+        return frozenset.__xor__(self, other)
+
+    def __rxor__(self, other):
+        _Compared.count += 1
+        return frozenset.__rxor__(self, other)
+
     __hash__ = frozenset.__hash__
 
 
@@ -256,3 +264,6 @@ def test_a_guest_event_compares_no_set_of_devices_made_with_itself():
         last, now, (), frozenset(made), dict, (set(), set())
     )
     assert _Compared.count == 1
+    # and found different where it is
+    fewer = frozenset(list(made)[1:])
+    assert same_but_guests(last, now, (), fewer, dict, (set(), set())) is None

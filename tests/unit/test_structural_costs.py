@@ -13,6 +13,7 @@ from benchmarks.common import conf_for, dense
 from tests import helpers, records_helpers
 from tests.dense_service import counting, defined_again_as_it_was, service
 from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.model.made import MadeSet
 from vgpu_driver.records import store as records_store
 from vgpu_driver.records.claims import ClaimsRecord
 from vgpu_driver.sim import guest_xml
@@ -206,7 +207,7 @@ class _Unwalkable(dict):
         raise AssertionError("walked every device in use")
 
 
-class _UnwalkableSet(set):
+class _UnwalkableMade(MadeSet):
     def __iter__(self):
         raise AssertionError("walked every device made")
 
@@ -224,8 +225,7 @@ def test_a_later_bind_walks_nothing_the_size_of_the_host(tmp_path):
     ledger = driver._refresher.binder.ledger
     ledger.view.used = _Unwalkable(ledger.view.used)
     record = ledger.record
-    record._made_on_disk = _UnwalkableSet(record._made_on_disk)
-    record._others_value = (record._others_value[0], record._made_on_disk)
+    record._made = _UnwalkableMade(record.made)  # as read
     [device] = driver.allocate_mdevs(str(uuid.uuid4()), allocation)
     assert device.id in driver._refresher.binder.claims()
 

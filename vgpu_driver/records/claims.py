@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from oslo_log import log as logging
 
 from vgpu_driver.model.claims import Claims
+from vgpu_driver.model.made import MadeSet
 from vgpu_driver.records.claims_file import (
     CLAIMS_RECORD,
     MADE_RECORD,
@@ -54,17 +55,12 @@ class ClaimsRecord:
         # across operations (each re-reads them)
         self.claims: Claims = {}
         self.vf_types: dict[str, int] = {}
-        self.made: set[str] = set()
+        # (notes what changed since read or saved: see model.made)
+        self._made = MadeSet()
         self._claims_on_disk: Claims = {}
-        # made, frozen, with what it was frozen at (see made_frozen)
-        self._frozen: tuple[tuple[int, int, int | None], frozenset[str]] = (
-            (0, -1, None),
-            frozenset(),
-        )
         # False until the made record exists (the library's first start
         # on this host: the devices it finds are adopted once)
         self.made_known = state is None
-        self._made_on_disk: set[str] = set()
         self._vf_types_on_disk: dict[str, int] = {}
         self._epoch: int | None = None  # the claims epoch we last saw
         # the claims epoch the VF types and devices made were last read
@@ -77,14 +73,22 @@ class ClaimsRecord:
         # the claims on disk: the snapshot, its journal, the file held
         self._file = ClaimsFile(state) if state is not None else None
 
+    @property
+    def made(self) -> MadeSet:
+        """The devices made (changed in place by add and discard)."""
+        return self._made
+
+    @made.setter
+    def made(self, devices: Iterable[str]) -> None:
+        """Replaced whole: unsaved until saved."""
+        self._made = MadeSet(devices, saved=False)
+
     def made_frozen(self) -> frozenset[str]:
-        """``made`` as a frozenset, made again only when the set was
-        replaced, changed size or the records were saved or read since
-        (a refresh asks it at every guest's change)."""
-        key = (id(self.made), len(self.made), self._epoch)
-        if self._frozen[0] != key:
-            self._frozen = (key, frozenset(self.made))
-        return self._frozen[1]
+        """``made`` as a frozenset, made again only after it changed (a
+        refresh asks it at every guest's change), a snapshot that knows
+        what changed since the last ones (see :func:`~vgpu_driver.model.
+        made.changed`)."""
+        return self._made.frozen()
 
     def current(self) -> bool:
         """Are the records what this process last read or wrote? True
@@ -120,8 +124,7 @@ class ClaimsRecord:
         self.vf_types = dict(vf_types)
         self._vf_types_on_disk = dict(self.vf_types)
         self.made_known = made is not None
-        self.made = set(made or ())
-        self._made_on_disk = set(self.made)
+        self._made = MadeSet(made or ())
         if self._epoch is not None and epoch != self._epoch:
             self.stale = True
         self._epoch = epoch
@@ -138,7 +141,7 @@ class ClaimsRecord:
             and self.current()
             and self.claims == self._claims_on_disk
             and self.vf_types == self._vf_types_on_disk
-            and self.made == self._made_on_disk
+            and not self._made.unsaved
         )
 
     def _others(
@@ -201,15 +204,15 @@ class ClaimsRecord:
         self._others_epoch = 0  # read again should the write fail
         self._file.write(epoch, claims, self.made)
         self._claims_on_disk = _copy(claims)
-        self._made_on_disk = set(self.made)
+        self._made.saved()
         self.made_known = True
         self._epoch = epoch
         # what is on disk now, at the epoch just written
         self._others_epoch = epoch
-        # (the set as written, never changed in place: not copied)
+        # (the set as written: a snapshot, made once per change)
         self._others_value = (
             dict(self._vf_types_on_disk),
-            self._made_on_disk,
+            self._made.frozen(),
         )
 
     def _keep_made(self) -> None:

@@ -24,6 +24,7 @@ from vgpu_driver.model.config import DeviceConfig
 from vgpu_driver.model.copies import replaced
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.foreign import foreign_devices, outside_changed
+from vgpu_driver.model.made import changed
 
 Claimed = tuple[tuple[str, str, str], ...]  # (device id, parent, type id)
 
@@ -65,16 +66,14 @@ def same_but_guests(
     if (
         last.inventory.generation == inventory.generation
         and last.claims == claims
-        and (owned is last.owned or owned == last.owned)
+        and _same_made(owned, last.owned)
     ):
         return last
     if not inventory.guests_known or not inventory.same_devices(
         last.inventory
     ):
         return None
-    # (two sets compare element by element even when they are one
-    # object: the devices made are asked at every pass)
-    if owned is None or (owned is not last.owned and owned != last.owned):
+    if owned is None or not _same_made(owned, last.owned):
         return None
     if outside_changed(last.inventory, inventory, *named):
         return None  # what a guest outside Nova uses is reserved
@@ -89,6 +88,17 @@ def same_but_guests(
     if not free:
         return None
     return replaced(last, inventory=inventory, claims=claims, guests_free=True)
+
+
+def _same_made(
+    now: frozenset[str] | None, last: frozenset[str] | None
+) -> bool:
+    """The same devices made (two sets compare element by element even
+    when they are one object, and the devices made are asked at every
+    pass: compared by what changed between them where it is known)."""
+    if now is None or last is None:
+        return now is last
+    return not changed(now, last)
 
 
 def tree_holds(tree: Any, nodename: str, last: RefreshFingerprint) -> bool:

@@ -40,6 +40,7 @@ from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.device_changes import touched_parents
 from vgpu_driver.model.foreign import Busy, foreign_on, outside_nova
 from vgpu_driver.model.inventory import ProviderPlan, plan_providers
+from vgpu_driver.model.made import changed
 from vgpu_driver.service.fingerprint import Claimed, RefreshFingerprint
 from vgpu_driver.service.tree_writer import ConfiguredTraits, TreeWriter
 
@@ -86,7 +87,7 @@ def parents_to_plan(
     ):
         return None
     if owned is not last.owned and not _made_on(
-        owned ^ last.owned, touched, now, seen
+        changed(owned, last.owned), touched, now, seen
     ):
         return None
     return touched
