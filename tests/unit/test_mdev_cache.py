@@ -5,6 +5,9 @@ reports changed between two readings is what a reading would see."""
 from __future__ import annotations
 
 import dataclasses
+import random
+
+import pytest
 
 from vgpu_driver.host.mdev_cache import MdevCache
 from vgpu_driver.model.device import Mdev
@@ -105,3 +108,25 @@ def test_a_parent_keeps_its_other_mdevs_when_one_is_taken_out():
     cache.pop(OLD_NAME)
     assert cache.of_parent(P1) == {other: kept}
     assert cache.stopped_on(P1) == {other}
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_an_uuid_is_known_while_some_parent_s_index_has_it(seed):
+    """Random puts (under both of libvirt's names, on either parent) and
+    removals: ``has_uuid`` says what a look at every parent's index
+    says."""
+    rng = random.Random(seed)
+    cache = MdevCache()
+    uuids = [UUID, "0c8e2d1a-3b4f-4e5a-8c6d-7e8f9a0b1c2d"]
+    for _ in range(200):
+        uuid = rng.choice(uuids)
+        old = f"mdev_{uuid.replace('-', '_')}"
+        name = rng.choice([old, f"{old}_0000_84_00_0"])
+        if rng.random() < 0.6:
+            parent = rng.choice([P1, P2])
+            cache.put(name, Mdev(uuid, "nvidia-35", parent, name))
+        else:
+            cache.pop(name)
+        for each in uuids:
+            held = any(each in cache.of_parent(p) for p in (P1, P2))
+            assert cache.has_uuid(each) == held

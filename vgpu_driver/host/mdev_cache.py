@@ -19,6 +19,9 @@ class MdevCache:
     def __init__(self) -> None:
         self.by_name: dict[str, Mdev] = {}
         self._by_parent: dict[str, dict[str, Mdev]] = {}  # by uuid
+        # uuid -> the parents whose index above has it (a guest's event
+        # asks whether its mdevs were read: one look, not one a parent)
+        self._parents_of: dict[str, int] = {}
         # parent -> uuids of its mdevs defined and not running
         self._stopped: dict[str, set[str]] = {}
         # name -> the mdev as the last reading had it (None: it had none)
@@ -51,9 +54,8 @@ class MdevCache:
         return frozenset(self._stopped.get(parent, ()))
 
     def has_uuid(self, uuid: str) -> bool:
-        """Is an mdev of that uuid read, on any parent? (A look per
-        parent.)"""
-        return any(uuid in mine for mine in self._by_parent.values())
+        """Is an mdev of that uuid read, on any parent?"""
+        return uuid in self._parents_of
 
     def put(self, name: str, mdev: Mdev) -> None:
         old = self.by_name.get(name)
@@ -63,7 +65,12 @@ class MdevCache:
         if old is not None:
             self._unindex(old)
         self.by_name[name] = mdev
-        self._by_parent.setdefault(mdev.parent, {})[mdev.uuid] = mdev
+        mine = self._by_parent.setdefault(mdev.parent, {})
+        if mdev.uuid not in mine:
+            self._parents_of[mdev.uuid] = (
+                self._parents_of.get(mdev.uuid, 0) + 1
+            )
+        mine[mdev.uuid] = mdev
         if not mdev.active:
             self._stopped.setdefault(mdev.parent, set()).add(mdev.uuid)
         self.unplaced.add(name)  # placed again by the caller
@@ -96,6 +103,9 @@ class MdevCache:
         mine = self._by_parent.get(mdev.parent)
         if mine is not None and mine.get(mdev.uuid) is mdev:
             del mine[mdev.uuid]
+            left = self._parents_of.pop(mdev.uuid) - 1
+            if left:
+                self._parents_of[mdev.uuid] = left
             if not mine:
                 del self._by_parent[mdev.parent]
             stopped = self._stopped.get(mdev.parent)
