@@ -34,9 +34,9 @@ service (records on, as a service runs it).
   the test driver, as it reads the guests' hosts. Its answers are in
   both figures, as libvirt's are in the guest rows.
 
-The guest and mdev rows run at 64/2048/2048 and 64/4096/4096 too (but
-with ``--quick``): the sizes at which issue 24 found what a change adds
-growing with the mdevs and guests.
+The guest, spawn+make and mdev rows run at 64/2048/2048 and
+64/4096/4096 too (but with ``--quick``): the sizes at which issue 24
+found what a change adds growing with the mdevs and guests.
 
 Each change is made outside the timing; the refresh after it is timed,
 then an idle refresh of the same service (the ratio is to that one).
@@ -200,7 +200,7 @@ def main() -> None:
     for shape in shapes:
         label = "/".join(map(str, shape))
         cases.append((("spawn", "delete"), label, partial(spawn_churn, shape)))
-    for shape in shapes:
+    for shape in shapes + large:
         label = "/".join(map(str, shape))
         making = partial(spawn_churn, shape, making=True)
         cases.append((MAKING, label, making))
