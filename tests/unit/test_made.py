@@ -127,6 +127,12 @@ def test_every_change_goes_through_the_notes():
     assert changed(devices.frozen(), before) == {"a", "b", "d", "e"}
     devices.clear()
     assert changed(devices.frozen(), before) == {"a", "b"}
+    devices.update({"g", "h"})
+    devices -= devices  # a set taken from itself: emptied, noted
+    assert devices == set() and changed(devices.frozen(), before) == {
+        "a",
+        "b",
+    }
     for refused in ("pop", "intersection_update", "__iand__", "__ixor__"):
         with pytest.raises(TypeError, match="add and discard"):
             getattr(devices, refused)(*([{"a"}] if refused != "pop" else []))

@@ -82,11 +82,11 @@ class MadeSet(set[str]):
 
     def difference_update(self, *others: Iterable[object]) -> None:
         for other in others:
-            for device in other:
+            for device in list(other):  # (other may be this set)
                 self.discard(device)
 
     def clear(self) -> None:
-        self.difference_update(list(self))
+        self.difference_update(self)
 
     def __ior__(self, other: Set[Any]) -> MadeSet:  # type: ignore[override,misc]
         self.update(other)
