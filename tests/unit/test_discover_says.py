@@ -14,6 +14,7 @@ from vgpu_driver.cmd import main as cli
 from vgpu_driver.conf import loader
 from vgpu_driver.model import check
 from vgpu_driver.model.config import DeviceConfig, TypeConfig
+from vgpu_driver.model.inventory import plan_providers
 
 
 def test_unreachable_uri_from_the_cli(write_conf, capsys):
@@ -226,3 +227,29 @@ def test_the_text_table_shows_the_sections_a_host_has(capsys):
     parents = out[out.index("mdev parents\n") :].splitlines()
     assert parents[3].startswith("0000:84:00.0") and "nvidia-35" in parents[3]
     assert parents[4].split()[0] == "nvidia-36"
+
+
+def test_an_mdev_parent_named_for_two_types_serves_the_first():
+    """One type per pGPU, as Nova has it: the empty GPU of an M60 named in both types'
+    ``device_addresses`` gets one provider, of the type listed first,
+    and the second naming is said, by its section, as the one to
+    remove."""
+    inventory = helpers.simulated_host("m60").discover()
+    both = ("0000:86:00.0",)
+    config = DeviceConfig(
+        tuple(
+            TypeConfig(t, "VGPU", both, None, (), False, f"mdev_{t}")
+            for t in ("nvidia-12", "nvidia-11")
+        )
+    )
+    plans = plan_providers("cn", config, inventory, held={})
+    assert [(p.device, p.type_id) for p in plans] == [
+        ("pci_0000_86_00_0", "nvidia-12")
+    ]
+    [problem] = [
+        p
+        for p in check.host_problems(config, inventory)
+        if "serves one type" in str(p)
+    ]
+    assert "[mdev_nvidia-11] device_addresses" in str(problem)
+    assert "nvidia-12 (listed first)" in str(problem)
