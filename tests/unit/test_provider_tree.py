@@ -167,3 +167,25 @@ def test_a_parent_full_of_devices_in_use_is_offered_no_more_under_a_cap(
     found = summary(providers(driver_for("m10", config, host)))
     assert found["pci_0000_84_00_0"] == ("VGPU", 16, 0)
     assert found["pci_0000_85_00_0"] == ("VGPU", 4, 0)
+
+
+def test_a_parent_whose_guests_use_two_old_types_keeps_the_most_used():
+    """The M60's free GPU now serves nvidia-18 alone while guests use
+    three nvidia-12 and one nvidia-11 there: its provider keeps the four
+    in use as the type most of them are, and takes nothing new."""
+    from vgpu_driver.model.config import DeviceConfig, TypeConfig
+    from vgpu_driver.model.inventory import plan_providers
+
+    inventory = helpers.simulated_host("m60").discover()
+    config = DeviceConfig(
+        (TypeConfig("nvidia-18", "VGPU", (), None, (), True, "mdev_x"),)
+    )
+    gpu = "pci_0000_86_00_0"
+    plans = plan_providers(
+        "cn",
+        config,
+        inventory,
+        held={gpu: {"nvidia-11": 1, "nvidia-12": 3}},
+    )
+    [kept] = [p for p in plans if p.device == gpu]
+    assert (kept.type_id, kept.total, kept.reserved) == ("nvidia-12", 4, 4)
