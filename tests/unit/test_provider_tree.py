@@ -172,7 +172,9 @@ def test_a_parent_full_of_devices_in_use_is_offered_no_more_under_a_cap(
 def test_a_parent_whose_guests_use_two_old_types_keeps_the_most_used():
     """The M60's free GPU now serves nvidia-18 alone while guests use
     three nvidia-12 and one nvidia-11 there: its provider keeps the four
-    in use as the type most of them are, and takes nothing new."""
+    in use as the type most of them are, and takes nothing new, in the
+    class its provider has."""
+    from vgpu_driver.model import naming
     from vgpu_driver.model.config import DeviceConfig, TypeConfig
     from vgpu_driver.model.inventory import plan_providers
 
@@ -189,3 +191,15 @@ def test_a_parent_whose_guests_use_two_old_types_keeps_the_most_used():
     )
     [kept] = [p for p in plans if p.device == gpu]
     assert (kept.type_id, kept.total, kept.reserved) == ("nvidia-12", 4, 4)
+    # a type no longer enabled reports VGPU; but a provider that exists
+    # keeps its class (the guests' allocations are in it)
+    assert kept.resource_class == "VGPU"
+    plans = plan_providers(
+        "cn",
+        config,
+        inventory,
+        held={gpu: {"nvidia-12": 2}},
+        existing={naming.provider_name("cn", gpu): ["CUSTOM_GRID"]},
+    )
+    [kept] = [p for p in plans if p.device == gpu]
+    assert (kept.type_id, kept.resource_class) == ("nvidia-12", "CUSTOM_GRID")
