@@ -176,3 +176,29 @@ def test_what_a_share_is_of_comes_from_nvml_or_the_board_table():
     said = capacity.card_max(pf, inventory.nvml.gpu(pf.address))
     assert (said["nvidia-1521"], said["nvidia-1540"]) == (24, 2)
     assert "nvidia-1546" not in said
+
+
+def test_a_share_of_a_card_of_unknown_size_is_of_what_still_fits():
+    """Where what the empty card holds of a type is unknown (no NVML, a
+    board not in the table), a share is its percent of the room left;
+    where it is known, its percent of that less what the type holds."""
+    from collections import Counter
+
+    from vgpu_driver.model import trait
+    from vgpu_driver.model.plan_devices import Device
+
+    card = Device(
+        name=CARD,
+        keys=(CARD,),
+        supported=("nvidia-1521", "nvidia-1540"),
+        existing=Counter(),
+        available={"nvidia-1521": 10, "nvidia-1540": 0},
+        capabilities=lambda _type_id: trait.NOTHING_KNOWN,
+        several=True,
+        card_max={"nvidia-1518": 32},
+    )
+    assert card.share("nvidia-1521", 50, used=3) == 5
+    assert card.share("nvidia-1540", 100, used=0) == 0
+    assert card.share("nvidia-1518", 50, used=3) == 13
+    assert card.share("nvidia-1518", 50, used=20) == 0
+    assert card.share("nvidia-9", 100, used=0) == 0  # neither: no room

@@ -203,3 +203,24 @@ def test_a_parent_whose_guests_use_two_old_types_keeps_the_most_used():
     )
     [kept] = [p for p in plans if p.device == gpu]
     assert (kept.type_id, kept.resource_class) == ("nvidia-12", "CUSTOM_GRID")
+
+
+def test_a_parent_holding_mdevs_of_two_types_counts_each():
+    """GVT-g mixes its types on one GPU: with a V5_8 made beside the
+    V5_4s, the device the plan reads has both counted, each of its own
+    type, whatever order the mdevs come in."""
+    import uuid
+
+    from vgpu_driver.model.config import DeviceConfig
+    from vgpu_driver.model.plan_devices import devices_of
+
+    host = helpers.simulated_host("gvtg")
+    gpu = host.discover().parents[0]
+    for type_id in ("i915-GVTg_V5_8", "i915-GVTg_V5_4", "i915-GVTg_V5_8"):
+        host.create_mdev(gpu, type_id, str(uuid.uuid4()))
+        gpu = host.discover().parents[0]
+    [device] = devices_of(host.discover(), DeviceConfig(()))
+    assert dict(device.existing) == {
+        "i915-GVTg_V5_4": 2,
+        "i915-GVTg_V5_8": 2,
+    }
