@@ -284,3 +284,26 @@ def test_the_vf_links_are_read_when_their_count_changes(tmp_path, monkeypatch):
         "0x692f",
         None,
     )
+
+
+def test_a_vf_whose_claim_ended_when_its_guest_was_seen_is_released(mx):
+    """Once a refresh sees the guest, the spawn claim ends and the view
+    alone knows the VF is the instance's: deleting the instance (the
+    guest undefined, then the release) still hands that VF back, and
+    the next bind gets it."""
+    [vf] = mx.driver.allocate_mdevs(
+        "i1", mx.alloc((GPU, 1), rc="CUSTOM_MXGPU")
+    )
+    mx.host.note_guest(Guest("i1", "instance-1", (), (vf.id,)))
+    mx.driver.guest_defined("i1")
+    mx.update()
+    assert mx.driver.instance_devices()["i1"] == {
+        "in_use": [vf.id],
+        "claimed": [],
+    }
+    mx.host.forget_guest("i1")
+    assert mx.driver.release_mdevs("i1") == [vf.id]
+    [again] = mx.driver.allocate_mdevs(
+        "i2", mx.alloc((GPU, 1), rc="CUSTOM_MXGPU")
+    )
+    assert again.id == vf.id
