@@ -133,6 +133,15 @@ def test_nvml_room_says_why_only_when_it_limits():
     assert rooms == {"nvidia-1150": 4, "nvidia-1160": 0}
     assert list(notes) == ["nvidia-1160"]
     assert "enable MIG" in notes["nvidia-1160"]
+    # NVML's word that no more fits now (not creatable): no room, and
+    # nothing to explain
+    full = dataclasses.replace(
+        _gpu(nvml.NvmlType(1150, _Q4.name, 4096, 12)), creatable=frozenset()
+    )
+    assert capacity.sriov_room(_l40s((_Q4,)), gpu=full) == (
+        {"nvidia-1150": 0},
+        {},
+    )
 
 
 def test_a_board_not_in_the_table_is_said_only_where_it_costs_room():
