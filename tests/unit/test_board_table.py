@@ -13,11 +13,10 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from tests.capacity_helpers import Q4, l40s
 from vgpu_driver.model import capacity, nvml
 from vgpu_driver.model.device import (
-    PhysicalFunction,
     SriovType,
-    VirtualFunction,
 )
 from vgpu_driver.sim import captures
 
@@ -77,23 +76,7 @@ def test_h100_nvl_is_its_whole_gpu_instance():
 
 # NVML's word, where it is read, replaces the table's.
 
-_Q4 = SriovType(1150, "NVIDIA L40S-4Q")
 _MIG = SriovType(1160, "NVIDIA L40S-1-12C")  # a MIG-backed name
-
-
-def _l40s(free: tuple[SriovType, ...], count: int = 4) -> PhysicalFunction:
-    """An L40S (in the table: 48 GB) whose ``count`` VFs list ``free``."""
-    return PhysicalFunction(
-        "pci_0000_41_00_0",
-        "0000:41:00.0",
-        "0x10de",
-        "0x26b9",
-        "nvidia",
-        vfs=tuple(
-            VirtualFunction(f"0000:41:00.{4 + i}", 0, free)
-            for i in range(count)
-        ),
-    )
 
 
 def _gpu(*types: nvml.NvmlType, mig: bool = False) -> nvml.NvmlGpu:
@@ -109,10 +92,10 @@ def test_what_the_empty_card_holds_is_nvml_max_instances_when_read():
     """The table makes 12 of a 4 GB type on a 48 GB board; a manager
     whose NVML says 10 is believed, and its MIG-backed type is no
     share of the card."""
-    pf = _l40s((_Q4,))
+    pf = l40s(free=(Q4,), count=4)
     assert capacity.card_max(pf) == {"nvidia-1150": 12}
     said = _gpu(
-        nvml.NvmlType(1150, _Q4.name, 4096, 10),
+        nvml.NvmlType(1150, Q4.name, 4096, 10),
         nvml.NvmlType(1160, _MIG.name, 12288, 4, gi_profile=19),
     )
     assert capacity.card_max(pf, said) == {"nvidia-1150": 10}
@@ -122,11 +105,11 @@ def test_nvml_room_says_why_only_when_it_limits():
     """A type NVML lets fit on every VF that lists it: no note. A
     MIG-backed type with MIG off: no room, and the note says what to
     do."""
-    pf = _l40s((_Q4, _MIG))
+    pf = l40s(free=(Q4, _MIG), count=4)
     rooms, notes = capacity.sriov_room(
         pf,
         gpu=_gpu(
-            nvml.NvmlType(1150, _Q4.name, 4096, 12),
+            nvml.NvmlType(1150, Q4.name, 4096, 12),
             nvml.NvmlType(1160, _MIG.name, 12288, 4, gi_profile=19),
         ),
     )
@@ -136,9 +119,9 @@ def test_nvml_room_says_why_only_when_it_limits():
     # NVML's word that no more fits now (not creatable): no room, and
     # nothing to explain
     full = dataclasses.replace(
-        _gpu(nvml.NvmlType(1150, _Q4.name, 4096, 12)), creatable=frozenset()
+        _gpu(nvml.NvmlType(1150, Q4.name, 4096, 12)), creatable=frozenset()
     )
-    assert capacity.sriov_room(_l40s((_Q4,)), gpu=full) == (
+    assert capacity.sriov_room(l40s(free=(Q4,), count=4), gpu=full) == (
         {"nvidia-1150": 0},
         {},
     )
@@ -149,7 +132,9 @@ def test_a_board_not_in_the_table_is_said_only_where_it_costs_room():
     listing the type that is less than they offer, and said; with one,
     it is all they offer, and nothing is hidden to say."""
     for count, noted in ((3, True), (1, False)):
-        pf = dataclasses.replace(_l40s((_Q4,), count), product_id="0x9999")
+        pf = dataclasses.replace(
+            l40s(free=(Q4,), count=count), product_id="0x9999"
+        )
         rooms, notes = capacity.sriov_room(pf)
         assert rooms == {"nvidia-1150": 1}
         assert ("nvidia-1150" in notes) is noted, count

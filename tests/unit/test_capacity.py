@@ -11,13 +11,12 @@ import dataclasses
 import pytest
 
 from tests import helpers
-from tests.capacity_helpers import total_of
+from tests.capacity_helpers import Q4, l40s, total_of
 from vgpu_driver.model import capacity, naming
 from vgpu_driver.model.device import (
     HostInventory,
     PhysicalFunction,
     SriovType,
-    VirtualFunction,
     remember_types,
 )
 from vgpu_driver.sim import description as hostdesc
@@ -74,33 +73,6 @@ def test_a_placed_vgpu_counts_and_the_total_stays_the_card_figure():
     assert total_of(inventory, "nvidia-1521", RTX) == (24, None)
 
 
-def l40s(
-    *placed: tuple[int, str], free: tuple[SriovType, ...], count: int = 32
-) -> PhysicalFunction:
-    """An L40S (48 GB) in mixed-size mode: ``placed`` VFs hold those
-    types, the others list ``free`` (``count`` VFs in all: more than its
-    32 stand for a driver whose word overstates)."""
-    vfs = [
-        VirtualFunction(f"0000:41:00.{4 + i}", number)
-        for i, (number, _) in enumerate(placed)
-    ]
-    vfs += [
-        VirtualFunction(f"0000:41:{1 + i // 8:02x}.{i % 8}", 0, free)
-        for i in range(count - len(vfs))
-    ]
-    seen = tuple(SriovType(n, name) for n, name in placed)
-    return PhysicalFunction(
-        "pci_0000_41_00_0",
-        "0000:41:00.0",
-        "0x10de",
-        "0x26b9",
-        "nvidia",
-        vfs=tuple(vfs),
-        seen_types=seen,
-    )
-
-
-Q4 = SriovType(1150, "NVIDIA L40S-4Q")
 Q24 = SriovType(1155, "NVIDIA L40S-24Q")
 
 
