@@ -47,6 +47,10 @@ class DeviceView:
     plain: dict[str, tuple[str, tuple[str, ...]]] = dataclasses.field(
         default_factory=dict
     )
+    # parent -> the mdevs the binder made or removed there since the
+    # view was built (a reading that finds the host as it was before
+    # says nothing of them: see resync_parents)
+    edits: dict[str, set[str]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def empty(cls) -> DeviceView:
@@ -184,10 +188,28 @@ class DeviceView:
             if device_id in free:
                 free.remove(device_id)
 
+    def made(self, mdev: Mdev) -> None:
+        """The binder made ``mdev``."""
+        self.mdevs[mdev.uuid] = mdev
+        self.edits.setdefault(mdev.parent, set()).add(mdev.uuid)
+
     def forget_mdev(self, uuid: str) -> None:
         """An mdev removed from the host, or found gone."""
         self.take_off_free_list(uuid)
-        self.mdevs.pop(uuid, None)
+        mdev = self.mdevs.pop(uuid, None)
+        if mdev is not None:
+            self.edits.setdefault(mdev.parent, set()).add(uuid)
+
+    def vanished(self, device: BoundDevice) -> None:
+        """The free mdev ``device`` is gone from the host (another
+        manager removed it since the last reading): off the view, and
+        its room back, as the host has it back."""
+        self.forget_mdev(device.id)
+        view = self.parents.get(device.parent)
+        if view is not None:
+            view.available[device.type_id] = (
+                view.available.get(device.type_id, 0) + 1
+            )
 
     def claimed(self, device: BoundDevice) -> None:
         """``device`` is claimed: off the free list, or one less unit of
@@ -202,6 +224,7 @@ class DeviceView:
         view = self.parents[device.parent]
         if device.created:
             view.available[device.type_id] -= 1
+            self.edits.setdefault(device.parent, set())
         else:
             view.free[device.type_id].remove(device.id)
 

@@ -8,7 +8,8 @@ one lock.
   every operation (:meth:`Ledger.locked`);
 * ``view`` (:class:`~vgpu_driver.model.device_view.DeviceView`): which
   devices exist, which are free, who uses what, built from a reading of
-  the host and kept current by the binder's own changes and by the
+  the host and kept current by the binder's own changes (set again from
+  the next reading: :mod:`~vgpu_driver.model.view_edits`) and by the
   guests it is told of;
 * ``targets``: what each device provider stands for;
 * ``seen`` (:class:`~vgpu_driver.records.seen.SeenMdevs`): where the
@@ -283,10 +284,7 @@ class Ledger:
                 return chosen
             for device in gone:
                 LOG.warning("mdev %s vanished; not reusing it", device.id)
-                view.parents[device.parent].free[device.type_id].remove(
-                    device.id
-                )
-                view.mdevs.pop(device.id, None)
+                view.vanished(device)
         raise DeviceCapacityExhausted(
             count=sum(n for _, _, n in wanted),
             type_id=",".join({t for _, t, _ in wanted}),
@@ -295,7 +293,7 @@ class Ledger:
 
     def made_mdev(self, mdev: Mdev) -> None:
         with self.lock:
-            self.view.mdevs[mdev.uuid] = mdev
+            self.view.made(mdev)
 
     # -- handing devices back to the host ------------------------------
 

@@ -24,10 +24,11 @@ from collections.abc import Callable, Mapping
 from oslo_log import log as logging
 
 from vgpu_driver.host.base import Host
-from vgpu_driver.model.binding import Target
+from vgpu_driver.model.binding import ParentView, Target
 from vgpu_driver.model.check import host_problems
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.device_changes import said_since, touched_parents
+from vgpu_driver.model.view_edits import resync_parents
 from vgpu_driver.records.merged import keep
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.service import devices
@@ -91,9 +92,31 @@ class HostReading:
         # Guests defined by another process are re-read when that process
         # changed the claims (it ended a claim because the guest has it).
         rescan = rescan_guests or self.binder.view_is_stale()
+        ledger = self.binder.ledger
+        edits: dict[str, set[str]] = {}
+        marks: dict[str, ParentView | None] = {}
+        if ledger.view.edits:  # (one made after this look: the next one)
+            with ledger.lock:  # what the binder changed before this reading
+                view = ledger.view
+                edits, view.edits = view.edits, {}
+                marks = {name: view.parents.get(name) for name in edits}
         inventory = self.host.discover(
             rescan_guests=rescan, guests=guests, again=again
         )
+        try:
+            taken = self._take_in(inventory, rescan)
+        except BaseException:
+            with ledger.lock:  # still to be set by a reading
+                for name, uuids in edits.items():
+                    ledger.view.edits.setdefault(name, set()).update(uuids)
+            raise
+        if edits:
+            self._resync(inventory, edits, marks)
+        return taken
+
+    def _take_in(
+        self, inventory: HostInventory, rescan: bool
+    ) -> HostInventory:
         with self.lock:
             if not self.warned_addresses:
                 config = self.settings.config
@@ -102,7 +125,8 @@ class HostReading:
                 self.warned_addresses = True
             if inventory.generation == self._last_generation:
                 # the adapter saw no change: the binder's view, kept
-                # current by its own binds, stays
+                # current by its own binds, stays (but for those the
+                # host undid since: see _resync)
                 return inventory
             self._last_generation = inventory.generation
             if not inventory.guests_known:
@@ -134,6 +158,35 @@ class HostReading:
             # it again, as it retries the save)
             self._taken = inventory if saved else None
         return inventory
+
+    def _resync(
+        self,
+        inventory: HostInventory,
+        edits: dict[str, set[str]],
+        marks: Mapping[str, ParentView | None],
+    ) -> None:
+        """The parents the binder changed before ``inventory`` was taken,
+        as ``inventory`` has them (see
+        :mod:`~vgpu_driver.model.view_edits`); those a bind changed since
+        are left to the next reading, with who uses what when the
+        reading did not say it."""
+        ledger = self.binder.ledger
+        with ledger.lock:
+            view = ledger.view
+            now = {}
+            for name, uuids in edits.items():
+                later = view.edits.get(name)
+                if later is not None or not inventory.guests_known:
+                    view.edits.setdefault(name, set()).update(uuids)
+                else:
+                    now[name] = uuids
+            # those taking the reading in set: their mdevs alone
+            followed = {
+                name
+                for name in now
+                if view.parents.get(name) is not marks[name]
+            }
+            resync_parents(view, inventory, now, ledger.record.made, followed)
 
     def _follow(self, taken: HostInventory, now: HostInventory) -> bool:
         """The record of mdevs seen and the binder's view follow what
