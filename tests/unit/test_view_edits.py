@@ -141,3 +141,25 @@ def test_a_bind_while_the_host_is_read_is_left_to_the_next_reading(
     assert second.id in n.driver.binder.ledger.view.mdevs
     view_room, host_type = _room(n, EMPTY)
     assert view_room == host_type.available == 15
+
+
+def test_a_removal_told_done_that_was_not_done_gives_no_room(
+    host_node, monkeypatch
+):
+    """The other way round: the host says it removed a released mdev but
+    kept it (the host then reads as at the last refresh). The next
+    reading gives it back to the view with the room it takes: none
+    promised that the card does not have. (No longer recorded as the
+    library's own, it is kept as another manager's: never handed out.)"""
+    n, _ = host_node("[devices]\nremove_unused_mdevs = true\n")
+    [device] = n.driver.allocate_mdevs("i1", n.alloc((EMPTY, 1)))
+    n.update()  # the mdev made is read
+    monkeypatch.setattr(n.host, "remove_mdev", lambda mdev: None)
+    n.driver.release_mdevs("i1")
+    monkeypatch.undo()
+    assert device.id in n.mdevs()
+    n.update()
+    assert device.id in n.driver.binder.ledger.view.mdevs
+    assert device.id not in n.driver.free_mdevs(EMPTY)
+    view_room, host_type = _room(n, EMPTY)
+    assert view_room == host_type.available == 15
