@@ -127,3 +127,24 @@ def test_a_parent_s_xml_names_its_driver_as_libvirt_does(tmp_path):
     parent = host.discover().parent("pci_0000_84_00_0")
     assert parent.driver == "nvidia"
     assert "max_instance=16" in (parent.type("nvidia-35").description or "")
+
+
+def test_a_bind_that_reuses_a_stopped_mdev_of_its_own_starts_it(
+    make_conf, tmp_path
+):
+    """The library's free mdev is found stopped, still defined (a host
+    rebooted, its mdev not autostarted): a bind that takes it starts it
+    (``nodeDeviceCreate``), so the guest given it can start."""
+    from tests.helpers import M10_FREE_ON_86, Node
+
+    host, conn = modelled_host(tmp_path)
+    n = Node(make_conf, tmp_path / "state", host=host)
+    [mdev] = [m for m in host.discover().mdevs if m.uuid == M10_FREE_ON_86]
+    conn.inactive.add(mdev.name)
+    n.update()
+    conn.log.clear()
+    [device] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_86_00_0", 1)))
+    assert (device.id, device.created) == (M10_FREE_ON_86, False)
+    assert conn.calls("create") == [mdev.name]
+    [now] = [m for m in host.discover().mdevs if m.uuid == M10_FREE_ON_86]
+    assert now.active

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import textwrap
 
-from tests.helpers import Node
+from tests.helpers import Node, new_tree
 from vgpu_driver.cmd.audit import fix
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.model.audit import audit
@@ -143,3 +143,37 @@ def test_a_free_mdev_a_tool_removed_is_not_reused_after_a_guest_defined(
     assert n.driver.guest_defined("spawned") == []  # defined again: none
     [again] = n.driver.allocate_mdevs("next", n.alloc((PARENT, 1)))
     assert again.id != made.id and again.created
+
+
+def test_a_failed_bind_undoes_only_the_claims_that_are_still_its_own(
+    make_conf, tmp_path, monkeypatch
+):
+    """A bind of two mdevs takes the free one and makes a second; while
+    the host makes it, another process lets the instance go (a release,
+    or ``audit --fix`` dropping a claim it found stale) and binds the
+    free mdev to another instance. The make then fails: the bind's undo
+    drops the claims still its own, not the other instance's."""
+    from vgpu_driver.exception import DeviceOperationFailed
+
+    n = Node(make_conf, tmp_path / "state")
+    other = _auditor(n, make_conf)  # a second process on the same records
+    other.update_provider_tree(new_tree(), "node1")
+    given = []
+
+    def meanwhile(parent, type_id, uuid):
+        other.release_mdevs("i1")
+        given.extend(other.allocate_mdevs("i2", n.alloc((PARENT, 1))))
+        raise DeviceOperationFailed(
+            action="create mdev", device=uuid, reason="EIO"
+        )
+
+    monkeypatch.setattr(n.host, "create_mdev", meanwhile)
+    try:
+        n.driver.allocate_mdevs("i1", n.alloc((PARENT, 2)))
+    except DeviceOperationFailed:
+        pass
+    else:
+        raise AssertionError("the bind did not fail")
+    assert [d.id for d in given] == [FREE_ON_86]
+    claims = n.driver.binder.claims()
+    assert {k: c["instance"] for k, c in claims.items()} == {FREE_ON_86: "i2"}
