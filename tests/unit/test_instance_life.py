@@ -356,3 +356,32 @@ def test_a_confirmed_move_lets_the_source_s_devices_go(node):
     source.host.forget_guest(guest.uuid)
     released = source.driver.confirm_migration(guest.uuid)
     assert sorted(released) == sorted(guest.mdevs)
+
+
+def test_an_instance_whose_mdev_is_gone_with_its_pgpu_is_deleted(node):
+    """An instance whose mdev could not be made again (its pGPU was
+    unplugged) is deleted: there is nothing of it to hand back, and the
+    delete does not fail for it."""
+    n = node()
+    [gone] = n.driver.allocate_mdevs("i2", n.alloc(("pci_0000_86_00_0", 1)))
+    n.host.note_guest(Guest("i2", "instance-2", (gone.id,)))
+    n.driver.discover()
+    n.host.reboot(keep_persistent=False)
+    n.host.unplug("pci_0000_86_00_0")
+    n.update()
+    assert n.driver.release_mdevs("i2") == []
+    assert n.driver.binder.claims() == {}
+
+
+def test_a_quiet_start_says_nothing_was_done_in_empty_lists(node):
+    """A start with nothing to finish, recreate, start or drop reports
+    each as an empty list: what callers log and print as it is."""
+    done = node().driver.init_host([])
+    assert {k: v for k, v in done.items() if k != "records_moved_aside"} == {
+        "released": [],
+        "recreated": [],
+        "started": [],
+        "vf_types": [],
+        "dropped_claims": [],
+        "failed": [],
+    }
