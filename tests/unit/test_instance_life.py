@@ -10,6 +10,7 @@ from tests.dense_service import dense_node
 from tests.domains import hand_made_domain_xml
 from tests.helpers import M10_FREE_ON_86 as FREE_ON_86
 from tests.helpers import Node
+from tests.records_helpers import claims_on_disk
 from vgpu_driver.model.device import Guest
 from vgpu_driver.sim import guest_xml
 
@@ -112,6 +113,9 @@ def test_restart_drops_claims_of_instances_that_are_gone(
     assert len(done["dropped_claims"]) == 1
     owners = {c["instance"] for c in restarted.driver.binder.claims().values()}
     assert owners == {"kept", "incoming"}
+    # and on disk: the next start, or another process, reads the same
+    on_disk = claims_on_disk(tmp_path / "state")
+    assert {c["instance"] for c in on_disk.values()} == {"kept", "incoming"}
 
 
 def test_vf_types_are_restored_after_a_reboot(node, make_conf, tmp_path):
@@ -356,32 +360,3 @@ def test_a_confirmed_move_lets_the_source_s_devices_go(node):
     source.host.forget_guest(guest.uuid)
     released = source.driver.confirm_migration(guest.uuid)
     assert sorted(released) == sorted(guest.mdevs)
-
-
-def test_an_instance_whose_mdev_is_gone_with_its_pgpu_is_deleted(node):
-    """An instance whose mdev could not be made again (its pGPU was
-    unplugged) is deleted: there is nothing of it to hand back, and the
-    delete does not fail for it."""
-    n = node()
-    [gone] = n.driver.allocate_mdevs("i2", n.alloc(("pci_0000_86_00_0", 1)))
-    n.host.note_guest(Guest("i2", "instance-2", (gone.id,)))
-    n.driver.discover()
-    n.host.reboot(keep_persistent=False)
-    n.host.unplug("pci_0000_86_00_0")
-    n.update()
-    assert n.driver.release_mdevs("i2") == []
-    assert n.driver.binder.claims() == {}
-
-
-def test_a_quiet_start_says_nothing_was_done_in_empty_lists(node):
-    """A start with nothing to finish, recreate, start or drop reports
-    each as an empty list: what callers log and print as it is."""
-    done = node().driver.init_host([])
-    assert {k: v for k, v in done.items() if k != "records_moved_aside"} == {
-        "released": [],
-        "recreated": [],
-        "started": [],
-        "vf_types": [],
-        "dropped_claims": [],
-        "failed": [],
-    }
