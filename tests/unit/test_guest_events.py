@@ -203,3 +203,29 @@ def test_a_running_guest_undefined_keeps_its_mdev_until_it_stops(host):
     host.calls.clear()
     assert FREE not in host.discover().mdev_users()
     assert "domain.XMLDesc" not in host.calls, host.calls
+
+
+def test_a_spawn_claim_a_domain_event_ends_is_ended_on_disk(
+    make_conf, tmp_path
+):
+    """The guest of a spawn is defined with its mdev and told by its
+    event alone: the next operation ends the spawn claim, on disk too
+    (another process, or the next start, reads it ended)."""
+    from tests.records_helpers import claims_on_disk
+
+    description = helpers.load("m10")
+    host = helpers.libvirt_host(description, tmp_path / "host")
+    conf = make_conf(description.config)
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    driver = VgpuDriver(conf, host)
+    driver.init_host([])
+    tree = new_tree()
+    driver.update_provider_tree(tree, "node1")
+    rp = tree.data("node1_pci_0000_86_00_0").uuid
+    [device] = driver.allocate_mdevs(UUID, {rp: {"resources": {"VGPU": 1}}})
+    assert set(claims_on_disk(tmp_path / "state")) == {device.id}
+    host.connection().defineXML(_guest(with_mdev=True, mdev=device.id))
+    host.domain_event(UUID, True)
+    assert driver.instance_devices()[UUID]["in_use"] == [device.id]
+    assert driver.binder.claims() == {}
+    assert claims_on_disk(tmp_path / "state") == {}
