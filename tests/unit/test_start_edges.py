@@ -60,3 +60,18 @@ def test_an_instance_whose_mdev_is_gone_with_its_pgpu_is_deleted(node):
     n.update()
     assert n.driver.release_mdevs("i2") == []
     assert n.driver.binder.claims() == {}
+
+
+def test_a_guest_gone_whose_mdev_went_with_its_pgpu_frees_nothing(node):
+    """The same instance's guest undefined (Nova's delete, or behind its
+    back): nothing of it is on the host to hand back, and following the
+    guest's going does not fail for it."""
+    n = node()
+    [gone] = n.driver.allocate_mdevs("i2", n.alloc(("pci_0000_86_00_0", 1)))
+    n.host.note_guest(Guest("i2", "instance-2", (gone.id,)))
+    n.driver.discover()
+    n.host.unplug("pci_0000_86_00_0")
+    n.update()
+    n.host.forget_guest("i2")
+    assert n.driver.guest_undefined("i2") == []
+    assert "i2" not in n.driver.instance_devices()
