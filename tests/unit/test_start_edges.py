@@ -75,3 +75,19 @@ def test_a_guest_gone_whose_mdev_went_with_its_pgpu_frees_nothing(node):
     n.host.forget_guest("i2")
     assert n.driver.guest_undefined("i2") == []
     assert "i2" not in n.driver.instance_devices()
+
+
+def test_a_vf_type_the_audit_records_is_restored_by_the_next_process(
+    node, make_conf, tmp_path
+):
+    """``audit --fix`` records the type of a VF it found typed and not
+    recorded (the records were lost): it is on disk, so after a reboot
+    the next process restores it."""
+    n = node("l40-sriov")
+    address = "0000:41:00.7"
+    assert address not in n.driver.binder.vf_types
+    n.host.set_vf_type(address, 1150)  # typed by another hand
+    assert n.driver.binder.record_vf_types({address: 1150}) == [address]
+    n.host.reboot()
+    restarted = Node(make_conf, tmp_path / "state", "l40-sriov", host=n.host)
+    assert address in restarted.driver.restore_vf_types()
