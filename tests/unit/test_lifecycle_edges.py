@@ -63,3 +63,29 @@ def test_a_migration_given_no_device_at_all_says_so(node):
         n.driver.claim_for_live_migration("mig", {"src-a": "nvidia-36"}, {})
     assert "give no device" in str(caught.value)
     assert n.driver.binder.claims() == {}
+
+
+def test_one_live_migration_succeeding_leaves_the_others_claims(node):
+    """Two live migrations coming in, and a spawn: the first migration's
+    success makes its claims spawn claims (ended once its guest has
+    them); the other's stay migration claims (kept across a restart,
+    though its instance is still the source host's), the spawn's its
+    own."""
+    n = node()
+    first = n.driver.claim_for_live_migration(
+        "mig-a", {"src-a": "nvidia-36"}, n.alloc(("pci_0000_86_00_0", 1))
+    )
+    second = n.driver.claim_for_live_migration(
+        "mig-b", {"src-b": "nvidia-36"}, n.alloc(("pci_0000_86_00_0", 1))
+    )
+    [spawned] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_85_00_0", 1)))
+    n.driver.live_migration_succeeded("mig-a")
+    purposes = {
+        device_id: (claim["instance"], claim["purpose"])
+        for device_id, claim in n.driver.binder.claims().items()
+    }
+    assert purposes == {
+        first["src-a"]: ("mig-a", "spawn"),
+        second["src-b"]: ("mig-b", "migration"),
+        spawned.id: ("i1", "spawn"),
+    }
