@@ -91,3 +91,17 @@ def test_a_vf_type_the_audit_records_is_restored_by_the_next_process(
     n.host.reboot()
     restarted = Node(make_conf, tmp_path / "state", "l40-sriov", host=n.host)
     assert address in restarted.driver.restore_vf_types()
+
+
+def test_a_hard_reboot_of_an_instance_whose_pgpu_is_gone_holds_nothing(node):
+    """A hard reboot of that instance: its mdev cannot be made again (its
+    parent is gone), nothing is held for it, and the reboot goes on (the
+    guest then fails to start, as it would anyway)."""
+    n = node()
+    [gone] = n.driver.allocate_mdevs("i2", n.alloc(("pci_0000_86_00_0", 1)))
+    n.host.note_guest(Guest("i2", "instance-2", (gone.id,)))
+    n.driver.discover()
+    n.host.unplug("pci_0000_86_00_0")
+    n.update()
+    assert n.driver.hold_devices("i2") == []
+    assert n.driver.binder.claims() == {}
