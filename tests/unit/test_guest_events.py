@@ -84,12 +84,7 @@ def test_the_service_stops_handing_out_an_mdev_an_unseen_guest_took(
 ):
     """Through the service: the binder's free list follows the safety
     net's reading (a guest defined where no event reached the library)."""
-    description = helpers.load("m10")
-    host = helpers.libvirt_host(description, tmp_path / "host")
-    conf = make_conf(description.config)
-    conf.set_override("state_path", str(tmp_path / "state"), "devices")
-    driver = VgpuDriver(conf, host)
-    driver.init_host([])
+    host, driver = _service(make_conf, tmp_path)
     free = sorted(driver.free_mdevs())[0]
     host.connection().defineXML(_guest(with_mdev=True, mdev=free))
     driver.update_provider_tree(new_tree(), "node1")
@@ -213,12 +208,7 @@ def test_a_spawn_claim_a_domain_event_ends_is_ended_on_disk(
     (another process, or the next start, reads it ended)."""
     from tests.records_helpers import claims_on_disk
 
-    description = helpers.load("m10")
-    host = helpers.libvirt_host(description, tmp_path / "host")
-    conf = make_conf(description.config)
-    conf.set_override("state_path", str(tmp_path / "state"), "devices")
-    driver = VgpuDriver(conf, host)
-    driver.init_host([])
+    host, driver = _service(make_conf, tmp_path)
     tree = new_tree()
     driver.update_provider_tree(tree, "node1")
     rp = tree.data("node1_pci_0000_86_00_0").uuid
@@ -229,3 +219,15 @@ def test_a_spawn_claim_a_domain_event_ends_is_ended_on_disk(
     assert driver.instance_devices()[UUID]["in_use"] == [device.id]
     assert driver.binder.claims() == {}
     assert claims_on_disk(tmp_path / "state") == {}
+
+
+def _service(make_conf, tmp_path):
+    """A service on m10 through libvirt's test driver, started: its host
+    and its driver (records in ``tmp_path / "state"``)."""
+    description = helpers.load("m10")
+    host = helpers.libvirt_host(description, tmp_path / "host")
+    conf = make_conf(description.config)
+    conf.set_override("state_path", str(tmp_path / "state"), "devices")
+    driver = VgpuDriver(conf, host)
+    driver.init_host([])
+    return host, driver

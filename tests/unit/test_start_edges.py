@@ -66,12 +66,7 @@ def test_a_guest_gone_whose_mdev_went_with_its_pgpu_frees_nothing(node):
     """The same instance's guest undefined (Nova's delete, or behind its
     back): nothing of it is on the host to hand back, and following the
     guest's going does not fail for it."""
-    n = node()
-    [gone] = n.driver.allocate_mdevs("i2", n.alloc(("pci_0000_86_00_0", 1)))
-    n.host.note_guest(Guest("i2", "instance-2", (gone.id,)))
-    n.driver.discover()
-    n.host.unplug("pci_0000_86_00_0")
-    n.update()
+    n = _pgpu_gone(node())
     n.host.forget_guest("i2")
     assert n.driver.guest_undefined("i2") == []
     assert "i2" not in n.driver.instance_devices()
@@ -97,11 +92,17 @@ def test_a_hard_reboot_of_an_instance_whose_pgpu_is_gone_holds_nothing(node):
     """A hard reboot of that instance: its mdev cannot be made again (its
     parent is gone), nothing is held for it, and the reboot goes on (the
     guest then fails to start, as it would anyway)."""
-    n = node()
+    n = _pgpu_gone(node())
+    assert n.driver.hold_devices("i2") == []
+    assert n.driver.binder.claims() == {}
+
+
+def _pgpu_gone(n: Node) -> Node:
+    """``n`` with instance i2's guest using an mdev whose pGPU was then
+    unplugged (the mdev gone with it), read since."""
     [gone] = n.driver.allocate_mdevs("i2", n.alloc(("pci_0000_86_00_0", 1)))
     n.host.note_guest(Guest("i2", "instance-2", (gone.id,)))
     n.driver.discover()
     n.host.unplug("pci_0000_86_00_0")
     n.update()
-    assert n.driver.hold_devices("i2") == []
-    assert n.driver.binder.claims() == {}
+    return n
