@@ -175,8 +175,7 @@ class HostReading:
             view = ledger.view
             now = {}
             for name, uuids in edits.items():
-                later = view.edits.get(name)
-                if later is not None or not inventory.guests_known:
+                if name in view.edits or not inventory.guests_known:
                     view.edits.setdefault(name, set()).update(uuids)
                 else:
                     now[name] = uuids
