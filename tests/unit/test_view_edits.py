@@ -1,7 +1,8 @@
 """The binder's view against a host that undid what a bind did before
 the next reading: an mdev a bind made, removed by another manager (or
 by a release told it failed) while the host then reads as it did
-before the bind. Run on the simulated host and on the libvirt adapter
+before the bind; the same for a VF a bind typed or a release cleared
+(the L40S SR-IOV host). Run on the simulated host and on the libvirt adapter
 (libvirt's test driver, the mdev calls modelled): both say "the same
 reading" of a host as it was, as a compute host's does."""
 
@@ -163,3 +164,112 @@ def test_a_removal_told_done_that_was_not_done_gives_no_room(
     assert device.id not in n.driver.free_mdevs(EMPTY)
     view_room, host_type = _room(n, EMPTY)
     assert view_room == host_type.available == 15
+
+
+L40 = "pci_0000_41_00_0"  # l40-sriov: VFs typed for nvidia-1150 (L40S-4Q)
+
+
+@pytest.fixture(params=["simulated", "libvirt"])
+def vf_node(request, make_conf, tmp_path):
+    """A driver on the L40S SR-IOV host, on the simulated host or on the
+    libvirt adapter (its VF types in the sysfs tree it reads)."""
+    if request.param == "simulated":
+        return Node(make_conf, tmp_path / "state", name="l40-sriov")
+    host, _ = modelled_host(tmp_path, name="l40-sriov")
+    return Node(make_conf, tmp_path / "state", name="l40-sriov", host=host)
+
+
+def _vf_types(n):
+    return {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+
+
+def test_a_vf_whose_clearing_was_told_failed_but_done_is_typed_again(
+    vf_node, monkeypatch
+):
+    """A bind types a free VF; at the release the host clears it but
+    reports a failure (a timeout), so the view keeps it typed and free,
+    and the host then reads as it did before the bind. The reading sets
+    that card as the host has it: the next bind on the VF types it again
+    rather than hand a guest a VF that carries no vGPU."""
+    n = vf_node
+    n.driver.allocate_mdevs("i0", n.alloc((L40, 1)))  # the one typed
+    [device] = n.driver.allocate_mdevs("i1", n.alloc((L40, 1)))
+    assert device.kind == "vf" and device.created
+    set_vf_type = n.host.set_vf_type
+
+    def cleared_but_timed_out(address, type_id):
+        set_vf_type(address, type_id)
+        raise DeviceOperationFailed(
+            action="set vGPU type", device=address, reason="timed out"
+        )
+
+    monkeypatch.setattr(n.host, "set_vf_type", cleared_but_timed_out)
+    n.driver.release_mdevs("i1")
+    monkeypatch.undo()
+    assert _vf_types(n)[device.id] == 0
+    n.update()
+    [again] = n.driver.allocate_mdevs("i2", n.alloc((L40, 1)))
+    assert again.id == device.id
+    assert _vf_types(n)[device.id] == 1150
+
+
+def _view_types(n):
+    return dict(n.driver.binder.ledger.view.pfs[L40].vfs)
+
+
+def test_a_vf_typed_by_a_bind_and_cleared_behind_it_is_read_so(vf_node):
+    """A bind types a VF; another manager clears it before the next
+    reading (the host then reads as before the bind): the view has it as
+    the host does, not as the bind left it."""
+    n = vf_node
+    n.driver.allocate_mdevs("i0", n.alloc((L40, 1)))  # the one typed
+    [device] = n.driver.allocate_mdevs("i1", n.alloc((L40, 1)))
+    assert device.created and _view_types(n)[device.id] == 1150
+    n.host.set_vf_type(device.id, 0)  # as another manager writes sysfs
+    n.update()
+    assert _view_types(n) == _vf_types(n)
+
+
+def test_a_vf_typed_by_a_failed_bind_told_not_typed_is_read_so(
+    vf_node, monkeypatch
+):
+    """The host types a VF but reports a failure, after the periodic
+    task read it typed, and the bind is undone (its VF given back
+    untyped in the view; the host then reads as that task read it): the
+    next reading has the VF typed, as the host does."""
+    n = vf_node
+    n.driver.allocate_mdevs("i0", n.alloc((L40, 1)))  # the one typed
+    set_vf_type = n.host.set_vf_type
+
+    def typed_but_timed_out(address, type_id):
+        set_vf_type(address, type_id)
+        n.update()  # the periodic task, beside the bind
+        raise DeviceOperationFailed(
+            action="set vGPU type", device=address, reason="timed out"
+        )
+
+    monkeypatch.setattr(n.host, "set_vf_type", typed_but_timed_out)
+    with pytest.raises(DeviceOperationFailed):
+        n.driver.allocate_mdevs("i1", n.alloc((L40, 1)))
+    monkeypatch.undo()
+    n.update()
+    assert _view_types(n) == _vf_types(n)
+
+
+def test_a_vf_clearing_told_done_that_was_not_done_is_read_so(
+    vf_node, monkeypatch
+):
+    """The host says it cleared a released VF's type but kept it, after
+    the periodic task read the VF typed (the host then reads as it did):
+    the next reading has the VF typed, as the host does, not free to be
+    typed again."""
+    n = vf_node
+    n.driver.allocate_mdevs("i0", n.alloc((L40, 1)))  # the one typed
+    [device] = n.driver.allocate_mdevs("i1", n.alloc((L40, 1)))
+    n.update()
+    monkeypatch.setattr(n.host, "set_vf_type", lambda address, type_id: None)
+    n.driver.release_mdevs("i1")
+    monkeypatch.undo()
+    assert _vf_types(n)[device.id] == 1150
+    n.update()
+    assert _view_types(n) == _vf_types(n)

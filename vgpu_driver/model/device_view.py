@@ -47,9 +47,9 @@ class DeviceView:
     plain: dict[str, tuple[str, tuple[str, ...]]] = dataclasses.field(
         default_factory=dict
     )
-    # parent -> the mdevs the binder made or removed there since the
-    # view was built (a reading that finds the host as it was before
-    # says nothing of them: see resync_parents)
+    # parent -> the mdevs the binder made or removed there, or SR-IOV
+    # card -> nothing (it typed or cleared a VF), since the last reading
+    # (one that finds the host as it was says nothing: resync_parents)
     edits: dict[str, set[str]] = dataclasses.field(default_factory=dict)
 
     @classmethod
@@ -220,6 +220,8 @@ class DeviceView:
         if device.kind == "vf":
             number = naming.sriov_type_number(device.type_id)
             self.pfs[device.parent].vfs[device.id] = number
+            if device.created:  # typed on the host
+                self.edits.setdefault(device.parent, set())
             return
         view = self.parents[device.parent]
         if device.created:
@@ -237,6 +239,7 @@ class DeviceView:
             pf = self.pfs.get(device.parent)
             if pf is not None and device.created:
                 pf.vfs[device.id] = 0
+                self.edits.setdefault(device.parent, set())
             return
         view = self.parents.get(device.parent)
         if view is None:
@@ -253,7 +256,8 @@ class DeviceView:
         (it stays as it is: a typed VF, a free mdev)."""
         if device.kind == "pci":
             return
-        if device.kind == "vf":
+        if device.kind == "vf":  # (cleared, or told not: either may lie)
+            self.edits.setdefault(device.parent, set())
             pf = self.pfs.get(device.parent)
             if pf is not None and done:
                 pf.vfs[device.id] = 0

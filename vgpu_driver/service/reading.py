@@ -24,11 +24,11 @@ from collections.abc import Callable, Mapping
 from oslo_log import log as logging
 
 from vgpu_driver.host.base import Host
-from vgpu_driver.model.binding import ParentView, Target
+from vgpu_driver.model import view_edits
+from vgpu_driver.model.binding import Target
 from vgpu_driver.model.check import host_problems
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.device_changes import said_since, touched_parents
-from vgpu_driver.model.view_edits import resync_parents
 from vgpu_driver.records.merged import keep
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.service import devices
@@ -94,12 +94,12 @@ class HostReading:
         rescan = rescan_guests or self.binder.view_is_stale()
         ledger = self.binder.ledger
         edits: dict[str, set[str]] = {}
-        marks: dict[str, ParentView | None] = {}
+        marked: dict[str, object] = {}
         if ledger.view.edits:  # (one made after this look: the next one)
             with ledger.lock:  # what the binder changed before this reading
                 view = ledger.view
                 edits, view.edits = view.edits, {}
-                marks = {name: view.parents.get(name) for name in edits}
+                marked = view_edits.marks(view, edits)
         inventory = self.host.discover(
             rescan_guests=rescan, guests=guests, again=again
         )
@@ -111,7 +111,7 @@ class HostReading:
                     ledger.view.edits.setdefault(name, set()).update(uuids)
             raise
         if edits:
-            self._resync(inventory, edits, marks)
+            self._resync(inventory, edits, marked)
         return taken
 
     def _take_in(
@@ -163,7 +163,7 @@ class HostReading:
         self,
         inventory: HostInventory,
         edits: dict[str, set[str]],
-        marks: Mapping[str, ParentView | None],
+        marked: Mapping[str, object],
     ) -> None:
         """The parents the binder changed before ``inventory`` was taken,
         as ``inventory`` has them (see
@@ -180,12 +180,12 @@ class HostReading:
                 else:
                     now[name] = uuids
             # those taking the reading in set: their mdevs alone
-            followed = {
-                name
-                for name in now
-                if view.parents.get(name) is not marks[name]
-            }
-            resync_parents(view, inventory, now, ledger.record.made, followed)
+            followed = view_edits.replaced(
+                view, {name: marked[name] for name in now}
+            )
+            view_edits.resync_parents(
+                view, inventory, now, ledger.record.made, followed
+            )
 
     def _follow(self, taken: HostInventory, now: HostInventory) -> bool:
         """The record of mdevs seen and the binder's view follow what
