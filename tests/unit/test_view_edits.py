@@ -273,3 +273,27 @@ def test_a_vf_clearing_told_done_that_was_not_done_is_read_so(
     assert _vf_types(n)[device.id] == 1150
     n.update()
     assert _view_types(n) == _vf_types(n)
+
+
+def test_a_stale_mdev_whose_removal_was_told_done_is_read_back(
+    host_node, monkeypatch
+):
+    """A type switch removes the old type's free mdev; the host says it
+    did but kept it (the host then reads as before): the view has it
+    again, free, as the host does, not forgotten while the card holds
+    it."""
+    n, _ = host_node()
+    [device] = n.driver.allocate_mdevs("gone", n.alloc((EMPTY, 1)))
+    n.driver.release_mdevs("gone")
+    n.update()
+    n.conf.set_override("enabled_mdev_types", ["nvidia-36"], "devices")
+    n.conf.set_override("device_addresses", ["0000:85:00.0"], "mdev_nvidia-36")
+    n.driver.reload_config()
+    monkeypatch.setattr(n.host, "remove_mdev", lambda mdev: None)
+    n.update()
+    monkeypatch.undo()
+    assert device.id in n.mdevs()
+    n.update()
+    view = n.driver.binder.ledger.view
+    assert device.id in view.mdevs
+    assert view.parents[EMPTY].free == {"nvidia-35": [device.id]}
