@@ -1,7 +1,8 @@
 """Records on disk that cannot be read are moved aside and rebuilt, never
-taken as empty and never a traceback: a byte that is not UTF-8, a second
-damaged copy in the same second, claims whose ids disagree with their
-keys, an epoch a reader already knows."""
+taken as empty and never a traceback: a byte that is not UTF-8, an mdev
+seen that is no [parent, type] pair, a second damaged copy in the same
+second, claims whose ids disagree with their keys, an epoch a reader
+already knows."""
 
 from __future__ import annotations
 
@@ -31,6 +32,26 @@ def test_a_cache_record_with_a_non_utf8_byte_is_moved_aside(
     assert n.tree.data(f"node1_{PARENT}").inventory
     [moved] = state.glob(f"{record}.json.corrupt-*")
     assert moved.read_bytes() == b'{"x": "\xff"}'
+
+
+@pytest.mark.parametrize(
+    "where",
+    [["pci_0000_86_00_0"], ["pci_0000_86_00_0", 36], ["a", "b", "c"]],
+)
+def test_an_mdev_seen_that_is_no_parent_type_pair_is_moved_aside(
+    make_conf, tmp_path, where
+):
+    """An entry of the mdevs seen that is not a [parent, type] pair of
+    strings (a hand edit): the record is moved aside and rebuilt, not
+    read as half an entry or a traceback."""
+    state = tmp_path / "state"
+    state.mkdir()
+    text = json.dumps({FREE_ON_86: where})
+    (state / "mdev-parents.json").write_text(text)
+    n = Node(make_conf, state)
+    assert n.tree.data(f"node1_{PARENT}").inventory
+    [moved] = state.glob("mdev-parents.json.corrupt-*")
+    assert moved.read_text() == text
 
 
 def test_a_claims_record_with_a_non_utf8_byte_is_corrupt_and_kept(

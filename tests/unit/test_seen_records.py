@@ -21,11 +21,11 @@ def seen_on_disk(driver):
     return SeenMdevs(driver._refresher.seen._record.state).snapshot()
 
 
-def simulated(tmp_path):
+def simulated(tmp_path, pgpus=1):
     """A service on the in-process simulated host (which makes mdevs)."""
     from vgpu_driver.sim.simulated import SimulatedHost
 
-    description = dense(1, 18, 16)
+    description = dense(pgpus, 18, 16)
     host = SimulatedHost(description)
     driver = VgpuDriver(conf_for(description.config, tmp_path), host)
     tree = helpers.new_tree("n")
@@ -167,3 +167,21 @@ def test_a_guest_found_on_a_typed_vf_records_its_type(tmp_path):
     driver.update_provider_tree(tree, "n")
     again = VgpuDriver(driver.conf, host)  # the records, as on disk
     assert again.binder.vf_types[vf] == 1150
+
+
+def test_a_guest_s_mdev_made_again_elsewhere_is_on_disk_so(tmp_path):
+    """A guest's mdev removed, then made again under its uuid on another
+    pGPU (by another manager, as after a reboot): the refresh that reads
+    it writes where it is now, so a restart counts it there, not where
+    it was."""
+    host, driver, tree = simulated(tmp_path, pgpus=2)
+    reading = host.discover()
+    guest = next(g for g in reading.guests if g.mdevs)
+    [old] = [m for m in reading.mdevs if m.uuid == guest.mdevs[0]]
+    other = next(p for p in reading.parents if p.name != old.parent)
+    host.remove_mdev(old)
+    driver.update_provider_tree(tree, "n")
+    assert seen_on_disk(driver)[old.uuid] == (old.parent, old.type_id)
+    host.create_mdev(other, old.type_id, old.uuid)
+    driver.update_provider_tree(tree, "n")
+    assert seen_on_disk(driver)[old.uuid] == (other.name, old.type_id)
