@@ -181,6 +181,28 @@ def test_two_writers_of_the_placement_record_keep_the_newer_generation(
     assert other_node.load() == {"n2": entry(1)}
 
 
+@pytest.mark.parametrize("dropped", ["name", "generation", "inventory"])
+def test_a_placement_entry_missing_a_field_is_moved_aside(tmp_path, dropped):
+    """What Placement held, cut by a hand edit: the record is moved aside
+    (Placement is read again), not read into a KeyError later."""
+    from vgpu_driver.records.placement import PlacementRecord
+
+    entry = {
+        "name": "node1_p",
+        "parent_uuid": None,
+        "generation": 1,
+        "inventory": {},
+        "traits": [],
+    }
+    del entry[dropped]
+    (tmp_path / "placement.json").write_text(
+        json.dumps({"node1": {"u1": entry}})
+    )
+    assert PlacementRecord(StateStore(tmp_path), "node1").load() == {}
+    [moved] = tmp_path.glob("placement.json.corrupt-*")
+    assert json.loads(moved.read_text()) == {"node1": {"u1": entry}}
+
+
 @pytest.mark.parametrize("record", [[1, 2], {"an-mdev": 1}, "an-mdev"])
 def test_a_made_record_that_is_not_a_list_of_ids_is_corrupt(
     make_conf, tmp_path, record
