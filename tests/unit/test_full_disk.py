@@ -275,3 +275,31 @@ def test_a_hold_of_spawns_in_flight_on_a_full_disk_leaves_them_free(
         n.driver.hold_in_flight({"i1": {parent: 1}})
     assert n.driver.binder.claims() == {}
     assert n.driver.free_mdevs(parent) == free
+
+
+def test_traits_a_full_disk_kept_off_disk_are_written_at_the_confirm(
+    make_conf, tmp_path, full_disk
+):
+    """The caller confirms the tree reached Placement after a pass whose
+    save of a trait added failed: the confirm writes it, so a restart
+    knows it as the library's own."""
+    n = Node(
+        make_conf,
+        tmp_path / "state",
+        extra="[vgpu_nvidia-35]\ntraits = CUSTOM_ADDED\n",
+    )
+    traits_file = tmp_path / "state" / "provider-traits.json"
+    before = json.loads(traits_file.read_text())
+    assert "CUSTOM_ADDED" in before["node1_pci_0000_85_00_0"]
+    full_disk(n)
+    n.driver.create_free_mdev("pci_0000_85_00_0")
+    n.conf.set_override(
+        "traits", ["CUSTOM_ADDED", "CUSTOM_MORE"], "mdev_nvidia-35"
+    )
+    n.driver.reload_config()
+    n.update()
+    assert "CUSTOM_MORE" in n.tree.data("node1_pci_0000_85_00_0").traits
+    full_disk(n, False)
+    n.driver.confirm_flushed()
+    traits = json.loads(traits_file.read_text())
+    assert "CUSTOM_MORE" in traits["node1_pci_0000_85_00_0"]
