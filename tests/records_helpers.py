@@ -84,6 +84,19 @@ def journal_of(state):
     return state / "claims.journal"
 
 
+def save_claims(record: ClaimsRecord, **claims: str) -> None:
+    """``claims``: device -> instance, the whole record written."""
+    with record.locked():
+        record.save({d: claim(d, i) for d, i in claims.items()})
+
+
+def read_claims(state: Path) -> dict[str, str]:
+    """device -> instance, as a new process reads them."""
+    record = ClaimsRecord(StateStore(state))
+    with record.locked():
+        return {d: c["instance"] for d, c in record.claims.items()}
+
+
 def conf_with_state(
     state: Path, config_text: str, directory: Path
 ) -> cfg.ConfigOpts:

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from tests import helpers
-from tests.records_helpers import claim, conf_with_state, journal_of
+from tests.records_helpers import (
+    claim,
+    conf_with_state,
+    journal_of,
+    read_claims,
+    save_claims,
+)
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.records import journal
 from vgpu_driver.records.claims import ClaimsRecord
@@ -23,19 +29,6 @@ from vgpu_driver.records.store import (
     StateStore,
     StateStoreError,
 )
-
-
-def save(record: ClaimsRecord, **claims: str) -> None:
-    """``claims``: device -> instance, the whole record written."""
-    with record.locked():
-        record.save({d: claim(d, i) for d, i in claims.items()})
-
-
-def read(state) -> dict[str, str]:
-    """device -> instance, as a new process reads them."""
-    record = ClaimsRecord(StateStore(state))
-    with record.locked():
-        return {d: c["instance"] for d, c in record.claims.items()}
 
 
 @pytest.fixture
@@ -47,18 +40,18 @@ def test_saves_after_the_first_are_appended_and_read_by_another_process(
     state,
 ):
     first = ClaimsRecord(StateStore(state))
-    save(first, a="i1")  # a snapshot, and an empty journal
+    save_claims(first, a="i1")  # a snapshot, and an empty journal
     snapshot = (state / "claims.json").read_bytes()
     assert journal_of(state).stat().st_size == 0
-    save(first, a="i1", b="i2")
-    save(first, b="i2")
+    save_claims(first, a="i1", b="i2")
+    save_claims(first, b="i2")
     assert (state / "claims.json").read_bytes() == snapshot
     assert journal_of(state).read_bytes().count(b"\n") == 4
-    assert read(state) == {"b": "i2"}
+    assert read_claims(state) == {"b": "i2"}
     # another process appends: the first sees the records changed (one
     # look) and reads its entry
     other = ClaimsRecord(StateStore(state))
-    save(other, c="i3")
+    save_claims(other, c="i3")
     assert not first.current()
     with first.locked():
         assert set(first.claims) == {"c"}
@@ -67,26 +60,26 @@ def test_saves_after_the_first_are_appended_and_read_by_another_process(
 
 def test_an_entry_cut_short_by_a_crash_is_passed_over(state):
     record = ClaimsRecord(StateStore(state))
-    save(record, a="i1")
-    save(record, b="i2")
-    save(record, c="i3")
+    save_claims(record, a="i1")
+    save_claims(record, b="i2")
+    save_claims(record, c="i3")
     with open(journal_of(state), "r+b") as handle:
         handle.truncate(journal_of(state).stat().st_size - 7)
-    assert read(state) == {"b": "i2"}
+    assert read_claims(state) == {"b": "i2"}
     # the next save, after the cut entry, is read whole
-    save(ClaimsRecord(StateStore(state)), d="i4")
-    assert read(state) == {"d": "i4"}
+    save_claims(ClaimsRecord(StateStore(state)), d="i4")
+    assert read_claims(state) == {"d": "i4"}
 
 
 def test_a_damaged_entry_is_passed_over(state):
     record = ClaimsRecord(StateStore(state))
-    save(record, a="i1")
-    save(record, b="i2")
-    save(record, c="i3")
+    save_claims(record, a="i1")
+    save_claims(record, b="i2")
+    save_claims(record, c="i3")
     data = bytearray(journal_of(state).read_bytes())
     data[data.rindex(b'"i3"') + 2] ^= 0x01  # "i3" -> "i2", checksum kept
     journal_of(state).write_bytes(bytes(data))
-    assert read(state) == {"b": "i2"}
+    assert read_claims(state) == {"b": "i2"}
 
 
 @pytest.mark.parametrize("tail", [16, 700])
@@ -98,22 +91,22 @@ def test_the_last_entry_is_read_from_the_end_whatever_its_size(
     is read whole."""
     monkeypatch.setattr(journal, "TAIL", tail)
     record = ClaimsRecord(StateStore(state))
-    save(record, a="i1")
-    save(record, **{f"d{n}": "i2" for n in range(20)})
-    assert read(state) == {f"d{n}": "i2" for n in range(20)}
-    save(record, b="i3")
+    save_claims(record, a="i1")
+    save_claims(record, **{f"d{n}": "i2" for n in range(20)})
+    assert read_claims(state) == {f"d{n}": "i2" for n in range(20)}
+    save_claims(record, b="i3")
     with open(journal_of(state), "r+b") as handle:
         handle.truncate(journal_of(state).stat().st_size - 5)
-    assert read(state) == {f"d{n}": "i2" for n in range(20)}
+    assert read_claims(state) == {f"d{n}": "i2" for n in range(20)}
 
 
 def test_a_read_of_a_long_journal_costs_an_entry(state, monkeypatch):
     """Not the whole journal: a reader after another process's bind
     reads about the last entry."""
     record = ClaimsRecord(StateStore(state))
-    save(record, a="i1")
+    save_claims(record, a="i1")
     for n in range(300):
-        save(record, **{f"d{n}": f"i{n}"})
+        save_claims(record, **{f"d{n}": f"i{n}"})
     assert journal_of(state).stat().st_size > 4 * journal.TAIL
     read_bytes = []
     real_open = open
@@ -142,7 +135,7 @@ def test_a_read_of_a_long_journal_costs_an_entry(state, monkeypatch):
         lambda *a, **k: Counted(real_open(*a, **k)),
         raising=False,
     )
-    assert read(state) == {"d299": "i299"}
+    assert read_claims(state) == {"d299": "i299"}
     assert 0 < sum(read_bytes) <= journal.TAIL
 
 
@@ -150,29 +143,29 @@ def test_entries_of_an_earlier_snapshot_are_never_read(state, monkeypatch):
     """A snapshot written, its journal's emptying lost to a crash: the
     old entries follow an earlier snapshot."""
     record = ClaimsRecord(StateStore(state))
-    save(record, a="i1")
-    save(record, b="i2")
+    save_claims(record, a="i1")
+    save_claims(record, b="i2")
     before = journal_of(state).read_bytes()
     monkeypatch.setattr(journal, "LIMIT", 0)
-    save(record, c="i3")  # a snapshot
+    save_claims(record, c="i3")  # a snapshot
     monkeypatch.undo()
     journal_of(state).write_bytes(before)
-    assert read(state) == {"c": "i3"}
+    assert read_claims(state) == {"c": "i3"}
     # and appends after them are read
-    save(ClaimsRecord(StateStore(state)), d="i4")
-    assert read(state) == {"d": "i4"}
+    save_claims(ClaimsRecord(StateStore(state)), d="i4")
+    assert read_claims(state) == {"d": "i4"}
 
 
 def test_a_full_journal_is_emptied_by_a_snapshot(state, monkeypatch):
     record = ClaimsRecord(StateStore(state))
-    save(record, a="i1")
+    save_claims(record, a="i1")
     monkeypatch.setattr(journal, "LIMIT", 600)
     sizes = []
     for n in range(8):
-        save(record, **{f"d{n}": f"i{n}"})
+        save_claims(record, **{f"d{n}": f"i{n}"})
         sizes.append(journal_of(state).stat().st_size)
         assert sizes[-1] <= 600
-        assert read(state) == {f"d{n}": f"i{n}"}
+        assert read_claims(state) == {f"d{n}": f"i{n}"}
     # emptied by each snapshot, and appended to again after it
     assert 0 in sizes[1:]
     assert all(b > 0 for a, b in itertools.pairwise(sizes) if a == 0)
@@ -184,8 +177,8 @@ def test_a_failed_flush_leaves_the_journal_and_the_records_as_they_were(
     state, monkeypatch
 ):
     record = ClaimsRecord(StateStore(state))
-    save(record, a="i1")
-    save(record, b="i2")
+    save_claims(record, a="i1")
+    save_claims(record, b="i2")
     size = journal_of(state).stat().st_size
 
     def full(fd):
@@ -193,17 +186,17 @@ def test_a_failed_flush_leaves_the_journal_and_the_records_as_they_were(
 
     monkeypatch.setattr(os, "fdatasync", full)
     with pytest.raises(StateStoreError, match=r"claims\.journal"):
-        save(record, c="i3")
+        save_claims(record, c="i3")
     monkeypatch.undo()
     assert journal_of(state).stat().st_size == size
-    assert read(state) == {"b": "i2"}
+    assert read_claims(state) == {"b": "i2"}
     with record.locked():  # held as on disk
         assert set(record.claims) == {"b"}
 
 
 def test_a_whole_entry_of_the_wrong_shape_is_corrupt_and_moved_aside(state):
     record = ClaimsRecord(StateStore(state))
-    save(record, a="i1")
+    save_claims(record, a="i1")
     base = json.loads((state / "claims.json").read_text())["epoch"]
     text = json.dumps(
         {"base": base, "record": {"epoch": 5, "claims": {"x": {}}}}
@@ -211,26 +204,26 @@ def test_a_whole_entry_of_the_wrong_shape_is_corrupt_and_moved_aside(state):
     with open(journal_of(state), "ab") as handle:
         handle.write(b"\n%08x %s\n" % (zlib.crc32(text), text))
     with pytest.raises(StateRecordCorrupt, match=r"claims\.journal"):
-        read(state)
+        read_claims(state)
     moved = ClaimsRecord(StateStore(state)).repair()
     [aside] = moved
     assert os.path.basename(aside).startswith("claims.journal.corrupt-")
-    assert read(state) == {"a": "i1"}  # the snapshot, kept
+    assert read_claims(state) == {"a": "i1"}  # the snapshot, kept
 
 
 def test_a_journal_goes_aside_with_its_snapshot(state):
     record = ClaimsRecord(StateStore(state))
-    save(record, a="i1")
-    save(record, b="i2")
+    save_claims(record, a="i1")
+    save_claims(record, b="i2")
     (state / "claims.json").write_text("{ damaged")
     moved = sorted(os.path.basename(p) for p in record.repair())
     assert [m.split(".corrupt-")[0] for m in moved] == [
         "claims.journal",
         "claims.json",
     ]
-    assert read(state) == {}
-    save(record, c="i3")  # a new snapshot and journal
-    assert read(state) == {"c": "i3"}
+    assert read_claims(state) == {}
+    save_claims(record, c="i3")  # a new snapshot and journal
+    assert read_claims(state) == {"c": "i3"}
 
 
 def test_a_record_of_the_first_format_is_replaced_not_appended_to(state):
@@ -238,11 +231,11 @@ def test_a_record_of_the_first_format_is_replaced_not_appended_to(state):
     it, so the first save writes a snapshot."""
     state.mkdir()
     (state / "claims.json").write_text(json.dumps({"a": claim("a", "i1")}))
-    assert read(state) == {"a": "i1"}
-    save(ClaimsRecord(StateStore(state)), b="i2")
+    assert read_claims(state) == {"a": "i1"}
+    save_claims(ClaimsRecord(StateStore(state)), b="i2")
     assert "epoch" in json.loads((state / "claims.json").read_text())
     assert journal_of(state).stat().st_size == 0
-    assert read(state) == {"b": "i2"}
+    assert read_claims(state) == {"b": "i2"}
 
 
 # -- a process killed while it binds and releases -----------------------
@@ -340,19 +333,19 @@ def test_claims_and_vf_types_are_written_whole_or_the_claims_not_at_all(
     before them are read again; the devices made are written with them,
     so neither is)."""
     record = ClaimsRecord(StateStore(state))
-    save(record, a="i1")
+    save_claims(record, a="i1")
     _refuse(monkeypatch, record.state, "save")
     with record.locked(), pytest.raises(StateStoreError):
         record.save({"a": claim("a", "i1"), "b": claim("b", "i2")}, {"v": 7})
     monkeypatch.undo()
-    assert read(state) == {"a": "i1"}
+    assert read_claims(state) == {"a": "i1"}
     with record.locked():
         assert set(record.claims) == {"a"} and record.vf_types == {}
     _refuse(monkeypatch, record._file, "write")
     with record.locked(), pytest.raises(StateStoreError):
         record.save({"a": claim("a", "i1"), "b": claim("b", "i2")}, {"v": 7})
     monkeypatch.undo()
-    assert read(state) == {"a": "i1"}
+    assert read_claims(state) == {"a": "i1"}
     # a device made and claimed, the write refused: neither on disk
     _refuse(monkeypatch, record._file.journal, "append")
     with record.locked(), pytest.raises(StateStoreError):

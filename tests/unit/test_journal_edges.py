@@ -10,22 +10,10 @@ import zlib
 
 import pytest
 
-from tests.records_helpers import claim, journal_of
+from tests.records_helpers import journal_of, read_claims, save_claims
 from vgpu_driver.records import journal
 from vgpu_driver.records.claims import ClaimsRecord
 from vgpu_driver.records.store import StateRecordCorrupt, StateStore
-
-
-def _save(record: ClaimsRecord, **claims: str) -> None:
-    with record.locked():
-        record.save({d: claim(d, i) for d, i in claims.items()})
-
-
-def _read(state) -> dict[str, str]:
-    """device -> instance, as a new process reads them."""
-    record = ClaimsRecord(StateStore(state))
-    with record.locked():
-        return {d: c["instance"] for d, c in record.claims.items()}
 
 
 def test_a_save_whose_journal_is_gone_writes_a_snapshot(tmp_path):
@@ -33,10 +21,10 @@ def test_a_save_whose_journal_is_gone_writes_a_snapshot(tmp_path):
     next save is written whole, not told done with nothing written."""
     state = tmp_path / "state"
     record = ClaimsRecord(StateStore(state))
-    _save(record, a="i1")
+    save_claims(record, a="i1")
     journal_of(state).unlink()
-    _save(record, b="i2")
-    assert _read(state) == {"b": "i2"}
+    save_claims(record, b="i2")
+    assert read_claims(state) == {"b": "i2"}
     assert journal_of(state).exists()  # made again with the snapshot
 
 
@@ -47,12 +35,12 @@ def test_a_whole_entry_that_is_no_entry_is_corrupt(tmp_path, entry):
     """A line whose checksum holds but which is not an entry (another
     tool's write): the record is corrupt, said by name, no traceback."""
     state = tmp_path / "state"
-    _save(ClaimsRecord(StateStore(state)), a="i1")
+    save_claims(ClaimsRecord(StateStore(state)), a="i1")
     text = json.dumps(entry).encode()
     with open(journal_of(state), "ab") as handle:
         handle.write(b"\n%08x %s\n" % (zlib.crc32(text), text))
     with pytest.raises(StateRecordCorrupt, match=r"claims\.journal"):
-        _read(state)
+        read_claims(state)
 
 
 def test_the_journal_s_directory_is_flushed_once_when_it_is_made(
@@ -83,6 +71,6 @@ def test_is_empty_says_whether_an_entry_is_there(tmp_path):
 
 def test_the_journal_is_the_owner_s_alone(tmp_path):
     state = tmp_path / "state"
-    _save(ClaimsRecord(StateStore(state)), a="i1")
+    save_claims(ClaimsRecord(StateStore(state)), a="i1")
     mode = os.stat(journal_of(state)).st_mode & 0o777
     assert mode & 0o077 == 0, oct(mode)
