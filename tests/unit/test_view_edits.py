@@ -172,11 +172,31 @@ L40 = "pci_0000_41_00_0"  # l40-sriov: VFs typed for nvidia-1150 (L40S-4Q)
 @pytest.fixture(params=["simulated", "libvirt"])
 def vf_node(request, make_conf, tmp_path):
     """A driver on the L40S SR-IOV host, on the simulated host or on the
-    libvirt adapter (its VF types in the sysfs tree it reads)."""
+    libvirt adapter (its VF types in the sysfs tree it reads), its one
+    VF typed already bound: the next bind types a VF."""
+    state = tmp_path / "state"
     if request.param == "simulated":
-        return Node(make_conf, tmp_path / "state", name="l40-sriov")
-    host, _ = modelled_host(tmp_path, name="l40-sriov")
-    return Node(make_conf, tmp_path / "state", name="l40-sriov", host=host)
+        n = Node(make_conf, state, name="l40-sriov")
+    else:
+        host, _ = modelled_host(tmp_path, name="l40-sriov")
+        n = Node(make_conf, state, name="l40-sriov", host=host)
+    n.driver.allocate_mdevs("i0", n.alloc((L40, 1)))
+    return n
+
+
+def _done_but_timed_out(n, monkeypatch, meanwhile=lambda: None):
+    """The host's VF type writes are done, ``meanwhile`` runs, then they
+    report a timeout."""
+    set_vf_type = n.host.set_vf_type
+
+    def timed_out(address, type_id):
+        set_vf_type(address, type_id)
+        meanwhile()
+        raise DeviceOperationFailed(
+            action="set vGPU type", device=address, reason="timed out"
+        )
+
+    monkeypatch.setattr(n.host, "set_vf_type", timed_out)
 
 
 def _vf_types(n):
@@ -192,18 +212,9 @@ def test_a_vf_whose_clearing_was_told_failed_but_done_is_typed_again(
     that card as the host has it: the next bind on the VF types it again
     rather than hand a guest a VF that carries no vGPU."""
     n = vf_node
-    n.driver.allocate_mdevs("i0", n.alloc((L40, 1)))  # the one typed
     [device] = n.driver.allocate_mdevs("i1", n.alloc((L40, 1)))
     assert device.kind == "vf" and device.created
-    set_vf_type = n.host.set_vf_type
-
-    def cleared_but_timed_out(address, type_id):
-        set_vf_type(address, type_id)
-        raise DeviceOperationFailed(
-            action="set vGPU type", device=address, reason="timed out"
-        )
-
-    monkeypatch.setattr(n.host, "set_vf_type", cleared_but_timed_out)
+    _done_but_timed_out(n, monkeypatch)
     n.driver.release_mdevs("i1")
     monkeypatch.undo()
     assert _vf_types(n)[device.id] == 0
@@ -222,7 +233,6 @@ def test_a_vf_typed_by_a_bind_and_cleared_behind_it_is_read_so(vf_node):
     reading (the host then reads as before the bind): the view has it as
     the host does, not as the bind left it."""
     n = vf_node
-    n.driver.allocate_mdevs("i0", n.alloc((L40, 1)))  # the one typed
     [device] = n.driver.allocate_mdevs("i1", n.alloc((L40, 1)))
     assert device.created and _view_types(n)[device.id] == 1150
     n.host.set_vf_type(device.id, 0)  # as another manager writes sysfs
@@ -238,17 +248,7 @@ def test_a_vf_typed_by_a_failed_bind_told_not_typed_is_read_so(
     untyped in the view; the host then reads as that task read it): the
     next reading has the VF typed, as the host does."""
     n = vf_node
-    n.driver.allocate_mdevs("i0", n.alloc((L40, 1)))  # the one typed
-    set_vf_type = n.host.set_vf_type
-
-    def typed_but_timed_out(address, type_id):
-        set_vf_type(address, type_id)
-        n.update()  # the periodic task, beside the bind
-        raise DeviceOperationFailed(
-            action="set vGPU type", device=address, reason="timed out"
-        )
-
-    monkeypatch.setattr(n.host, "set_vf_type", typed_but_timed_out)
+    _done_but_timed_out(n, monkeypatch, n.update)  # the periodic task
     with pytest.raises(DeviceOperationFailed):
         n.driver.allocate_mdevs("i1", n.alloc((L40, 1)))
     monkeypatch.undo()
@@ -264,7 +264,6 @@ def test_a_vf_clearing_told_done_that_was_not_done_is_read_so(
     the next reading has the VF typed, as the host does, not free to be
     typed again."""
     n = vf_node
-    n.driver.allocate_mdevs("i0", n.alloc((L40, 1)))  # the one typed
     [device] = n.driver.allocate_mdevs("i1", n.alloc((L40, 1)))
     n.update()
     monkeypatch.setattr(n.host, "set_vf_type", lambda address, type_id: None)
