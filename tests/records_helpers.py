@@ -6,6 +6,8 @@ state directory of its own."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import textwrap
 import uuid
 from pathlib import Path
@@ -15,7 +17,7 @@ from oslo_config import cfg
 from vgpu_driver import conf as vconf
 from vgpu_driver.records.claims import ClaimsRecord
 from vgpu_driver.records.journal import Journal
-from vgpu_driver.records.store import StateStore
+from vgpu_driver.records.store import LOCK_FILE, StateStore
 
 
 def claims_on_disk(state: Path) -> dict:
@@ -82,6 +84,19 @@ def claim(device: str, instance: str) -> dict:
 def journal_of(state):
     """The claims' journal in ``state``."""
     return state / "claims.journal"
+
+
+def lock_is_free(state: Path) -> bool:
+    """Could another process (another open file description) take the
+    records' lock in ``state`` now?"""
+    fd = os.open(state / LOCK_FILE, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def save_claims(record: ClaimsRecord, **claims: str) -> None:

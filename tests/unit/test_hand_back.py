@@ -3,28 +3,13 @@ recorded under the records' lock, the host changed outside it."""
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 
 from tests import records_helpers
 from tests.helpers import Node
 from vgpu_driver.model.device import Guest
-from vgpu_driver.records.store import LOCK_FILE
 
 PF = "pci_0000_41_00_0"  # l40-sriov
-
-
-def _lock_is_free(state) -> bool:
-    """Can another open file description take the records' lock now?"""
-    fd = os.open(state / LOCK_FILE, os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
 
 
 def test_a_vf_a_guest_let_go_of_is_cleared_outside_the_lock(
@@ -39,7 +24,7 @@ def test_a_vf_a_guest_let_go_of_is_cleared_outside_the_lock(
     set_vf_type = n.host.set_vf_type
 
     def watched(address, number):
-        seen.append((address, number, _lock_is_free(state)))
+        seen.append((address, number, records_helpers.lock_is_free(state)))
         set_vf_type(address, number)
 
     n.host.set_vf_type = watched

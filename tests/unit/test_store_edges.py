@@ -4,11 +4,11 @@ that changes nothing, a record already moved aside by another process
 
 from __future__ import annotations
 
-import fcntl
 import os
 
 import pytest
 
+from tests.records_helpers import lock_is_free
 from vgpu_driver.records.store import StateStore, StateStoreError
 
 
@@ -46,18 +46,6 @@ def test_a_record_another_process_moved_aside_is_not_an_error(tmp_path):
     ]
 
 
-def _lock_is_free(store):
-    """Could another process take the records' lock now?"""
-    fd = os.open(store.directory / ".lock", os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-    return True
-
-
 def test_a_nested_hold_keeps_the_lock_until_the_outermost_ends(tmp_path):
     """A save inside a held lock (as every compare-and-act is) must not
     let another process in when the save's own hold ends."""
@@ -65,8 +53,8 @@ def test_a_nested_hold_keeps_the_lock_until_the_outermost_ends(tmp_path):
     store.save("claims", {})
     with store.locked():
         store.save("claims", {"a": 1})  # takes and leaves the lock again
-        assert not _lock_is_free(store)
-    assert _lock_is_free(store)
+        assert not lock_is_free(store.directory)
+    assert lock_is_free(store.directory)
 
 
 def test_a_save_that_fails_leaves_no_temporary_file(tmp_path):
