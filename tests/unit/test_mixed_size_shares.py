@@ -202,3 +202,19 @@ def test_a_share_of_a_card_of_unknown_size_is_of_what_still_fits():
     assert card.share("nvidia-1518", 50, used=3) == 13
     assert card.share("nvidia-1518", 50, used=20) == 0
     assert card.share("nvidia-9", 100, used=0) == 0  # neither: no room
+
+
+def test_a_type_full_within_its_share_reserves_nothing_more(
+    make_conf, tmp_path
+):
+    """Shares of 100 each, both DC-48Q of the card placed: the type is
+    full (its total is what is in use) and its share is spent; it has
+    nothing free, so nothing of it is reserved (a reservation there would
+    count a unit the card does not have)."""
+    card = shared_card(make_conf, tmp_path, (100, 100))
+    rp = card.tree.data(f"node1_{SECOND}").uuid
+    for n in range(2):
+        card.driver.allocate_mdevs(
+            f"i{n}", {rp: {"resources": {"CUSTOM_DC_48Q": 1}}}
+        )
+    assert planned(card, "total", "reserved") == {CARD: (0, 0), SECOND: (2, 0)}
