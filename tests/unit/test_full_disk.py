@@ -11,10 +11,14 @@ import uuid
 import pytest
 
 from tests.helpers import Node
+from tests.modelled_libvirt import modelled_host
 from tests.records_helpers import claims_on_disk
 from vgpu_driver.model.device import Guest
 from vgpu_driver.records.store import StateStoreError
 from vgpu_driver.service.ledger import Ledger
+from vgpu_driver.sim import guest_xml
+from vgpu_driver.sim.mdev_libvirt import mdev_xml
+from vgpu_driver.sim.specs import GuestSpec
 
 PF = "pci_0000_41_00_0"  # l40-sriov
 
@@ -303,3 +307,28 @@ def test_traits_a_full_disk_kept_off_disk_are_written_at_the_confirm(
     n.driver.confirm_flushed()
     traits = json.loads(traits_file.read_text())
     assert "CUSTOM_MORE" in traits["node1_pci_0000_85_00_0"]
+
+
+def test_an_mdev_a_guest_takes_while_full_is_written_at_the_next_reading(
+    make_conf, tmp_path, full_disk
+):
+    """On the libvirt adapter, whose readings follow the parents the
+    host names: another manager makes an mdev and a guest outside Nova
+    takes it while the record of mdevs seen cannot be written. That
+    reading leaves the record to the next one, which writes it, though
+    the host did not change since."""
+    state = tmp_path / "state"
+    host, conn = modelled_host(tmp_path)
+    n = Node(make_conf, state, host=host)
+    parent = "pci_0000_85_00_0"
+    made = "5e0e7c1a-0000-4000-8000-0000000000a1"
+    full_disk(n)
+    conn.nodeDeviceCreateXML(mdev_xml(parent, "nvidia-35", made), 0)
+    guest = GuestSpec(uuid=str(uuid.uuid4()), name="outside", mdevs=[made])
+    conn.defineXML(guest_xml.render_guest(guest))
+    n.driver.domain_event(guest.uuid, True)
+    n.update()
+    assert made not in _seen_on_disk(state)
+    full_disk(n, False)
+    n.update()
+    assert _seen_on_disk(state)[made] == [parent, "nvidia-35"]
