@@ -19,6 +19,13 @@ EXPECTED_DIFFERENCES with the reason; such a test must fail (if it
 passes, the difference is gone and the list is wrong: that is a failure).
 Prints one row per test: test / result / note. Exit status 1 on any
 failure.
+
+A test that hangs fails rather than stalling the run: each has Nova's
+own per-test timeout (oslotest's ``OS_TEST_TIMEOUT``, as Nova's tox
+sets it), and a watchdog on a thread of its own (not a green one) ends
+the run if a test outlives that by far, after writing every thread's and
+greenlet's stack to the log (a hung green thread never gives the timeout
+a chance to fire).
 """
 
 from __future__ import annotations
@@ -27,8 +34,14 @@ import argparse
 import os
 import sys
 import time
+import traceback
 import unittest
 from typing import TextIO
+
+# Nova's tox runs its functional tests with this per-test timeout
+TEST_TIMEOUT = 160
+# the watchdog's limit for one test, should the timeout never fire
+HANG_SECONDS = 2 * TEST_TIMEOUT
 
 MODULES = (
     "nova.tests.functional.libvirt.test_vgpu",
@@ -102,15 +115,21 @@ class Result(unittest.TestResult):
         super().__init__()
         self.out = out
         self.rows: list[tuple[str, str, str, float]] = []
-        self._started = 0.0
+        self.started = 0.0
+        self.current = ""
 
     def startTest(self, test: unittest.TestCase) -> None:
         super().startTest(test)
-        self._started = time.monotonic()
+        self.started = time.monotonic()
+        self.current = test.id()
         print(f"  running {test.id()}", file=self.out, flush=True)
 
+    def stopTest(self, test: unittest.TestCase) -> None:
+        super().stopTest(test)
+        self.current = ""
+
     def _row(self, test: unittest.TestCase, outcome: str, note: str) -> None:
-        took = time.monotonic() - self._started
+        took = time.monotonic() - self.started
         self.rows.append((test.id(), outcome, note, took))
 
     def addSuccess(self, test: unittest.TestCase) -> None:
@@ -128,6 +147,57 @@ class Result(unittest.TestResult):
     def addSkip(self, test: unittest.TestCase, reason: str) -> None:
         super().addSkip(test, reason)
         self._row(test, "skip", reason)
+
+
+def dump_stacks(log: TextIO) -> None:
+    """Every thread's and every green thread's stack, to the log."""
+    import gc
+
+    for ident, frame in sys._current_frames().items():
+        print(f"--- thread {ident}", file=log)
+        traceback.print_stack(frame, file=log)
+    try:
+        import greenlet
+    except ImportError:
+        return
+    for obj in gc.get_objects():
+        if isinstance(obj, greenlet.greenlet) and obj.gr_frame is not None:
+            print(f"--- greenlet {obj!r}", file=log)
+            traceback.print_stack(obj.gr_frame, file=log)
+
+
+def start_watchdog(result: Result, limit: float) -> None:
+    """End the run if one test has run for ``limit`` seconds: first the
+    stacks to the log (stderr), then a line on the table, then exit 1.
+    Runs on an OS thread even where eventlet has patched threading, so a
+    green thread that blocks the hub cannot stop it."""
+    if "eventlet" in sys.modules:
+        from eventlet import patcher
+
+        threading = patcher.original("threading")
+        sleep = patcher.original("time").sleep
+    else:
+        import threading
+
+        sleep = time.sleep
+
+    def watch() -> None:
+        while True:
+            sleep(5)
+            running = time.monotonic() - result.started
+            if result.current and running > limit:
+                print(f"\n=== {result.current} hung", file=sys.stderr)
+                dump_stacks(sys.stderr)
+                sys.stderr.flush()
+                print(
+                    f"{result.current}: still running after {running:.0f} "
+                    "s; the run is stopped (stacks in Nova's log)",
+                    file=result.out,
+                    flush=True,
+                )
+                os._exit(1)
+
+    threading.Thread(target=watch, name="watchdog", daemon=True).start()
 
 
 def judge(rows, integrated):
@@ -184,12 +254,14 @@ def main() -> int:
     out = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    os.environ.setdefault("OS_TEST_TIMEOUT", str(TEST_TIMEOUT))
     if not args.baseline:
         integrate()
     suite = unittest.defaultTestLoader.loadTestsFromNames(
         args.tests or MODULES
     )
     result = Result(out)
+    start_watchdog(result, HANG_SECONDS)
     started = time.monotonic()
     suite.run(result)
     elapsed = time.monotonic() - started
