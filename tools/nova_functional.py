@@ -23,9 +23,9 @@ failure.
 A test that hangs fails rather than stalling the run: each has Nova's
 own per-test timeout (oslotest's ``OS_TEST_TIMEOUT``, as Nova's tox
 sets it), and a watchdog on a thread of its own (not a green one) ends
-the run if a test outlives that by far, after writing every thread's and
-greenlet's stack to the log (a hung green thread never gives the timeout
-a chance to fire).
+the run if a test outlives that by far, after printing the stacks of the
+threads and green threads in Nova's or the library's code (a call that
+blocks the whole process never gives the timeout a chance to fire).
 """
 
 from __future__ import annotations
@@ -149,26 +149,51 @@ class Result(unittest.TestResult):
         self._row(test, "skip", reason)
 
 
-def dump_stacks(log: TextIO) -> None:
-    """Every thread's and every green thread's stack, to the log."""
+def dump_stacks(out: TextIO) -> None:
+    """The stack of the main thread and of every other thread and green
+    thread that is in Nova's or this library's code (idle pool workers
+    and the hub left out)."""
     import gc
 
+    def ours(frame) -> bool:
+        stack = traceback.extract_stack(frame)
+        return any(
+            "/nova/" in f.filename or "vgpu_driver" in f.filename
+            for f in stack
+        )
+
+    main = threading_main_ident()
     for ident, frame in sys._current_frames().items():
-        print(f"--- thread {ident}", file=log)
-        traceback.print_stack(frame, file=log)
+        if ident == main or ours(frame):
+            print(f"--- thread {ident}", file=out)
+            traceback.print_stack(frame, file=out)
     try:
         import greenlet
     except ImportError:
         return
     for obj in gc.get_objects():
-        if isinstance(obj, greenlet.greenlet) and obj.gr_frame is not None:
-            print(f"--- greenlet {obj!r}", file=log)
-            traceback.print_stack(obj.gr_frame, file=log)
+        if (
+            isinstance(obj, greenlet.greenlet)
+            and obj.gr_frame is not None
+            and ours(obj.gr_frame)
+        ):
+            print(f"--- green thread {obj!r}", file=out)
+            traceback.print_stack(obj.gr_frame, file=out)
+
+
+def threading_main_ident() -> int:
+    if "eventlet" in sys.modules:
+        from eventlet import patcher
+
+        return patcher.original("threading").main_thread().ident
+    import threading
+
+    return threading.main_thread().ident
 
 
 def start_watchdog(result: Result, limit: float) -> None:
     """End the run if one test has run for ``limit`` seconds: first the
-    stacks to the log (stderr), then a line on the table, then exit 1.
+    stacks and a line on the table (stdout), then exit 1.
     Runs on an OS thread even where eventlet has patched threading, so a
     green thread that blocks the hub cannot stop it."""
     if "eventlet" in sys.modules:
@@ -186,12 +211,11 @@ def start_watchdog(result: Result, limit: float) -> None:
             sleep(5)
             running = time.monotonic() - result.started
             if result.current and running > limit:
-                print(f"\n=== {result.current} hung", file=sys.stderr)
-                dump_stacks(sys.stderr)
-                sys.stderr.flush()
+                print(f"\n=== {result.current} hung", file=result.out)
+                dump_stacks(result.out)
                 print(
                     f"{result.current}: still running after {running:.0f} "
-                    "s; the run is stopped (stacks in Nova's log)",
+                    "s; the run is stopped (the stacks are above)",
                     file=result.out,
                     flush=True,
                 )
