@@ -22,10 +22,10 @@ failure.
 
 A test that hangs fails rather than stalling the run: each has Nova's
 own per-test timeout (oslotest's ``OS_TEST_TIMEOUT``, as Nova's tox
-sets it), and a watchdog on a thread of its own (not a green one) ends
-the run if a test outlives that by far, after printing the stacks of the
-threads and green threads in Nova's or the library's code (a call that
-blocks the whole process never gives the timeout a chance to fire).
+sets it), and tools/nova_watchdog.py ends the run, with the stacks, if a
+test outlives that by far (a call that blocks the whole process never
+gives the timeout a chance to fire) or if Nova 34's own test fixtures
+deadlock (exit status 75: tools/nova-functional runs again once).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import argparse
 import os
 import sys
 import time
-import traceback
 import unittest
 from typing import TextIO
 
@@ -149,81 +148,6 @@ class Result(unittest.TestResult):
         self._row(test, "skip", reason)
 
 
-def dump_stacks(out: TextIO) -> None:
-    """The stack of the main thread and of every other thread and green
-    thread that is in Nova's or this library's code (idle pool workers
-    and the hub left out)."""
-    import gc
-
-    def ours(frame) -> bool:
-        stack = traceback.extract_stack(frame)
-        return any(
-            "/nova/" in f.filename or "vgpu_driver" in f.filename
-            for f in stack
-        )
-
-    main = threading_main_ident()
-    for ident, frame in sys._current_frames().items():
-        if ident == main or ours(frame):
-            print(f"--- thread {ident}", file=out)
-            traceback.print_stack(frame, file=out)
-    try:
-        import greenlet
-    except ImportError:
-        return
-    for obj in gc.get_objects():
-        if (
-            isinstance(obj, greenlet.greenlet)
-            and obj.gr_frame is not None
-            and ours(obj.gr_frame)
-        ):
-            print(f"--- green thread {obj!r}", file=out)
-            traceback.print_stack(obj.gr_frame, file=out)
-
-
-def threading_main_ident() -> int:
-    if "eventlet" in sys.modules:
-        from eventlet import patcher
-
-        return patcher.original("threading").main_thread().ident
-    import threading
-
-    return threading.main_thread().ident
-
-
-def start_watchdog(result: Result, limit: float) -> None:
-    """End the run if one test has run for ``limit`` seconds: first the
-    stacks and a line on the table (stdout), then exit 1.
-    Runs on an OS thread even where eventlet has patched threading, so a
-    green thread that blocks the hub cannot stop it."""
-    if "eventlet" in sys.modules:
-        from eventlet import patcher
-
-        threading = patcher.original("threading")
-        sleep = patcher.original("time").sleep
-    else:
-        import threading
-
-        sleep = time.sleep
-
-    def watch() -> None:
-        while True:
-            sleep(5)
-            running = time.monotonic() - result.started
-            if result.current and running > limit:
-                print(f"\n=== {result.current} hung", file=result.out)
-                dump_stacks(result.out)
-                print(
-                    f"{result.current}: still running after {running:.0f} "
-                    "s; the run is stopped (the stacks are above)",
-                    file=result.out,
-                    flush=True,
-                )
-                os._exit(1)
-
-    threading.Thread(target=watch, name="watchdog", daemon=True).start()
-
-
 def judge(rows, integrated):
     """(test, result, note, seconds) with expected differences applied:
     one holds only if the test fails at the assertion named, as named."""
@@ -285,7 +209,11 @@ def main() -> int:
         args.tests or MODULES
     )
     result = Result(out)
-    start_watchdog(result, HANG_SECONDS)
+    import nova_watchdog  # beside this file
+
+    nova_watchdog.start(
+        lambda: (result.current, result.started), out, HANG_SECONDS
+    )
     started = time.monotonic()
     suite.run(result)
     elapsed = time.monotonic() - started
