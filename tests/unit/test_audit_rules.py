@@ -145,3 +145,27 @@ def test_a_guest_outside_nova_is_named_not_sent_to_heal_allocations():
     }
     [finding] = [f for f in found if f.kind == "guest_outside_nova"]
     assert "2 device(s)" in finding.detail and not finding.fixable
+
+
+def test_a_nova_guest_placement_holds_nothing_for_is_named_per_device():
+    """Placement answered and holds nothing for a Nova guest that uses an
+    mdev and a VF: each device it uses is a finding (the allocation is
+    for the operator to heal), not skipped as a guest outside Nova is."""
+    found = findings(allocations={})
+    kinds = [(f.kind, f.subject) for f in found]
+    assert kinds.count(("guest_device_without_allocation", "g1")) == 2
+    details = " ".join(
+        f.detail for f in found if f.kind == "guest_device_without_allocation"
+    )
+    assert "p1" in details and "pf" in details
+
+
+def test_a_finding_as_a_dict_carries_every_field():
+    """What ``audit --json`` prints of each finding."""
+    [finding] = findings()
+    assert finding.as_dict() == {
+        "kind": "orphaned_free_mdev",
+        "subject": "m-old",
+        "detail": finding.detail,
+        "fixable": True,
+    }
