@@ -243,7 +243,10 @@ def test_a_record_of_the_first_format_is_replaced_not_appended_to(state):
 
 def _bind_and_release_until_killed(state, host_file, acks) -> None:
     """Bind and release one instance after another, saying each done;
-    the journal kept small, so snapshots are written too."""
+    the journal kept small, so snapshots are written too. ``acks`` is a
+    pipe's end: ``send`` has written to the pipe when it returns (a
+    queue's ``put`` hands its item to a feeder thread a kill can beat,
+    so the test saw binds done that were never said)."""
 
     journal.LIMIT = 4096
     host = helpers.FileBackedHost(Path(host_file))
@@ -260,9 +263,9 @@ def _bind_and_release_until_killed(state, host_file, acks) -> None:
         [device] = driver.allocate_mdevs(
             instance, {rp: {"resources": {"VGPU": 1}}}
         )
-        acks.put(("bound", instance, device.id))
+        acks.send(("bound", instance, device.id))
         driver.release_mdevs(instance)
-        acks.put(("released", instance, device.id))
+        acks.send(("released", instance, device.id))
         n += 1
 
 
@@ -282,18 +285,27 @@ def test_a_process_killed_at_any_point_leaves_what_it_said_it_saved(
     host_file = tmp_path / "host.pickle"
     helpers.FileBackedHost(host_file, helpers.load("m10"))
     ctx = multiprocessing.get_context("spawn")
-    acks = ctx.Queue()
+    acks, worker_end = ctx.Pipe(duplex=False)
     worker = ctx.Process(
         target=_bind_and_release_until_killed,
-        args=(str(state), str(host_file), acks),
+        args=(str(state), str(host_file), worker_end),
     )
     worker.start()
-    said = [acks.get(timeout=120) for _ in range(after)]
+    worker_end.close()
+
+    def said_next():
+        assert acks.poll(120), "the worker said nothing for 120 s"
+        return acks.recv()
+
+    said = [said_next() for _ in range(after)]
     time.sleep(0.001 * after)  # into the next operation, or later
     os.kill(worker.pid, signal.SIGKILL)
     worker.join(timeout=30)
-    while not acks.empty():  # acknowledged before it died
-        said.append(acks.get())
+    while acks.poll():  # acknowledged before it died
+        try:
+            said.append(acks.recv())
+        except EOFError:  # the pipe's last writer is gone
+            break
     kind, instance, device = said[-1]
     record = ClaimsRecord(StateStore(state))
     with record.locked():
