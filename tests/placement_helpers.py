@@ -144,15 +144,26 @@ def add_trait(client, rp, trait):
     )
 
 
-def allocate(client, consumer, rp_uuid, rc="VGPU", amount=1):
+def put_allocations(client, consumer, allocations, project="p", user="u"):
+    """Replace ``consumer``'s allocations (provider uuid -> resources).
+    The Placement is the session's and the hosts' guests have fixed
+    uuids, so another test may have left this consumer allocations: its
+    generation is read first (a new consumer's is None)."""
+    held = client.request("GET", f"/allocations/{consumer}").body
     client.request(
         "PUT",
         f"/allocations/{consumer}",
         body={
-            "allocations": {rp_uuid: {"resources": {rc: amount}}},
-            "project_id": "p",
-            "user_id": "u",
-            "consumer_generation": None,
+            "allocations": {
+                rp: {"resources": res} for rp, res in allocations.items()
+            },
+            "project_id": project,
+            "user_id": user,
+            "consumer_generation": held.get("consumer_generation"),
         },
         ok=(204,),
     )
+
+
+def allocate(client, consumer, rp_uuid, rc="VGPU", amount=1):
+    put_allocations(client, consumer, {rp_uuid: {rc: amount}})

@@ -8,7 +8,7 @@ import pytest
 
 from tests import helpers
 from tests.placement_helpers import PlacementNode as Node
-from tests.placement_helpers import placement_view
+from tests.placement_helpers import placement_view, put_allocations
 from vgpu_driver.exception import ReshapeFailed
 from vgpu_driver.placement.sync import root_uuid_for
 
@@ -38,19 +38,7 @@ def make_provider(client, name, parent=None, uuid_=None, inventory=None):
 
 
 def put_allocation(client, consumer, allocations):
-    client.request(
-        "PUT",
-        f"/allocations/{consumer}",
-        body={
-            "allocations": {
-                rp: {"resources": res} for rp, res in allocations.items()
-            },
-            "project_id": "p1",
-            "user_id": "u1",
-            "consumer_generation": None,
-        },
-        ok=(204,),
-    )
+    put_allocations(client, consumer, allocations, "p1", "u1")
 
 
 def get_allocation(client, consumer):
