@@ -254,3 +254,29 @@ def test_placement_down_is_a_clear_error_and_the_next_sync_finishes(
         node.sync()
     traits = placement_view(client, node.nodename)["pci_0000_84_00_0"][1]
     assert "CUSTOM_SILVER" in traits and "CUSTOM_GOLD" not in traits
+
+
+def test_generations_after_a_batched_write_are_placements(
+    placement_url, tmp_path
+):
+    """The first sync sends its inventories in one POST /reshaper, whose
+    answer carries no generations: the view follows Placement's rule (an
+    inventory bumps a provider twice). Each provider's next write, sent
+    with the generation the view keeps, is taken the first time: no 409
+    and no re-read."""
+    node = Node(placement_url, tmp_path, host_name="m10")
+    node.sync()
+    client = node.syncer.client
+    posts = client.statuses[204]
+    assert posts, "the inventories went in one reshaper request"
+    for cap in ("3", "2"):  # each a write of two device providers
+        node.configure(
+            node.description.config.replace(
+                "[vgpu_nvidia-36]", f"[vgpu_nvidia-36]\nmax_instances = {cap}"
+            ).replace(
+                "[vgpu_nvidia-35]", f"[vgpu_nvidia-35]\nmax_instances = {cap}"
+            )
+        )
+        report = node.sync()
+        assert len(report.updated) >= 2
+    assert client.statuses[409] == 0
