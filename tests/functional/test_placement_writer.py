@@ -131,3 +131,43 @@ def test_a_create_refused_for_a_provider_gone_by_then_is_named(client):
     name = f"{nodename}_pci_0000_41_00_0"
     with pytest.raises(PlacementError, match=name):
         writer.ensure_provider(taken, name, root, SyncReport())
+
+
+def test_generations_after_a_batch_that_empties_a_provider(client):
+    """One POST /reshaper empties one provider and changes another: the
+    view's generations follow Placement's rule (one bump for an emptied
+    inventory, two for another), so the next write to each is taken the
+    first time."""
+    from vgpu_driver.placement import reshaper
+
+    nodename = f"writer-batch-{uuid.uuid4().hex[:8]}"
+    root = made_by_someone(client, nodename)["uuid"]
+    children = []
+    for n in range(2):
+        name = f"{nodename}_pci_0000_4{n}_00_0"
+        child = made_by_someone(client, name, parent=root)
+        client.request(
+            "PUT",
+            f"/resource_providers/{child['uuid']}/inventories",
+            body={
+                "resource_provider_generation": child["generation"],
+                "inventories": {"VGPU": {"total": 4}},
+            },
+        )
+        children.append((child["uuid"], name))
+    view, writer = writer_for(client, nodename)
+    view.refresh()
+    (emptied, emptied_name), (changed, changed_name) = children
+    report = SyncReport()
+    assert reshaper.batch_inventories(
+        writer,
+        [
+            (emptied, emptied_name, {}),
+            (changed, changed_name, {"VGPU": {"total": 2, "reserved": 0}}),
+        ],
+        report,
+    )
+    conflicts = client.statuses[409]
+    writer.set_traits(emptied, emptied_name, {"HW_GPU_API_VULKAN"}, report)
+    writer.set_traits(changed, changed_name, {"HW_GPU_API_VULKAN"}, report)
+    assert client.statuses[409] == conflicts

@@ -72,7 +72,13 @@ def test_vgpu_on_the_root_moves_to_per_pgpu_children(
         client.request("DELETE", f"/allocations/{consumer}", ok=(204, 404))
     put_allocation(client, on_84, {root: {"VCPU": 2, "VGPU": 1}})
     put_allocation(client, on_86, {root: {"VGPU": 1}})
-    node.sync()
+    report = node.sync()
+    # the pass says what its reshape did: the children made, the root
+    # changed (the flush after the reshape finds both as wanted)
+    assert report.created == [
+        f"{node.nodename}_pci_0000_{bus}_00_0" for bus in (84, 85, 86)
+    ]
+    assert node.nodename in report.updated
     view = placement_view(client, node.nodename)
     assert view[node.nodename][0] == {"VCPU": (16, 0)}  # VGPU left the root
     rp84, rp86 = view["pci_0000_84_00_0"][2], view["pci_0000_86_00_0"][2]

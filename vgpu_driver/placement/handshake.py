@@ -15,6 +15,7 @@ def sync_placement(driver: Any, syncer: Any) -> Any:
     before = syncer.reported_requests
     created_root = syncer.claim_root()
     tree = syncer.read_tree()
+    reshaped = None
     try:
         driver.update_provider_tree(tree, syncer.nodename)
     except ReshapeNeeded:
@@ -25,10 +26,16 @@ def sync_placement(driver: Any, syncer: Any) -> Any:
         driver.update_provider_tree(
             tree, syncer.nodename, allocations=allocations
         )
-        syncer.reshape(tree, allocations)
+        reshaped = syncer.reshape(tree, allocations)
         tree = syncer.read_tree()
         driver.update_provider_tree(tree, syncer.nodename)
     report = syncer.flush(tree)
+    if reshaped is not None:
+        # what the reshape wrote is this pass's too (the flush after it
+        # finds those providers as wanted)
+        report.created[:0] = reshaped.created
+        for name in reshaped.updated:
+            report.note_updated(name)
     if created_root:
         report.created.insert(0, created_root)
     driver.confirm_flushed()
