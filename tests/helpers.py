@@ -44,6 +44,18 @@ M10_PARENT = Parent(
 )
 
 
+def tool(name: str) -> Any:
+    """A module of ``tools/`` (not a package), loaded by its path."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "tools" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def load(name: str) -> hostdesc.HostDescription:
     return hostdesc.load(name)
 

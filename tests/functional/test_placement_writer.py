@@ -36,6 +36,19 @@ def made_by_someone(client, name, parent=None):
     return client.request("POST", "/resource_providers", body=body).body
 
 
+def node_with_a_child(client, kind):
+    """A node whose root and one device provider someone else made, and
+    a writer whose view has read them: (view, writer, root, name,
+    child uuid)."""
+    nodename = f"writer-{kind}-{uuid.uuid4().hex[:8]}"
+    root = made_by_someone(client, nodename)["uuid"]
+    name = f"{nodename}_pci_0000_41_00_0"
+    child = made_by_someone(client, name, parent=root)["uuid"]
+    view, writer = writer_for(client, nodename)
+    view.refresh()
+    return view, writer, root, name, child
+
+
 def test_a_root_nova_made_meanwhile_is_adopted_as_the_known_root(client):
     nodename = f"writer-root-{uuid.uuid4().hex[:8]}"
     view, writer = writer_for(client, nodename)
@@ -59,24 +72,14 @@ def test_a_root_made_here_is_the_known_root(client):
 
 
 def test_a_child_made_by_name_under_another_uuid_is_adopted(client):
-    nodename = f"writer-child-{uuid.uuid4().hex[:8]}"
-    root = made_by_someone(client, nodename)["uuid"]
-    name = f"{nodename}_pci_0000_41_00_0"
-    theirs = made_by_someone(client, name, parent=root)["uuid"]
-    view, writer = writer_for(client, nodename)
-    view.refresh()
+    _view, writer, root, name, theirs = node_with_a_child(client, "child")
     report = SyncReport()
     got = writer.ensure_provider(str(uuid.uuid4()), name, root, report)
     assert got == theirs and report.created == []
 
 
 def test_deleting_a_provider_someone_deleted_already_is_done(client):
-    nodename = f"writer-gone-{uuid.uuid4().hex[:8]}"
-    root = made_by_someone(client, nodename)["uuid"]
-    name = f"{nodename}_pci_0000_41_00_0"
-    child = made_by_someone(client, name, parent=root)["uuid"]
-    view, writer = writer_for(client, nodename)
-    view.refresh()
+    view, writer, _root, name, child = node_with_a_child(client, "gone")
     client.request("DELETE", f"/resource_providers/{child}", ok=(204,))
     report = SyncReport()
     writer.delete(view.providers[child], report)
@@ -98,12 +101,7 @@ def deleted_when_reread(client, view):
 
 
 def test_a_provider_deleted_in_the_middle_of_a_write_is_named(client):
-    nodename = f"writer-race-{uuid.uuid4().hex[:8]}"
-    root = made_by_someone(client, nodename)["uuid"]
-    name = f"{nodename}_pci_0000_41_00_0"
-    child = made_by_someone(client, name, parent=root)["uuid"]
-    view, writer = writer_for(client, nodename)
-    view.refresh()
+    view, writer, _root, name, child = node_with_a_child(client, "race")
     # someone else writes first: our generation is stale, a 409 follows
     client.request(
         "PUT",

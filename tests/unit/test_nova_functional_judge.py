@@ -3,17 +3,11 @@ expected: the named assertion failing the named way."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "nova_functional.py"
+from tests import helpers
 
 
 def tool():
-    spec = importlib.util.spec_from_file_location("nova_functional", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return helpers.tool("nova_functional")
 
 
 def test_only_the_named_assertion_failing_as_named_is_expected():

@@ -4,18 +4,13 @@ inside ``_run_periodics``, and a reader on the CellDatabases lock."""
 
 from __future__ import annotations
 
-import importlib.util
 import traceback
-from pathlib import Path
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "nova_watchdog.py"
+from tests import helpers
 
 
 def tool():
-    spec = importlib.util.spec_from_file_location("nova_watchdog", TOOL)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return helpers.tool("nova_watchdog")
 
 
 def stack(*calls: str) -> list[traceback.FrameSummary]:
