@@ -195,3 +195,26 @@ def test_a_full_reading_forgets_gone_mdevs_no_guest_uses(node):
     n.driver.discover(rescan_guests=True)
     seen = n.driver.seen_mdevs()
     assert used in seen and M10_FREE_ON_86 not in seen
+
+
+def test_an_mdev_on_a_parent_not_listed_takes_the_reading_whole(node):
+    """A reading whose new mdev names a parent it does not list (no
+    parent to follow it on): the mdevs seen and the binder's view do not
+    follow it as a change of the parents listed (which would leave it
+    out); the reading is taken whole, and the mdev is seen where it
+    is."""
+    n = node()
+    n.driver.discover()
+    reading = n.driver._refresher.reading
+    taken = reading._taken
+    assert taken is not None and taken.guests_known
+    mdev = dataclasses.replace(
+        taken.mdevs[0], uuid=str(uuid.uuid4()), parent="pci_0000_ff_00_0"
+    )
+    now = with_devices(taken, taken.parents, (mdev,), (), taken.generation + 1)
+    assert now is not None and now.device_changes[1] == {mdev.parent}
+    assert reading._follow(taken, now) is False
+    assert mdev.uuid not in n.driver.seen_mdevs()
+    reading._take_in(now, rescan=False)
+    assert reading._taken is now
+    assert n.driver.seen_mdevs()[mdev.uuid] == (mdev.parent, mdev.type_id)
