@@ -139,6 +139,7 @@ def test_retries_back_off_exponentially(placement_url, tmp_path):
         proxy.fail_next = 10
         with pytest.raises(PlacementUnavailable, match="4 attempts"):
             client.request("GET", "/resource_providers")
+        assert proxy.fail_next == 10 - 4  # 4 requests sent, not one more
         assert waits[3:] == [0.5, 1.0, 2.0]
         proxy.fail_next, proxy.fail_status = 1, 500  # Placement's own bug
         assert client.request("GET", "/resource_providers").status == 200

@@ -111,9 +111,37 @@ def test_a_refused_connection_is_tried_max_attempts_times(tmp_path):
     conf.set_override("max_attempts", 3, "placement")
     conf.set_override("retry_delay", 0.5, "placement")
     waits = []
-    with pytest.raises(PlacementUnavailable, match="after 3 attempts"):
+    with pytest.raises(PlacementUnavailable, match="after 3 attempts") as no:
         client_from_conf(conf, sleep=waits.append)
     assert waits == [0.5, 1.0]
+    # the endpoint it tried, named by its address
+    assert str(no.value).startswith(f"Placement at {url} did not answer")
+    conf.set_override("max_attempts", 1, "placement")  # the least allowed
+    with pytest.raises(PlacementUnavailable, match="after 1 attempt"):
+        client_from_conf(conf, sleep=waits.append)
+    assert waits == [0.5, 1.0]  # tried once: no wait
+
+
+def test_placement_s_own_refusal_names_its_error_not_the_credentials(
+    placement_url, tmp_path
+):
+    """A 4xx but 401/403 is Placement refusing the request itself (here
+    a write from a stale generation): the error gives its status, its
+    error code and its words, and does not send the operator to
+    ``[placement]`` auth."""
+    client = client_from_conf(placement_conf(placement_url, tmp_path))
+    rp = str(uuid.uuid4())
+    body = {"name": f"refused-{rp}", "uuid": rp}
+    client.request("POST", "/resource_providers", body=body)
+    stale = {"resource_provider_generation": 7, "inventories": {}}
+    with pytest.raises(PlacementError) as refused:
+        client.request(
+            "PUT", f"/resource_providers/{rp}/inventories", body=stale
+        )
+    text = str(refused.value)
+    assert "409 placement.concurrent_update" in text
+    assert "generation" in text.lower()
+    assert "auth_type" not in text and "credentials" not in text
 
 
 def test_refused_credentials_name_the_placement_auth_options(
