@@ -218,11 +218,11 @@ class PlacementNameUnknown(PlacementError):
 
 
 def _names_unknown(response: Response) -> bool:
+    """Placement's words for a class or trait it does not know, on every
+    request that can name one (inventories, traits, the reshaper,
+    allocations): its ResourceClassNotFound and TraitNotFound."""
     detail = response.detail.lower()
-    return "no such trait" in detail or (
-        "resource class" in detail
-        and ("unknown" in detail or "no such" in detail)
-    )
+    return "no such resource class" in detail or "no such trait" in detail
 
 
 def _json(raw: Any) -> Any:
