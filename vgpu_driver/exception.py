@@ -134,11 +134,18 @@ class PlacementError(VgpuDriverError):
 
 class PlacementUnavailable(PlacementError):
     msg_fmt = (
-        "Placement at %(url)s did not answer after %(attempts)d attempts "
+        "Placement at %(url)s did not answer after %(tries)s "
         "(%(reason)s). Check the [placement] section and that the service "
         "is up; the next sync will finish the job."
     )
     code = "vgpu_driver.placement.unavailable"
+
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        attempts = kwargs.get("attempts")
+        kwargs.setdefault(
+            "tries", "1 attempt" if attempts == 1 else f"{attempts} attempts"
+        )
+        super().__init__(message, **kwargs)
 
 
 class ReshapeNeeded(VgpuDriverError):
