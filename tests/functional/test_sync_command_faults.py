@@ -229,6 +229,12 @@ def test_sync_writes_its_metrics_after_every_pass(
         found[("vgpu_driver_placement_answers_total", (("status", "200"),))]
         >= 1
     )
+    # a healthy pass: one answer to each request sent, by method and status
+    sent, answered = (
+        sum(v for (n, _), v in found.items() if n == f"vgpu_driver_{what}")
+        for what in ("placement_requests_total", "placement_answers_total")
+    )
+    assert sent == answered > 0
     assert any(n == "vgpu_driver_provider_total" for n, _ in found)
     # one pass observed, as long as it took (a few seconds at most)
     assert found[("vgpu_driver_sync_seconds_count", ())] == 1
