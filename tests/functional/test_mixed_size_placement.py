@@ -121,3 +121,19 @@ def test_card_shares_make_placement_refuse_what_would_not_fit(
         except PlacementError:
             pass
     assert (taken.count(CARD), taken.count(SECOND)) == (12, 1)
+
+
+def test_a_card_no_longer_served_goes_with_the_provider_under_it(
+    placement_url, tmp_path, client
+):
+    """The card's types disabled: its provider and the other type's
+    provider under it are deleted, the one under it first (Placement
+    refuses to delete a provider that has children)."""
+    node = mixed_node(placement_url, tmp_path, CONFIG)
+    node.sync()
+    assert {CARD, SECOND} <= placement_view(client, node.nodename).keys()
+    node.configure("[devices]\nenabled_mdev_types =\n")
+    report = node.sync()
+    names = {f"{node.nodename}_{device}" for device in (CARD, SECOND)}
+    assert names <= set(report.removed)
+    assert not {CARD, SECOND} & placement_view(client, node.nodename).keys()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
@@ -89,10 +90,11 @@ def test_generation_conflict_is_retried_and_merges_traits(
 
 
 def test_changed_host_type_switch_removal_and_lowered_cap(
-    placement_url, tmp_path, client
+    placement_url, tmp_path, client, caplog
 ):
     node = Node(placement_url, tmp_path, host_name="m10")
     node.sync()
+    caplog.set_level(logging.INFO, "vgpu_driver.placement")
     node.configure(
         """
         [devices]
@@ -113,7 +115,13 @@ def test_changed_host_type_switch_removal_and_lowered_cap(
         "pci_0000_85_00_0": {"VGPU": (16, 0)},  # switched to nvidia-36
         "pci_0000_86_00_0": {"VGPU": (1, 1)},  # gone, in use: reserved
     }
-    assert report.updated
+    # the change log says what is reserved, and where nothing is
+    assert "inventory: VGPU 16 -> VGPU 1 (1 reserved)" in caplog.text
+    assert "VGPU 16 (0 reserved)" not in caplog.text
+    # each once, whatever of it changed (its traits, its inventory)
+    assert sorted(report.updated) == [
+        f"{node.nodename}_pci_0000_{bus}_00_0" for bus in (84, 85, 86)
+    ]
     # the cap goes down: 85 shares what is left after the 1 in use
     node.configure(
         """
