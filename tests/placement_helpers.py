@@ -144,6 +144,20 @@ def add_trait(client, rp, trait):
     )
 
 
+def put_inventory(client, rp, inventory):
+    """Someone else (Nova's periodic, an operator) sets a provider's
+    inventory."""
+    current = client.request("GET", f"/resource_providers/{rp}").body
+    client.request(
+        "PUT",
+        f"/resource_providers/{rp}/inventories",
+        body={
+            "resource_provider_generation": current["generation"],
+            "inventories": inventory,
+        },
+    )
+
+
 def put_allocations(client, consumer, allocations, project="p", user="u"):
     """Replace ``consumer``'s allocations (provider uuid -> resources).
     The Placement is the session's and the hosts' guests have fixed

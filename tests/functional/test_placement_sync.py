@@ -14,6 +14,7 @@ from tests.placement_helpers import (
     add_trait,
     allocate,
     placement_view,
+    put_inventory,
     summary,
     sync_all_at_once,
 )
@@ -59,15 +60,21 @@ def test_refresh_interval_rereads_and_keeps_operator_traits(
 ):
     node = Node(placement_url, tmp_path)
     node.sync()
-    rp = placement_view(client, node.nodename)["pci_0000_84_00_0"][2]
+    view = placement_view(client, node.nodename)
+    rp = view["pci_0000_84_00_0"][2]
     add_trait(client, rp, "CUSTOM_RACK_7")
+    # what Nova's own periodic puts on the node's root, and a trait there
+    root = view[node.nodename][2]
+    vcpu = {"VCPU": {"total": 8, "max_unit": 8}}
+    put_inventory(client, root, vcpu)
+    add_trait(client, root, "COMPUTE_NODE")
     node.syncer.refresh_interval = 0  # re-read Placement this time
     report = node.sync()
     assert report.requests > 0 and not report.changed
-    assert (
-        "CUSTOM_RACK_7"
-        in placement_view(client, node.nodename)["pci_0000_84_00_0"][1]
-    )
+    view = placement_view(client, node.nodename)
+    assert "CUSTOM_RACK_7" in view["pci_0000_84_00_0"][1]
+    assert view[node.nodename][0]["VCPU"][0] == 8
+    assert "COMPUTE_NODE" in view[node.nodename][1]
 
 
 def test_generation_conflict_is_retried_and_merges_traits(
