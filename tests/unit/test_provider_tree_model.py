@@ -49,6 +49,20 @@ def test_remove_takes_the_subtree():
     assert tree.get_provider_uuids() == ["r0", "c2"]
 
 
+def test_a_root_removed_takes_its_tree_and_frees_its_names():
+    """As Nova's tree does when a node goes: the root and all under it
+    gone, other roots kept, the names free for a node made again (whose
+    new_root returns its uuid, as Nova's does)."""
+    tree = make_tree()
+    assert tree.new_root("other", "r1") == "r1"
+    tree.remove("node")
+    assert [r.name for r in tree.roots()] == ["other"]
+    assert tree.get_provider_uuids() == ["r1"]
+    assert not any(tree.exists(n) for n in ("node", "node_a", "g1", "c2"))
+    assert tree.new_root("node", "r0") == "r0"
+    assert tree.new_child("node_a", "node", uuid="c1") == "c1"
+
+
 def test_duplicate_and_unknown_providers_are_errors():
     tree = make_tree()
     with pytest.raises(ValueError, match="already exists"):
@@ -90,7 +104,8 @@ def test_commands_report_whether_they_changed_anything():
     tree.add_traits("c1", "CUSTOM_B")
     assert tree.has_traits("c1", ["CUSTOM_A", "CUSTOM_B"])
     tree.remove_traits("c1", "CUSTOM_A")
-    assert not tree.have_traits_changed("c1", ["CUSTOM_B"])
+    assert tree.have_traits_changed("c1", ["CUSTOM_A"]) is True
+    assert tree.have_traits_changed("c1", ["CUSTOM_B"]) is False
     assert tree.update_aggregates("c1", ["agg1"]) is True
     assert tree.data("c1").aggregates == frozenset({"agg1"})
 
