@@ -206,3 +206,33 @@ def test_a_guest_whose_mdev_a_reboot_took_still_matches_its_allocation(
     }
     # said as what it is: the guest's device is gone, not its allocation
     assert kinds == {"guest_device_gone"}
+
+
+def test_allocations_read_for_audit_and_restore_are_the_devices_alone(
+    placement_url, tmp_path, client
+):
+    """An instance's allocations hold its VCPU on the node's root beside
+    its VGPU on a device provider (as Nova's are): ``audit`` and
+    ``restore`` see the device's units alone; an instance with nothing
+    on a device (its VGPU still on the root, from before a reshape, or
+    none) is not one of theirs."""
+    from vgpu_driver.placement.allocations import in_flight_candidates
+
+    node = placement_helpers.PlacementNode(placement_url, tmp_path)
+    node.sync()
+    view = placement_helpers.placement_view(client, node.nodename)
+    root, device = view[node.nodename][2], view["pci_0000_85_00_0"][2]
+    on_root = {"total": 8, "max_unit": 8}
+    placement_helpers.put_inventory(
+        client, root, {"VCPU": on_root, "VGPU": on_root}
+    )
+    guest, plain, old = (str(uuid.uuid4()) for _ in range(3))
+    for consumer, held in (
+        (guest, {root: {"VCPU": 2}, device: {"VGPU": 1}}),
+        (plain, {root: {"VCPU": 1}}),
+        (old, {root: {"VCPU": 1, "VGPU": 1}}),
+    ):
+        placement_helpers.put_allocations(client, consumer, held)
+    found = in_flight_candidates(node.conf, node.nodename, {"VGPU"})
+    assert found[guest] == {"pci_0000_85_00_0": 1}
+    assert not {plain, old} & found.keys()
