@@ -29,20 +29,21 @@ def provider(client):
 
 
 def _unknown_name_requests(rp):
-    """(method, path, body) of each request that names ``LOST``."""
+    """Each request that names ``LOST``: its kind -> (method, path,
+    body)."""
     inventory = {"resource_provider_generation": 0}
-    return [
-        (
+    return {
+        "inventories": (
             "PUT",
             f"/resource_providers/{rp}/inventories",
             {**inventory, "inventories": {LOST: {"total": 1}}},
         ),
-        (
+        "traits": (
             "PUT",
             f"/resource_providers/{rp}/traits",
             {**inventory, "traits": [LOST]},
         ),
-        (
+        "reshaper": (
             "POST",
             "/reshaper",
             {
@@ -52,7 +53,7 @@ def _unknown_name_requests(rp):
                 "allocations": {},
             },
         ),
-        (
+        "allocations": (
             "PUT",
             f"/allocations/{uuid.uuid4()}",
             {
@@ -62,7 +63,7 @@ def _unknown_name_requests(rp):
                 "consumer_generation": None,
             },
         ),
-    ]
+    }
 
 
 @pytest.mark.parametrize(
@@ -71,8 +72,7 @@ def _unknown_name_requests(rp):
 def test_a_name_placement_does_not_know_is_told_as_such(
     client, provider, which
 ):
-    order = ["inventories", "traits", "reshaper", "allocations"]
-    method, path, body = _unknown_name_requests(provider)[order.index(which)]
+    method, path, body = _unknown_name_requests(provider)[which]
     client._known_classes.add(LOST)
     client._known_traits.add(LOST)
     sent = client.request_count

@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from tests.placement_helpers import put_inventory
 from vgpu_driver.exception import PlacementError
 from vgpu_driver.placement.remote import RemoteView, SyncReport
 from vgpu_driver.placement.writer import ProviderWriter
@@ -143,16 +144,9 @@ def test_generations_after_a_batch_that_empties_a_provider(client):
     children = []
     for n in range(2):
         name = f"{nodename}_pci_0000_4{n}_00_0"
-        child = made_by_someone(client, name, parent=root)
-        client.request(
-            "PUT",
-            f"/resource_providers/{child['uuid']}/inventories",
-            body={
-                "resource_provider_generation": child["generation"],
-                "inventories": {"VGPU": {"total": 4}},
-            },
-        )
-        children.append((child["uuid"], name))
+        child = made_by_someone(client, name, parent=root)["uuid"]
+        put_inventory(client, child, {"VGPU": {"total": 4}})
+        children.append((child, name))
     view, writer = writer_for(client, nodename)
     view.refresh()
     (emptied, emptied_name), (changed, changed_name) = children
