@@ -229,3 +229,57 @@ def test_cold_rows_empty_the_caches_before_every_refresh_timed(
     monkeypatch.setattr(changes, "COLD", [True])
     found = changes.spawn_churn((1, 4, 4), tmp_path / "cold")
     assert len(emptied) == len(found["changed"]) + len(found["idle"]) == 8
+
+
+def test_floor_benchmark_prints_the_least_ratio_beside_the_one_now():
+    out = run("floor", "--quick", "--runs", "2")
+    num = r"[\d.]+/([\d.]+)/[\d.]+"
+    found = rows(
+        out,
+        rf"\s*(guest gone|guest back|mdev made|mdev gone) (\S+) \| +{num}"
+        rf" +{num} +{num} \| +([\d.]+)x +([\d.]+)x +([+-]\d+) +(\d+)"
+        r" +([+-]\d+)$",
+    )
+    kinds = Counter(m[1] for m in found)
+    assert kinds == dict.fromkeys(
+        ["guest gone", "guest back", "mdev made", "mdev gone"], 2
+    )
+    for m in found:
+        after, idle, bare, now, least, room, parse, left = map(
+            float, m.groups()[2:]
+        )
+        # the figures printed are each other's (medians rounded to 0.01)
+        assert now == pytest.approx(after / idle, rel=0.2)
+        assert least == pytest.approx((idle + bare) / idle, rel=0.2)
+        assert room == pytest.approx((idle - bare) * 1000, abs=11)
+        assert left == pytest.approx(room - parse, abs=1)
+    # what is read after a guest is back or an mdev made is parsed; a
+    # guest gone leaves nothing to parse
+    assert all(float(m[9]) > 0 for m in found if m[1] != "guest gone")
+    assert all(float(m[9]) <= 2 for m in found if m[1] == "guest gone")
+
+
+def test_the_floor_reads_the_device_that_changed(tmp_path):
+    """The bare reading after an mdev made reads that mdev (and its
+    parent); after it is gone, the parent alone; after a guest is back,
+    that guest's XML."""
+    from benchmarks import floor
+    from vgpu_driver.host.nodedev_xml import parse_mdev, read_parent
+
+    service, (change, bare) = floor.mdev_case((1, 4, 4), tmp_path / "m")
+    before = {m.uuid for m in service.driver.discover().mdevs}
+    change(0)
+    made = bare(0)
+    assert [parse for parse, _ in made] == [parse_mdev, read_parent]
+    found = parse_mdev(made[0][1])
+    assert found.uuid not in before
+    assert found.parent == read_parent(made[1][1])[0].name
+    change(1)
+    assert [parse for parse, _ in bare(1)] == [read_parent]
+
+    service, (change, bare) = floor.guest_case((1, 4, 4), tmp_path / "g")
+    change(0)
+    assert bare(0) == []
+    change(1)
+    [(_, text)] = bare(1)
+    assert service.guests[0] in text
