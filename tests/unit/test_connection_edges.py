@@ -1,7 +1,9 @@
-"""The connection's own edges (``host/connection.py``), each found
-unguarded by a sweep: what it closes, what it asks once, the garbage
-collector it holds off, what it logs when libvirtd answers again, and
-which refusals of a per-device flag are taken as "cannot tell"."""
+"""The connection's own edges (``host/connection.py``) and the adapter's
+(``host/libvirt_host.py``), each found unguarded by a sweep: what it
+closes, what it asks once, the garbage collector it holds off, what it
+logs when libvirtd answers again, which refusals of a per-device flag
+are taken as "cannot tell", and guests asked for after a reading
+without them."""
 
 from __future__ import annotations
 
@@ -230,3 +232,28 @@ def test_a_connection_tried_too_soon_says_when_the_next_attempt_is(
     now[0] -= 60 - 1.2
     with pytest.raises(HostUnreachable, match=r"next attempt in 3s"):
         link.get()
+
+
+def test_the_adapter_says_the_library_version_of_its_connection(uri):
+    from vgpu_driver.host.libvirt_host import LibvirtHost
+
+    host = LibvirtHost(uri, "/nonexistent-sysfs")
+    assert host.library_version() == libvirt.open(uri).getLibVersion()
+    host.close()
+
+
+def test_guests_asked_for_after_a_reading_without_them_are_read(tmp_path):
+    """A discovery that wants guests after one that did not (nothing
+    else changed) reads them: never the last reading handed back with
+    its guests unknown."""
+    from vgpu_driver.host.libvirt_host import LibvirtHost
+
+    uri, sysfs = hostdesc.materialize(helpers.load("m10"), tmp_path)
+    host = LibvirtHost(uri, sysfs)
+    first = host.discover(guests=False)
+    assert not first.guests_known
+    assert host.discover(guests=False) is first  # nothing changed
+    now = host.discover()
+    assert now.guests_known and now.guests
+    assert host.discover() is now
+    host.close()
