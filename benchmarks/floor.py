@@ -53,7 +53,7 @@ from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.mdev_libvirt import mdev_xml
 
 SHAPES = [(1, 16, 16), (4, 128, 128), (16, 512, 512), (64, 2048, 2048)]
-RUNS = [15]
+RUNS = [60]  # repetitions of each change (--runs); cheap, so many
 # the change, made outside the timing; the bare reading after it (the
 # XML it read, as (parser, text)); the library's parser of each
 Read = list[tuple[Callable[[str], object], str]]
@@ -185,7 +185,7 @@ def row(label: str, found: dict[str, list[list[float]]], half: int) -> str:
     )
     room = (i - b) * 1000
     return (
-        f"{label:>22} | {spread(after):>17} {spread(idle):>17} "
+        f"{label:>24} | {spread(after):>17} {spread(idle):>17} "
         f"{spread(bare):>17} | {a / i:>6.2f}x {(i + b) / i:>6.2f}x "
         f"{room:>+7.0f} {p * 1000:>6.0f} {room - p * 1000:>+6.0f}"
     )
@@ -208,7 +208,7 @@ def main() -> None:
         "library's parsers take of that XML, and what is left (medians)"
     )
     print(
-        f"{'case':>22} | {'after':>17} {'idle':>17} {'bare':>17} | "
+        f"{'case':>24} | {'after':>17} {'idle':>17} {'bare':>17} | "
         f"{'now':>7} {'least':>7} {'room µs':>7} {'parse':>6} {'left':>6}"
     )
     for kinds, make in KINDS.items():
