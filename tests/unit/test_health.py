@@ -59,6 +59,23 @@ def test_an_mdev_parent_needs_the_vgpu_vfio_module(make_conf, tmp_path):
     assert all("nvidia_vgpu_vfio" in (p.reason or "") for p in plans.values())
 
 
+def test_an_mdev_parent_without_nvidia_names_nvidia_first(make_conf, tmp_path):
+    """With neither module loaded the reason names ``nvidia``, the one
+    the vGPU manager's VFIO module needs loaded first (a sweep of
+    model/health.py named ``nvidia_vgpu_vfio`` there unseen)."""
+    description = helpers.load("m10")
+    description.modules = ["vfio", "vfio_pci"]
+    node = helpers.Node(
+        make_conf, tmp_path, "m10", host=SimulatedHost(description)
+    )
+    plans = node.update()
+    assert plans and all(p.reserved == p.total for p in plans.values())
+    assert all(
+        "kernel module nvidia is not loaded" in (p.reason or "")
+        for p in plans.values()
+    )
+
+
 def test_audit_names_the_device_down_and_a_guest_whose_vgpu_is_gone():
     description = helpers.load("m10")
     description.modules = ["vfio", "vfio_pci"]
