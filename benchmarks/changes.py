@@ -25,6 +25,7 @@ from benchmarks.common import (
 from benchmarks.nova_side import Nova, timed
 from benchmarks.service import FREE, Service
 from vgpu_driver.host.connection import Connection
+from vgpu_driver.model.device import Parent
 from vgpu_driver.sim import description as hostdesc
 from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
@@ -216,6 +217,23 @@ def vf_churn(cards: int, tmp: Path) -> dict[str, Any]:
     return {"changed": changed, "idle": idle, "nova": None, **extras(False)}
 
 
+def another_manager(
+    conn: MdevConnection, parent: Parent, made: list[str]
+) -> Callable[[int], None]:
+    """Another manager's change ``step`` on ``parent``, through libvirt's
+    API: an mdev of its first type made (even steps; its name appended
+    to ``made``), or the last one made removed (odd)."""
+
+    def make(step: int) -> None:
+        if step % 2 == 0:
+            xml = mdev_xml(parent.name, parent.types[0].id, str(uuid.uuid4()))
+            made.append(conn.nodeDeviceCreateXML(xml, 0).name())
+        else:
+            conn.gone.add(made.pop())
+
+    return make
+
+
 def mdev_churn(
     shape: tuple[int, int, int],
     tmp: Path,
@@ -238,12 +256,7 @@ def mdev_churn(
         plans = service.driver.last_plans
         return sum(p.reserved for p in plans if p.device == parent.name)
 
-    def make(step: int) -> None:
-        if step % 2 == 0:
-            xml = mdev_xml(parent.name, parent.types[0].id, str(uuid.uuid4()))
-            made.append(conn.nodeDeviceCreateXML(xml, 0).name())
-        else:
-            conn.gone.add(made.pop())
+    make = another_manager(conn, parent, made)
 
     def change(step: int) -> None:
         if step:

@@ -38,19 +38,17 @@ import argparse
 import statistics
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.changes import modelled
+from benchmarks.changes import another_manager, modelled
 from benchmarks.common import conf_for, dense, machine, spread
 from benchmarks.service import FREE, Service
 from vgpu_driver.host.domain_xml import parse_guest
 from vgpu_driver.host.nodedev_xml import parse_mdev, read_parent
 from vgpu_driver.sim import description as hostdesc
 from vgpu_driver.sim import guest_xml
-from vgpu_driver.sim.mdev_libvirt import mdev_xml
 
 SHAPES = [(1, 16, 16), (4, 128, 128), (16, 512, 512), (64, 2048, 2048)]
 RUNS = [60]  # repetitions of each change (--runs); cheap, so many
@@ -144,13 +142,7 @@ def mdev_case(shape: tuple[int, int, int], tmp: Path) -> tuple[Service, Case]:
     parent = service.driver.discover().parents[0]
     made: list[str] = []
 
-    def change(step: int) -> None:
-        if step % 2 == 0:
-            xml = mdev_xml(parent.name, parent.types[0].id, str(uuid.uuid4()))
-            made.append(conn.nodeDeviceCreateXML(xml, 0).name())
-        else:
-            conn.gone.add(made.pop())
-
+    change = another_manager(conn, parent, made)
     gone: list[str] = []
 
     def bare(step: int) -> Read:
