@@ -98,6 +98,9 @@ def kept_while_in_use(
                     t: n
                     for t, n in types.items()
                     if (device_name, t) not in planned_types
+                    # a type with a provider of its own is counted there
+                    and naming.type_provider_name(nodename, device_name, t)
+                    not in existing
                 }
             )
         in_use_held = sum(types.values())
