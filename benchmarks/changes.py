@@ -96,12 +96,15 @@ def extras(remote: bool) -> dict[str, list[float]]:
     return found
 
 
-def guest_churn(
+def guest_host(
     shape: tuple[int, int, int],
     tmp: Path,
     remote: Callable[[str], str] | None = None,
-) -> dict[str, Any]:
-    """``remote``: served by a daemon, at the URI it gives."""
+) -> tuple[str, Service, Callable[[int], None]]:
+    """A dense host with this library on it as a service runs it (served
+    by a daemon at the URI ``remote`` gives), and its guest change
+    ``step``: the first guest stopped and undefined (even steps) or
+    defined again (odd), told through ``domain_event``."""
     description = dense(shape[0], shape[1] + FREE, shape[2])
     uri, sysfs = hostdesc.materialize(description, tmp)
     if remote is not None:
@@ -118,6 +121,16 @@ def guest_churn(
             service.conn.defineXML(xml)
         service.driver.domain_event(guest, step % 2 == 1)
 
+    return uri, service, change
+
+
+def guest_churn(
+    shape: tuple[int, int, int],
+    tmp: Path,
+    remote: Callable[[str], str] | None = None,
+) -> dict[str, Any]:
+    """``remote``: served by a daemon, at the URI it gives."""
+    uri, service, change = guest_host(shape, tmp, remote)
     changed, idle = pairs(change, service.idle)
     more = extras(remote is not None)
     return {"changed": changed, "idle": idle, "nova": nova_idle(uri), **more}

@@ -42,13 +42,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.changes import another_manager, modelled
-from benchmarks.common import conf_for, dense, machine, spread
-from benchmarks.service import FREE, Service
+from benchmarks.changes import another_manager, guest_host, modelled
+from benchmarks.common import machine, spread
+from benchmarks.service import Service
 from vgpu_driver.host.domain_xml import parse_guest
 from vgpu_driver.host.nodedev_xml import parse_mdev, read_parent
-from vgpu_driver.sim import description as hostdesc
-from vgpu_driver.sim import guest_xml
 
 SHAPES = [(1, 16, 16), (4, 128, 128), (16, 512, 512), (64, 2048, 2048)]
 RUNS = [60]  # repetitions of each change (--runs); cheap, so many
@@ -114,19 +112,10 @@ def timings(service: Service, case: Case) -> dict[str, list[list[float]]]:
 
 def guest_case(shape: tuple[int, int, int], tmp: Path) -> tuple[Service, Case]:
     """One guest stopped and undefined, then defined again, told through
-    ``domain_event`` (as :func:`benchmarks.changes.guest_churn`)."""
-    description = dense(shape[0], shape[1] + FREE, shape[2])
-    uri, sysfs = hostdesc.materialize(description, tmp)
-    service = Service(uri, sysfs, conf_for(description.config, tmp), tmp)
+    ``domain_event`` (the change of :func:`benchmarks.changes.
+    guest_churn`)."""
+    _uri, service, change = guest_host(shape, tmp)
     conn, guest = service.conn, service.guests[0]
-    xml = conn.lookupByUUIDString(guest).XMLDesc(0)
-
-    def change(step: int) -> None:
-        if step % 2 == 0:
-            guest_xml.delete(conn.lookupByUUIDString(guest))
-        else:
-            conn.defineXML(xml)
-        service.driver.domain_event(guest, step % 2 == 1)
 
     def bare(_step: int) -> Read:
         text = read_xml(looked_up(conn.lookupByUUIDString, guest))

@@ -60,6 +60,15 @@ def load(name: str) -> hostdesc.HostDescription:
     return hostdesc.load(name)
 
 
+def libvirt_error(
+    code: int, domain: int, message: str
+) -> libvirt.libvirtError:
+    """The error libvirt raises with ``code`` from ``domain``."""
+    exc = libvirt.libvirtError(message)
+    exc.err = (code, domain, message, 2, None, None, None, 0, 0)
+    return exc
+
+
 def libvirt_host(
     description: hostdesc.HostDescription, directory: Path
 ) -> LibvirtHost:

@@ -21,11 +21,7 @@ from vgpu_driver.host.connection import Connection
 from vgpu_driver.host.libvirt_api import libvirt_python
 from vgpu_driver.sim import description as hostdesc
 
-
-def _error(code: int, domain: int, message: str) -> libvirt.libvirtError:
-    exc = libvirt.libvirtError(message)
-    exc.err = (code, domain, message, 2, None, None, None, 0, 0)
-    return exc
+_error = helpers.libvirt_error
 
 
 LOST = (libvirt.VIR_ERR_SYSTEM_ERROR, libvirt.VIR_FROM_RPC, "Broken pipe")

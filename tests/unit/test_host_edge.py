@@ -14,11 +14,7 @@ from vgpu_driver.exception import HostOperationFailed, HostUnreachable
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.sim import description as hostdesc
 
-
-def _error(code: int, domain: int, message: str) -> libvirt.libvirtError:
-    exc = libvirt.libvirtError(message)
-    exc.err = (code, domain, message, 2, None, None, None, 0, 0)
-    return exc
+_error = helpers.libvirt_error
 
 
 class FlakyConnection:
