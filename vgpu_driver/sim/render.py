@@ -253,7 +253,12 @@ def _bus_of(parent: ParentSpec) -> str:
 
 
 def _render_pf(pf: PfSpec, root: Path) -> None:
-    base = root / "devices/pci0000:00"
+    # a card and its VFs sit in the directory of the PCIe port above it,
+    # each card under its own, as on a real host (the port's address is
+    # illustrative: device 1 of the bus before the card's)
+    domain, bus = pf.address.split(":")[:2]
+    above = f"{domain}:{max(int(bus, 16) - 1, 0):02x}"
+    base = root / f"devices/pci{above}/{above}:01.0"
     pf_dir = base / pf.address
     pf_dir.mkdir(parents=True, exist_ok=True)
     _link(root / "bus/pci/devices" / pf.address, pf_dir)
@@ -275,6 +280,11 @@ def _render_pf(pf: PfSpec, root: Path) -> None:
         _link(root / "bus/pci/devices" / vf, vf_dir)
         _write(vf_dir / "class", CLASS_3D)
         _write(vf_dir / "vendor", pf.vendor_id or "")
+        if pf.driver:
+            # the VFs stay bound to NVIDIA's driver (kubevirt/kubevirt
+            # pull request 16890: "the VFs are still bind to nvidia driver
+            # rather the vfio-pci")
+            _bind(vf_dir, root / "bus/pci", pf.driver)
         write_vf_state(vf_dir, pf, vf)
 
 
@@ -288,9 +298,13 @@ def write_vf_state(vf_dir: Path, pf: PfSpec, vf: str) -> None:
 
 
 def _bind(device: Path, bus: Path, driver_name: str) -> None:
-    """A device bound to a driver: linked both ways, as the kernel does."""
+    """A device bound to a driver: linked both ways, as the kernel does,
+    with the driver's ``bind`` and ``unbind`` (written to move a device
+    to another driver, as libvirt's ``managed`` hostdevs do)."""
     driver = bus / "drivers" / driver_name
     driver.mkdir(parents=True, exist_ok=True)
+    for name in ("bind", "unbind"):
+        (driver / name).touch()
     _link(device / "driver", driver)
     _link(driver / device.name, device)
 
