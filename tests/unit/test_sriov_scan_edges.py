@@ -21,9 +21,9 @@ def _card(tmp_path):
 
 def test_steady_scans_open_and_resolve_nothing_again(tmp_path, monkeypatch):
     """A VF's type is read from its directory's parent, opened once and
-    kept: later scans open no directory (a service scanning every
-    minute would otherwise leak a descriptor per directory per scan) and
-    walk no VF's link again."""
+    kept, and told by one inotify descriptor: later scans open no
+    directory (a service scanning every minute would otherwise leak a
+    descriptor per directory per scan) and walk no VF's link again."""
     pf, devices = _card(tmp_path)
     parents = {
         os.path.dirname(os.path.realpath(devices / vf))
@@ -32,8 +32,8 @@ def test_steady_scans_open_and_resolve_nothing_again(tmp_path, monkeypatch):
     before = len(os.listdir("/proc/self/fd"))
     tree = sysfs_module.SysfsTree(tmp_path / "sys")
     tree.sriov_functions()
-    # one descriptor per directory the VFs sit in, kept
-    assert len(os.listdir("/proc/self/fd")) - before == len(parents)
+    # one descriptor per directory the VFs sit in, kept, and inotify's
+    assert len(os.listdir("/proc/self/fd")) - before == len(parents) + 1
     opened: list[str] = []
     resolved: list[str] = []
     real_open, real_realpath = os.open, os.path.realpath

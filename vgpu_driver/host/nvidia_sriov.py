@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from vgpu_driver.host import sysfs_files as files
 from vgpu_driver.host.sysfs_files import parse_creatable
+from vgpu_driver.host.vf_types import VfTypes
 from vgpu_driver.model import naming
 from vgpu_driver.model.device import (
     PhysicalFunction,
@@ -42,11 +43,10 @@ class NvidiaSriovScan:
         self._pfs: dict[str, PhysicalFunction] = {}
         # PF address -> every vGPU type its VFs listed (see remember_types)
         self._types_seen: dict[str, dict[int, SriovType]] = {}
-        # VF address -> (its directory's parent, open; its type file from
-        # there): read at each scan without walking bus/pci/devices and
-        # its link again (most of what a read costs)
-        self._type_files: dict[str, tuple[int, str]] = {}
-        self._dirs: dict[str, int] = {}  # directory -> open descriptor
+        # each VF's type, read again only where it may have changed, and
+        # PF address -> the types (as VfTypes gave them) it was read from
+        self.vf_types = VfTypes()
+        self._read_from: dict[str, dict[str, int]] = {}
 
     def forget_probes(self) -> None:
         """Probe the devices of NVIDIA's driver again at the next scan
@@ -54,10 +54,8 @@ class NvidiaSriovScan:
         self._not_pf.clear()
         self._virtfns.clear()
         self._pfs.clear()
-        self._type_files.clear()
-        for fd in self._dirs.values():
-            os.close(fd)
-        self._dirs.clear()
+        self._read_from.clear()
+        self.vf_types.forget()
 
     def functions(self) -> list[PhysicalFunction]:
         """NVIDIA SR-IOV physical GPUs and their VFs.
@@ -70,21 +68,25 @@ class NvidiaSriovScan:
         ``virtfn<N>`` links that have an ``nvidia`` directory. A host
         without NVIDIA's driver costs one failed listing.
 
-        At every scan each PF's ``sriov_numvfs`` and each VF's
-        ``current_vgpu_type`` are read, one file each: a type set by
-        anyone, another process or an operator, and VFs enabled or
-        disabled, are seen at once. The rest is read again only when it
-        may have changed: the creatable types of its free VFs and its
-        PF's attributes when a VF of that PF changed type, a PF's
-        ``virtfn`` links when its number of VFs changed. Whether a device
-        bound to the driver is a PF, and a VF has the directory, is
-        probed once; :meth:`forget_probes` probes again."""
+        At every scan each PF's ``sriov_numvfs`` is read (VFs enabled or
+        disabled are seen at once), and a VF's ``current_vgpu_type`` only
+        where it may have changed (see :mod:`.vf_types`: a write to it
+        told by the kernel, by anyone, another process or an operator,
+        is seen at once). The rest is read again only when it may have
+        changed: the creatable types of its free VFs and its PF's
+        attributes when a VF of that PF changed type, a PF's ``virtfn``
+        links when its number of VFs changed. Whether a device bound to
+        the driver is a PF, and a VF has the directory, is probed once;
+        :meth:`forget_probes` probes again (and reads every VF's type).
+        """
         devices = f"{self.root}/bus/pci/devices"
+        driver = f"{self.root}/bus/pci/drivers/{NVIDIA_DRIVER}"
         try:
-            bound = os.listdir(f"{self.root}/bus/pci/drivers/{NVIDIA_DRIVER}")
+            bound = os.listdir(driver)
         except OSError:
             bound = []
         current_of: dict[str, dict[str, int]] = {}
+        self.vf_types.begin(driver, bound)
         for entry in bound:
             if entry in self._not_pf:
                 continue
@@ -97,53 +99,28 @@ class NvidiaSriovScan:
                 # no VF, so the operator is told what to do
                 current_of.setdefault(entry, {})
                 continue
-            for vf in self._vfs_of(devices, entry, count):
-                current = self._current_type(devices, vf)
-                if current is not None:
-                    current_of.setdefault(entry, {})[vf] = current
+            vfs = self._vfs_of(devices, entry, count)
+            currents = self.vf_types.of(devices, entry, vfs)
+            if currents:
+                current_of[entry] = currents
         pfs = []
         for address, currents in sorted(current_of.items()):
-            state = sorted(currents.items())
             known = self._pfs.get(address)
-            if known is None or state != [
-                (vf.address, vf.current_type) for vf in known.vfs
-            ]:
-                known = self._pfs[address] = self._read_pf(
-                    devices, address, state
-                )
+            # the same types as the PF was read from: nothing to compare
+            if known is None or currents is not self._read_from.get(address):
+                state = sorted(currents.items())
+                if known is None or state != [
+                    (vf.address, vf.current_type) for vf in known.vfs
+                ]:
+                    known = self._pfs[address] = self._read_pf(
+                        devices, address, state
+                    )
+                self._read_from[address] = currents
             pfs.append(known)
         for gone in set(self._pfs) - set(current_of):
             del self._pfs[gone]
+            self._read_from.pop(gone, None)
         return pfs
-
-    def _current_type(self, devices: str, vf: str) -> int | None:
-        """A VF's ``current_vgpu_type``, read from its directory's parent
-        (opened once); by its whole path when that is not found (the VF
-        gone, or moved: it is found again at the next scan)."""
-        at = self._type_files.get(vf)
-        if at is None:
-            at = self._locate(f"{devices}/{vf}")
-            if at is not None:
-                self._type_files[vf] = at
-        current = files.read_int(at[1], at[0]) if at is not None else None
-        if current is None:
-            self._type_files.pop(vf, None)
-            current = files.read_int(
-                f"{devices}/{vf}/nvidia/current_vgpu_type"
-            )
-        return current
-
-    def _locate(self, device: str) -> tuple[int, str] | None:
-        """(its parent directory, open; its type file from there)."""
-        parent, name = os.path.split(os.path.realpath(device))
-        fd = self._dirs.get(parent)
-        if fd is None:
-            try:
-                fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
-            except OSError:
-                return None
-            self._dirs[parent] = fd
-        return fd, f"{name}/nvidia/current_vgpu_type"
 
     def _vfs_of(self, devices: str, pf: str, count: int) -> list[str]:
         """The addresses of a PF's VFs that NVIDIA's driver gives a vGPU

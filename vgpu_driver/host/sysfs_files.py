@@ -14,8 +14,8 @@ def read(
     path: str | os.PathLike[str], dir_fd: int | None = None
 ) -> str | None:
     """A sysfs attribute's value, stripped (None if unreadable). Raw
-    file descriptor reads, about half of ``open()``'s cost: a refresh
-    reads one per SR-IOV VF, a first discovery one per parent.
+    file descriptor reads, about half of ``open()``'s cost: a first
+    discovery reads one per parent and several per SR-IOV VF.
     ``dir_fd``: ``path`` is relative to that open directory (no walk of
     the path up to it)."""
     try:
