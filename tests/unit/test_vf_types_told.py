@@ -288,3 +288,52 @@ def test_watches_spent_are_told_to_the_operator_once(tmp_path, caplog):
     assert len(spent) == 1
     assert not written.watching("a") and written.take() == set()
     written.close()
+
+
+def test_a_watcher_let_go_closes_its_descriptor():
+    """Many hosts made in one process (a test run, Nova's functional
+    tests) do not spend the user's inotify instances (128 by default)."""
+    import gc
+
+    def descriptors() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    gc.collect()  # (what earlier tests let go)
+    before = descriptors()
+    watchers = [inotify.Written() for _ in range(3)]
+    for written in watchers:
+        assert written.take() == set()
+    assert descriptors() == before + 3
+    del watchers, written
+    gc.collect()
+    assert descriptors() == before
+    closed = inotify.Written()
+    closed.take()
+    closed.close()
+    closed.close()  # (twice: nothing closed twice)
+    assert descriptors() == before
+
+
+def test_inotify_refused_is_tried_again_at_the_next_full_reading(
+    monkeypatch,
+):
+    written = inotify.Written()
+    real = written._libc
+
+    class Refusing:
+        @staticmethod
+        def inotify_init1(flags):
+            import ctypes
+            import errno
+
+            ctypes.set_errno(errno.EMFILE)
+            return -1
+
+    written._libc = Refusing()
+    assert written.take() is None  # every file may have changed
+    assert written.take() is None
+    written._libc = real
+    assert written.take() is None  # not tried again before a close
+    written.close()  # (as a full reading does)
+    assert written.take() == set()
+    written.close()

@@ -24,6 +24,8 @@ import ctypes
 import errno
 import os
 import struct
+import weakref
+from typing import Any
 
 from oslo_log import log as logging
 
@@ -60,6 +62,7 @@ class Written:
 
     def __init__(self) -> None:
         self._fd: int | None = None
+        self._closer: weakref.finalize[Any, Any] | None = None
         self._libc = _libc()
         self._keys: dict[int, str] = {}  # watch descriptor -> key
         self._watches: dict[str, int] = {}  # key -> watch descriptor
@@ -72,14 +75,19 @@ class Written:
             assert self._libc is not None
             fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
             if fd < 0:
+                # (tried again after close(): at the next full reading)
                 self.unavailable = True
                 LOG.info(
                     "inotify is not available (%s): every VF's vGPU type "
-                    "is read at every refresh",
+                    "is read at every refresh until the next full reading",
                     os.strerror(ctypes.get_errno()),
                 )
                 return None
             self._fd = fd
+            # closed with this object: a process that makes many (a test
+            # run, Nova's functional tests) would spend the user's
+            # instances (fs.inotify.max_user_instances, 128)
+            self._closer = weakref.finalize(self, os.close, fd)
         return self._fd
 
     def watching(self, key: str) -> bool:
@@ -159,10 +167,12 @@ class Written:
                 self.forget(key)
 
     def close(self) -> None:
-        """Drop every watch (the next call opens a new descriptor)."""
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd = None
+        """Drop every watch (the next call opens a new descriptor, or
+        tries inotify again where it was not available)."""
+        if self._closer is not None:
+            self._closer()  # (closes the descriptor once)
+        self._fd = self._closer = None
+        self.unavailable = self._libc is None
         self._keys.clear()
         self._watches.clear()
         self._overflowed = False
