@@ -75,9 +75,7 @@ class VfTypes:
         is read. What the kernel told since the last scan is taken at its
         first VF (a host without SR-IOV cards asks nothing)."""
         self._driver = driver
-        self._bound = (
-            bound if isinstance(bound, frozenset) else frozenset(bound)
-        )
+        self._bound = frozenset(bound)
 
     def _start(self) -> None:
         if self._driver is not None:
@@ -160,11 +158,15 @@ class VfTypes:
         loop in C: a steady card costs no Python step per entry."""
         same = self._same.get(fd)
         if same is None:
-            try:
-                with os.scandir(fd) as entries:
-                    inodes = tuple(map(os.DirEntry.inode, entries))
-            except OSError:
-                inodes = ()
+            listed = self._listed.get(fd)  # (listed already: not again)
+            if listed is not None:
+                inodes = tuple(listed.values())
+            else:
+                try:
+                    with os.scandir(fd) as entries:
+                        inodes = tuple(map(os.DirEntry.inode, entries))
+                except OSError:
+                    inodes = ()
             self._inodes_now[fd] = inodes
             same = self._same[fd] = inodes == self._inodes_before.get(fd)
         return same
