@@ -23,6 +23,7 @@ from vgpu_driver.model.device import (
     PhysicalFunction,
 )
 from vgpu_driver.model.foreign import Busy, foreign_devices, foreign_vfs
+from vgpu_driver.model.users import Users
 
 _UUID_OF = operator.attrgetter("uuid")
 
@@ -33,7 +34,7 @@ class DeviceView:
     parent_objects: dict[str, Parent]
     pfs: dict[str, PfView]
     mdevs: dict[str, Mdev]  # uuid -> mdev, made since the reading included
-    used: dict[str, str]  # device id -> guest uuid
+    used: Users  # device id -> guest uuid (and each guest's devices)
     # devices another manager made (an mdev this library did not create,
     # a VF it did not type): never handed out, removed or retyped
     foreign: set[str] = dataclasses.field(default_factory=set)
@@ -54,7 +55,7 @@ class DeviceView:
 
     @classmethod
     def empty(cls) -> DeviceView:
-        return cls({}, {}, {}, {}, {})
+        return cls({}, {}, {}, {}, Users())
 
     def device_of(self, parent: str) -> str:
         """The device whose provider reports ``parent`` (its GPU for a VF
@@ -69,7 +70,7 @@ class DeviceView:
         cls, inventory: HostInventory, ours: Collection[str] | None = None
     ) -> DeviceView:
         """``ours``: the devices this library made (None: all are)."""
-        used = {**inventory.mdev_users(), **inventory.pci_users()}
+        used = Users({**inventory.mdev_users(), **inventory.pci_users()})
         free: dict[str, dict[str, list[str]]] = {
             p.name: {} for p in inventory.parents
         }

@@ -35,8 +35,8 @@ def note(
     """The guest as defined now: its devices are in use, what it no
     longer has is handed back, its spawn claims on what it has end
     (returned; inside :meth:`Ledger.locked`, the caller saves).
-    ``had``: the devices it had, when known (else every device in use
-    is looked at)."""
+    ``had``: the devices it had, when known (else those the view has
+    it using)."""
     has = {*guest.mdevs, *guest.pci_devices}
     let_go(ledger, guest.uuid, keep=has, had=had)
     for device_id in has:
@@ -148,11 +148,11 @@ def let_go(
     device in use is looked at). Returns the device ids freed."""
     freed: list[BoundDevice] = []
     used = ledger.view.used
-    candidates = (
-        list(used.items())
-        if had is None
-        else [(d, used[d]) for d in had if d in used]
-    )
+    candidates = [
+        (d, used[d])
+        for d in (used.of_guest(instance) if had is None else had)
+        if d in used
+    ]
     for device_id, guest in candidates:
         if guest != instance or device_id in keep:
             continue

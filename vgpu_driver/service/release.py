@@ -35,7 +35,7 @@ def release(
         ids = {
             k for k, c in ledger.claims.items() if c["instance"] == instance
         }
-        ids |= {k for k, g in view.used.items() if g == instance}
+        ids |= view.used.of_guest(instance)
         ids |= set(guest_devices)
         claims = dict(ledger.claims)
         vf_types = dict(ledger.vf_types)

@@ -1,0 +1,73 @@
+"""What Nova's calls around a spawn and a delete cost beside the bind
+(#24): a guest defined, undefined and released looks at that guest's
+devices alone, and what goes on disk for them does not grow with the
+mdevs the host has."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.dense_service import service
+from vgpu_driver.model.users import Users
+from vgpu_driver.sim import guest_xml
+
+
+class _UnwalkableUsers(Users):
+    """The devices in use, refusing to be walked whole."""
+
+    def _walked(self, *_args):
+        raise AssertionError("walked every device in use")
+
+    __iter__ = items = keys = values = _walked  # type: ignore[assignment]
+
+
+def _unwalkable(driver):
+    ledger = driver._refresher.binder.ledger
+    ledger.view.used = _UnwalkableUsers(ledger.view.used._guest_of)
+    return ledger
+
+
+@pytest.mark.parametrize("told", ["guest_undefined", "domain_event"])
+def test_a_guest_gone_and_released_walks_no_other_guest(tmp_path, told):
+    """Nova deletes an instance: its guest undefined (told by
+    ``guest_undefined``, or by its domain event alone), then
+    ``release_mdevs``. The devices it had are found from its own entry,
+    not by walking every device in use; they are free after."""
+    host, driver, _tree, guests = service(tmp_path, (2, 24, 16))
+    instance = guests[3]
+    had = set(driver.instance_devices()[instance]["in_use"])
+    assert had
+    ledger = _unwalkable(driver)
+    guest_xml.delete(host.connection().lookupByUUIDString(instance))
+    driver.domain_event(instance, False)
+    freed = (
+        driver.guest_undefined(instance) if told == "guest_undefined" else []
+    )
+    released = driver.release_mdevs(instance)
+    ledger.view.used = Users(ledger.view.used._guest_of)  # walkable again
+    assert had <= set(freed) | set(released) | driver.free_mdevs()
+    assert instance not in driver.instance_devices()
+    assert not had & set(ledger.view.used)
+    # the other guests keep theirs
+    assert set(driver.instance_devices()) == set(guests) - {instance}
+
+
+def test_users_keeps_each_guests_devices_in_step():
+    """A device moved to another guest, deleted or popped leaves its old
+    guest's entry; a guest with none left has no entry."""
+    used = Users({"m1": "g1", "m2": "g1", "m3": "g2"})
+    assert used.of_guest("g1") == {"m1", "m2"}
+    used["m2"] = "g2"
+    assert used.of_guest("g1") == {"m1"} and used.of_guest("g2") == {
+        "m2",
+        "m3",
+    }
+    del used["m1"]
+    assert used.of_guest("g1") == frozenset() and "g1" not in used._devices_of
+    assert used.pop("m3") == "g2" and used.of_guest("g2") == {"m2"}
+    used.update({"m4": "g3"})
+    assert used.of_guest("g3") == {"m4"}
+    assert dict(used) == {"m2": "g2", "m4": "g3"} and used == {
+        "m2": "g2",
+        "m4": "g3",
+    }
