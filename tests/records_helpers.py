@@ -28,6 +28,14 @@ def claims_on_disk(state: Path) -> dict:
         return dict(record.claims)
 
 
+def seen_on_disk(state: Path) -> dict[str, tuple[str, str]]:
+    """The mdevs seen, as a new process reads them from ``state`` (the
+    snapshot and the changes appended to its journal since)."""
+    from vgpu_driver.records.seen import SeenMdevs
+
+    return SeenMdevs(StateStore(state)).snapshot()
+
+
 def made_on_disk(state: Path) -> set[str]:
     """The devices made, as a new process reads them from ``state``
     (listed with the claims, and the changes appended since)."""

@@ -12,7 +12,7 @@ import pytest
 
 from tests.helpers import Node
 from tests.modelled_libvirt import modelled_host
-from tests.records_helpers import claims_on_disk
+from tests.records_helpers import claims_on_disk, seen_on_disk
 from vgpu_driver.model.device import Guest
 from vgpu_driver.records.store import StateStoreError
 from vgpu_driver.service.ledger import Ledger
@@ -34,15 +34,17 @@ def _vf_type(n: Node, address: str) -> int:
 @pytest.fixture
 def full_disk(monkeypatch):
     """``full_disk(node)``: from now on every save to its state_path
-    (a record replaced, the claims journal appended to) fails as a full
-    disk does; ``full_disk(node, False)`` frees it."""
+    (a record replaced, the claims' or the mdevs seen's journal appended
+    to) fails as a full disk does; ``full_disk(node, False)`` frees it."""
 
     def fill(n: Node, full: bool = True) -> None:
         store = n.driver.state
         claims_file = n.driver.binder.ledger.record._file
+        seen_journal = n.driver.binder.ledger.seen.file.journal
         if not full:
             monkeypatch.delattr(store, "save")
             monkeypatch.delattr(claims_file, "write")
+            monkeypatch.delattr(seen_journal, "append")
             return
 
         def refused(key):
@@ -55,6 +57,11 @@ def full_disk(monkeypatch):
         monkeypatch.setattr(store, "save", lambda key, value: refused(key))
         monkeypatch.setattr(
             claims_file, "write", lambda epoch, claims, made: refused("claims")
+        )
+        monkeypatch.setattr(
+            seen_journal,
+            "append",
+            lambda base, record: refused("mdev-parents"),
         )
 
     return fill
@@ -232,11 +239,11 @@ def test_the_mdevs_seen_not_written_are_written_at_the_next_reading(
     assert mdev.uuid not in _seen_on_disk(state)
     full_disk(n, False)
     n.driver.discover()
-    assert _seen_on_disk(state)[mdev.uuid] == [parent.name, "nvidia-35"]
+    assert _seen_on_disk(state)[mdev.uuid] == (parent.name, "nvidia-35")
 
 
 def _seen_on_disk(state):
-    return json.loads((state / "mdev-parents.json").read_text())
+    return seen_on_disk(state)
 
 
 def _room(n, parent):
@@ -331,4 +338,4 @@ def test_an_mdev_a_guest_takes_while_full_is_written_at_the_next_reading(
     assert made not in _seen_on_disk(state)
     full_disk(n, False)
     n.update()
-    assert _seen_on_disk(state)[made] == [parent, "nvidia-35"]
+    assert _seen_on_disk(state)[made] == (parent, "nvidia-35")

@@ -16,9 +16,8 @@ from vgpu_driver.driver import VgpuDriver
 
 
 def seen_on_disk(driver):
-    from vgpu_driver.records.seen import SeenMdevs
-
-    return SeenMdevs(driver._refresher.seen._record.state).snapshot()
+    state = driver._refresher.seen.file.state
+    return records_helpers.seen_on_disk(state.directory)
 
 
 def simulated(tmp_path, pgpus=1):

@@ -31,7 +31,7 @@ from typing import Any
 from oslo_log import log as logging
 
 from vgpu_driver.model.claims import CLAIM_FIELDS, PURPOSES, Claims
-from vgpu_driver.records.journal import SUFFIX, Journal
+from vgpu_driver.records.journal import SUFFIX, Journal, signature
 from vgpu_driver.records.store import (
     StateRecordCorrupt,
     StateStore,
@@ -133,11 +133,11 @@ class ClaimsFile:
         """The stat signatures of the claims file and of its journal;
         None without a claims file."""
         try:
-            found = _signature(os.stat(self._files[0]))
+            found = signature(os.stat(self._files[0]))
         except OSError:
             return None
         try:
-            journal = _signature(os.stat(self._files[1]))
+            journal = signature(os.stat(self._files[1]))
         except OSError:
             return found, None
         return found, journal
@@ -157,7 +157,7 @@ class ClaimsFile:
             self.forget()
             return
         self.forget()
-        self._seen = ((_signature(os.fstat(fd)), now[1]), fd)
+        self._seen = ((signature(os.fstat(fd)), now[1]), fd)
 
     def forget(self) -> None:
         if self._seen is not None:
@@ -237,13 +237,3 @@ def validate_claims(record: Any) -> None:
             and claim["id"] == device_id,
             f"claim {device_id!r} is inconsistent",
         )
-
-
-def _signature(found: os.stat_result) -> tuple[int, ...]:
-    return (
-        found.st_dev,
-        found.st_ino,
-        found.st_size,
-        found.st_mtime_ns,
-        found.st_ctime_ns,
-    )

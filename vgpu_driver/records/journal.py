@@ -1,6 +1,7 @@
-"""The claims' journal: each save of a record between two snapshots of it
+"""A record's journal: each save of a record between two snapshots of it
 is one line appended to ``<key>.journal`` and made durable by one
-``fdatasync``.
+``fdatasync`` (the claims' whole record each time, read back as the last
+entry; the mdevs seen's changes, read back as every entry in turn).
 
 Replacing the record whole (:meth:`StateStore.save
 <vgpu_driver.records.store.StateStore.save>`) costs two flushes to disk
@@ -10,11 +11,12 @@ it appends instead. The file is never renamed between snapshots, so an
 append needs no flush of the directory.
 
 An entry is a line ``<crc32, 8 hex digits> <JSON>``, the JSON an object
-``{"base": <the snapshot's epoch>, "record": <the whole record>}``,
+``{"base": <the snapshot's epoch>, "record": <what the save wrote>}``,
 written with a newline before and after it: a line cut short by a crash
 is ended by the next entry's first newline, fails its checksum and is
-passed over. The record is the snapshot, or the last entry whose
-checksum holds if its ``base`` is that snapshot's epoch; the entries of
+passed over. Only the entries whose checksum holds and whose ``base``
+is the snapshot's epoch follow it (:meth:`Journal.latest`, the last of
+them; :meth:`Journal.entries`, all of them); the entries of
 an earlier snapshot (a compaction's emptying of the journal lost to a
 crash) follow no snapshot on disk and are never read. The caller writes
 a new snapshot (and empties the journal) when the journal has grown past
@@ -136,6 +138,43 @@ class Journal:
             raise self._error("read", exc) from exc
         if text is None:
             return None
+        return self._parsed(text, validate, base)
+
+    def entries(
+        self, base: int, validate: Validator, start: int = 0
+    ) -> tuple[list[Any], int] | None:
+        """The records of the whole entries from byte ``start`` on that
+        follow the snapshot of epoch ``base``, in the order written, and
+        the byte read to (the next read's ``start``: after the last whole
+        line); None without a journal. Raises StateRecordCorrupt as
+        :meth:`latest` does."""
+        try:
+            with open(self._file, "rb") as handle:
+                handle.seek(start)
+                data = handle.read()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise self._error("read", exc) from exc
+        # up to the last newline: a line being appended (read without
+        # the lock) is read whole next time
+        whole = data[: data.rfind(b"\n") + 1]
+        found = []
+        for line in whole.split(b"\n"):
+            text = _checked(line)
+            entry = (
+                None if text is None else self._parsed(text, validate, base)
+            )
+            if entry is not None:
+                found.append(entry[1])
+        return found, start + len(whole)
+
+    def _parsed(
+        self, text: bytes, validate: Validator, base: int | None
+    ) -> tuple[int, Any] | None:
+        """(its snapshot's epoch, its record) of an entry whose checksum
+        holds; None if it follows another snapshot than ``base`` (when
+        given). Raises StateRecordCorrupt if it is not of the shape."""
         try:
             entry = json.loads(text.decode("utf-8"))
             if not isinstance(entry, dict) or not isinstance(
@@ -196,3 +235,15 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def signature(found: os.stat_result) -> tuple[int, ...]:
+    """A file's stat signature: another file, or this one written, has
+    another (a file held open keeps its inode from any new file)."""
+    return (
+        found.st_dev,
+        found.st_ino,
+        found.st_size,
+        found.st_mtime_ns,
+        found.st_ctime_ns,
+    )

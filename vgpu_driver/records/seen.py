@@ -6,30 +6,37 @@ while the service was down) is still counted against its provider.
 is where the mdevs guests use are: a free mdev made or removed (by a
 bind, or by another manager) changes the record in memory alone, and is
 written with the next write a guest's mdev needs (one durable write
-less per free mdev made or gone).
+less per free mdev made or gone). Each write saves what changed since
+the last (:mod:`.seen_file`): its cost is the change's, not the host's.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Iterable, Mapping
-from typing import Any
 
-from vgpu_driver.records.merged import MergedRecord, is_string_list
-from vgpu_driver.records.store import StateStore, validate_str_map
-
-MDEVS_RECORD = "mdev-parents"
-
-Where = tuple[str, str]  # (parent, type id)
+from vgpu_driver.records.seen_file import (
+    MDEVS_RECORD,
+    Changes,
+    SeenFile,
+    Where,
+    apply,
+)
+from vgpu_driver.records.store import StateStore
 
 
 class SeenMdevs:
     def __init__(self, state: StateStore | None) -> None:
-        self._record = MergedRecord(state, MDEVS_RECORD, _validate_seen)
+        self.file = SeenFile(state) if state is not None else None
         self._lock = threading.Lock()
-        self._known: dict[str, Where] = _as_seen(self._record.load())
         # the record as this process last read or wrote it on disk
-        self._written: dict[str, Where] = dict(self._known)
+        self._written: dict[str, Where] = (
+            self.file.read() if self.file is not None else {}
+        )
+        # the mdevs seen: the record with the changes not written yet
+        self._known: dict[str, Where] = dict(self._written)
+        # uuid -> where, or None (gone): how _known differs from _written
+        self._pending: dict[str, Where | None] = {}
 
     def snapshot(self) -> dict[str, Where]:
         with self._lock:
@@ -38,29 +45,47 @@ class SeenMdevs:
     def get(self, uuid: str) -> Where | None:
         return self._known.get(uuid)
 
-    def save(self, new: Mapping[str, Where]) -> None:
-        """Make the record ``new`` (merged with other processes' entries
-        on disk). Raises StateStoreError if it cannot be written."""
+    def save(self, changes: Changes) -> None:
+        """Put ``changes`` on disk (uuid -> where it is, or None: no
+        longer seen), with those noted in memory alone so far, merged
+        with what other processes saved. Raises StateStoreError if it
+        cannot be written (nothing changes)."""
         with self._lock:
-            old = self._written
-            merged = self._record.merge(
-                {u: list(w) for u, w in new.items() if old.get(u) != w},
-                set(old) - set(new),
-            )
-            persisted = self._record.state is not None
-            self._known = _as_seen(merged) if persisted else dict(new)
-            self._written = dict(self._known)
+            pending = {**self._pending, **changes}
+            if self.file is None:
+                self._pending = {}
+                apply(self._known, changes)
+                apply(self._written, pending)
+                return
+            with self.file.state.locked():
+                self._take_others()
+                written = self._written
+                for uuid in [
+                    u for u, w in pending.items() if written.get(u) == w
+                ]:
+                    del pending[uuid]  # on disk so already
+                if pending:
+                    self.file.write(pending, lambda: _after(written, pending))
+                apply(written, pending)
+                apply(self._known, changes)
+                self._pending = {}
 
     def note(self, new: Mapping[str, Where], needed: Iterable[str]) -> None:
         """The mdevs seen are ``new``; written only if one of ``needed``
         (the mdevs guests use) is not on disk as it is there. Raises
-        StateStoreError if it cannot be written."""
+        StateStoreError if it cannot be written (then held in memory
+        alone, as a free mdev's change is)."""
         with self._lock:
             written = self._written
+            changes: dict[str, Where | None] = {
+                u: w for u, w in new.items() if written.get(u) != w
+            }
+            changes.update((u, None) for u in written.keys() - new.keys())
+            self._known = dict(new)
+            self._pending = changes
             if all(written.get(u) == new.get(u) for u in needed):
-                self._known = dict(new)
                 return
-        self.save(new)
+        self.save({})
 
     def change(
         self,
@@ -73,23 +98,20 @@ class SeenMdevs:
         makes of the whole host, for these alone. Written only if one of
         ``added`` that is needed is not on disk as it is. Raises
         StateStoreError if it cannot be written."""
-        dropped = [u for u in gone if u not in needed and u not in added]
+        changes: dict[str, Where | None] = dict(added)
+        changes.update(
+            (u, None) for u in gone if u not in needed and u not in added
+        )
         with self._lock:
             written = self._written
             if all(
                 written.get(u) == w for u, w in added.items() if u in needed
             ):
-                # in place (what a snapshot gave out is a copy): the cost
-                # is the change's, not the record's
-                known = self._known
-                known.update(added)
-                for uuid in dropped:
-                    known.pop(uuid, None)
+                # in memory: the cost is the change's, not the record's
+                apply(self._known, changes)
+                self._pending.update(changes)
                 return
-            new = {**self._known, **added}
-            for uuid in dropped:
-                new.pop(uuid, None)
-        self.save(new)
+        self.save(changes)
 
     def remember(self, where: Mapping[str, Where]) -> None:
         """These mdevs are where they are said to be: on disk (written
@@ -99,14 +121,32 @@ class SeenMdevs:
             written = self._written
             if all(written.get(u) == w for u, w in where.items()):
                 return
-            new = {**self._known, **where}
-        self.save(new)
+        self.save(where)
+
+    def _take_others(self) -> None:
+        """What other processes saved since this one last read or wrote,
+        taken in (under both locks): a change of its own not written yet
+        stays as it is in memory."""
+        assert self.file is not None
+        others = self.file.since()
+        if others is None:  # another wrote a snapshot: read it whole
+            self._written = self.file.read()
+            self._known = dict(self._written)
+            apply(self._known, self._pending)
+            return
+        for changes in others:
+            apply(self._written, changes)
+            apply(
+                self._known,
+                {u: w for u, w in changes.items() if u not in self._pending},
+            )
 
 
-def _as_seen(record: Mapping[str, Any]) -> dict[str, Where]:
-    return {u: (str(w[0]), str(w[1])) for u, w in record.items()}
+def _after(written: Mapping[str, Where], pending: Changes) -> dict[str, Where]:
+    """The record once ``pending`` is written (for a new snapshot)."""
+    record = dict(written)
+    apply(record, pending)
+    return record
 
 
-_validate_seen = validate_str_map(
-    lambda v: is_string_list(v) and len(v) == 2, "a [parent, type] pair"
-)
+__all__ = ["MDEVS_RECORD", "SeenMdevs", "Where"]
