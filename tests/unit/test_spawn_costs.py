@@ -13,17 +13,35 @@ from vgpu_driver.sim import guest_xml
 
 
 class _UnwalkableUsers(Users):
-    """The devices in use, refusing to be walked whole."""
+    """The devices in use, refusing to be walked whole while
+    ``refusing``."""
 
-    def _walked(self, *_args):
-        raise AssertionError("walked every device in use")
+    refusing = True
 
-    __iter__ = items = keys = values = _walked  # type: ignore[assignment]
+    def _check(self):
+        if self.refusing:
+            raise AssertionError("walked every device in use")
+
+    def __iter__(self):
+        self._check()
+        return dict.__iter__(self)
+
+    def items(self):
+        self._check()
+        return dict.items(self)
+
+    def keys(self):
+        self._check()
+        return dict.keys(self)
+
+    def values(self):
+        self._check()
+        return dict.values(self)
 
 
 def _unwalkable(driver):
     ledger = driver._refresher.binder.ledger
-    ledger.view.used = _UnwalkableUsers(ledger.view.used._guest_of)
+    ledger.view.used = _UnwalkableUsers(ledger.view.used)
     return ledger
 
 
@@ -44,7 +62,7 @@ def test_a_guest_gone_and_released_walks_no_other_guest(tmp_path, told):
         driver.guest_undefined(instance) if told == "guest_undefined" else []
     )
     released = driver.release_mdevs(instance)
-    ledger.view.used = Users(ledger.view.used._guest_of)  # walkable again
+    ledger.view.used.refusing = False
     assert had <= set(freed) | set(released) | driver.free_mdevs()
     assert instance not in driver.instance_devices()
     assert not had & set(ledger.view.used)
@@ -67,7 +85,13 @@ def test_users_keeps_each_guests_devices_in_step():
     assert used.pop("m3") == "g2" and used.of_guest("g2") == {"m2"}
     used.update({"m4": "g3"})
     assert used.of_guest("g3") == {"m4"}
-    assert dict(used) == {"m2": "g2", "m4": "g3"} and used == {
-        "m2": "g2",
-        "m4": "g3",
+    assert used.pop("gone", None) is None
+    assert dict(used) == {"m2": "g2", "m4": "g3"} == used
+    copy = used.copy()
+    copy["m5"] = "g3"
+    assert copy.of_guest("g3") == {"m4", "m5"} and used.of_guest("g3") == {
+        "m4"
     }
+    for refused in (used.setdefault, used.popitem, used.clear):
+        with pytest.raises(TypeError, match="each guest's devices follow"):
+            refused("m9")
