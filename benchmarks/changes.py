@@ -9,6 +9,7 @@ module for what each row means)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -40,6 +41,7 @@ WALL: list[float] = []
 # CPU ms of the same refreshes spent in libvirt's calls (see libvirt_cpu)
 INSIDE: list[float] = []
 _SPENT = [0.0]  # s, since the timed refresh began
+_OUTSIDE = [0.0, 0.0]  # s of CPU and wall, not counted (see outside)
 
 
 @contextlib.contextmanager
@@ -63,6 +65,55 @@ def libvirt_cpu() -> Iterator[None]:
         yield
     finally:
         Connection.call = real  # type: ignore[method-assign]
+
+
+@contextlib.contextmanager
+def counted_calls(
+    calls: list[tuple[float, float, int, float]],
+) -> Iterator[None]:
+    """The CPU ms, wall ms, flushes to disk (``fsync``, ``fdatasync``)
+    and CPU ms of libvirt's calls (see :func:`libvirt_cpu`) of the
+    block, appended to ``calls``; what it does :func:`outside` is taken
+    off."""
+    flushes = [0]
+    real = os.fsync, os.fdatasync
+
+    def flushed(call: Callable[[int], None]) -> Callable[[int], None]:
+        def flush(fd: int) -> None:
+            flushes[0] += 1
+            call(fd)
+
+        return flush
+
+    _OUTSIDE[:] = [0.0, 0.0]
+    os.fsync, os.fdatasync = flushed(real[0]), flushed(real[1])
+    spent = _SPENT[0]
+    cpu, wall = time.process_time(), time.perf_counter()
+    try:
+        yield
+    finally:
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+        os.fsync, os.fdatasync = real
+        calls.append(
+            (
+                (cpu - _OUTSIDE[0]) * 1000,
+                (wall - _OUTSIDE[1]) * 1000,
+                flushes[0],
+                (_SPENT[0] - spent) * 1000,
+            )
+        )
+
+
+@contextlib.contextmanager
+def outside() -> Iterator[None]:
+    """Inside :func:`counted_calls`: what libvirt and the caller do (the
+    guest's XML made, the domain defined or undefined), not counted."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    try:
+        yield
+    finally:
+        _OUTSIDE[0] += time.process_time() - cpu
+        _OUTSIDE[1] += time.perf_counter() - wall
 
 
 def pairs(
@@ -181,25 +232,39 @@ def spawn_churn(
     # refresh timed: the refreshes followed real spawns and deletes
     bound: list[list[str]] = []
     free_after: list[int] = []
+    # the library's own calls of each spawn (the bind, the event,
+    # guest_defined) and delete (the event, guest_undefined and
+    # release_mdevs; the event alone when by_event): CPU ms, wall ms,
+    # flushes to disk, CPU ms of libvirt's calls in them
+    calls: list[tuple[float, float, int, float]] = []
+
+    def spawn() -> list[str]:
+        free = next(p for p in driver.last_plans if p.total > p.reserved)
+        wanted = {tree.data(free.name).uuid: {"resources": {"VGPU": 1}}}
+        devices = [d.id for d in driver.allocate_mdevs(instance, wanted)]
+        spec = GuestSpec(uuid=instance, name="spawned", mdevs=devices)
+        with outside():
+            conn.defineXML(guest_xml.render_guest(spec))
+        driver.domain_event(instance, True)
+        driver.guest_defined(instance)
+        return devices
+
+    def delete() -> None:
+        with outside():
+            guest_xml.delete(conn.lookupByUUIDString(instance))
+        driver.domain_event(instance, False)
+        if not by_event:
+            driver.guest_undefined(instance)
+            driver.release_mdevs(instance)
 
     def change(step: int) -> None:
         if step:
             free_after.append(len(driver.free_mdevs()))
-        if step % 2 == 0:
-            free = next(p for p in driver.last_plans if p.total > p.reserved)
-            wanted = {tree.data(free.name).uuid: {"resources": {"VGPU": 1}}}
-            devices = [d.id for d in driver.allocate_mdevs(instance, wanted)]
-            bound.append(devices)
-            spec = GuestSpec(uuid=instance, name="spawned", mdevs=devices)
-            conn.defineXML(guest_xml.render_guest(spec))
-            driver.domain_event(instance, True)
-            driver.guest_defined(instance)
-        else:
-            guest_xml.delete(conn.lookupByUUIDString(instance))
-            driver.domain_event(instance, False)
-            if not by_event:
-                driver.guest_undefined(instance)
-                driver.release_mdevs(instance)
+        with counted_calls(calls):
+            if step % 2 == 0:
+                bound.append(spawn())
+            else:
+                delete()
 
     changed, idle = pairs(change, service.idle)
     free_after.append(len(driver.free_mdevs()))
@@ -211,6 +276,7 @@ def spawn_churn(
         "nova": nova_idle(uri),
         "bound": bound,
         "free": free_after,
+        "calls": calls,
     }
 
 

@@ -217,14 +217,43 @@ def main() -> None:
         cases.append(
             (("mdev made", "mdev gone"), label, partial(mdev_churn, shape))
         )
+    spawns: list[str] = []
     for kinds, label, run in cases:
         with tempfile.TemporaryDirectory() as tmp:
             found = run(Path(tmp))
         for half, kind in enumerate(kinds):
             print(row(f"{kind} {label}", found, half), flush=True)
+            if "calls" in found:
+                spawns.append(calls_row(f"{kind} {label}", found, half))
     print(
         "Nova beside the VF rows: none (its libvirt driver reports no vGPU "
         "on vendor-VFIO SR-IOV cards)"
+    )
+    print(
+        "the library's own calls of each spawn (allocate_mdevs, "
+        "domain_event, guest_defined) and delete (domain_event, "
+        "guest_undefined, release_mdevs; gone: domain_event alone), libvirt's "
+        "define and undefine taken off: CPU and wall ms min/median/max, "
+        "flushes to disk (fsync, fdatasync) and the CPU ms libvirt's calls "
+        "took in them (the mdev made or removed; medians); Nova's spawn "
+        "scans every guest (benchmarks.nova_compare, 'Nova per spawn')"
+    )
+    print(
+        f"{'case':>24} | {'calls cpu':>18} {'calls wall':>18} "
+        f"{'flushes':>7} {'libvirt':>7}"
+    )
+    for line in spawns:
+        print(line)
+
+
+def calls_row(label: str, found: dict[str, Any], half: int) -> str:
+    """The library's calls of the change ``half`` (0: the spawns, 1: the
+    deletes)."""
+    calls = found["calls"][half::2]
+    cpu, wall, flushes, inside = zip(*calls, strict=True)
+    return (
+        f"{label:>24} | {spread(cpu):>18} {spread(wall):>18} "
+        f"{statistics.median(flushes):>7g} {statistics.median(inside):>7.2f}"
     )
 
 
