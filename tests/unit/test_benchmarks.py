@@ -191,6 +191,35 @@ def test_the_making_spawn_rows_make_and_remove_an_mdev_each_time(
     assert found["free"] == [0, 0, 0, 0]  # none free, spawned or deleted
 
 
+@pytest.mark.parametrize(
+    ("making", "by_event", "flushes"),
+    [(False, False, (2, 1)), (True, False, (3, 3)), (True, True, (3, 0))],
+)
+def test_the_calls_of_a_spawn_and_a_delete_count_their_flushes(
+    tmp_path, monkeypatch, making, by_event, flushes
+):
+    """The library's calls around each spawn and delete, as the churn
+    benchmark prints them: a spawn reusing an mdev flushes its claim and
+    its ending (2); one that makes its mdev, where it is too (3); a
+    delete releases (1), or records the removal, removes and ends the
+    claim (3); a guest gone told by its event alone calls nothing else.
+    libvirt's part (the mdev made or removed) is part of the calls."""
+    from benchmarks import changes
+
+    monkeypatch.setattr(changes, "RUNS", [2])
+    monkeypatch.setattr(changes, "nova_idle", lambda uri: None)
+    found = changes.spawn_churn(
+        (1, 4, 4), tmp_path, making=making, by_event=by_event
+    )
+    calls = found["calls"]
+    assert len(calls) == 4
+    for half, expected in enumerate(flushes):
+        assert [c[2] for c in calls[half::2]] == [expected, expected]
+    assert all(0 <= inside <= cpu + 0.05 for cpu, _w, _f, inside in calls)
+    if making:  # the mdev made by the spawn's bind is libvirt's to make
+        assert all(c[3] > 0 for c in calls[0::2])
+
+
 def test_the_gone_rows_remove_the_mdev_the_event_freed(tmp_path, monkeypatch):
     """With ``by_event``, each delete is told by the guest's event alone
     (no release): the refresh timed after it let go of the mdev and
