@@ -216,6 +216,15 @@ def test_a_change_not_written_yet_outlives_anothers_save_of_that_mdev(state):
     assert _seen(state).snapshot() == one.snapshot()
 
 
+def test_an_empty_snapshot_is_said_to_be_empty(state, caplog):
+    """A snapshot cut to nothing (a disk that lost it): the log says it
+    is empty, not a JSON parser's message."""
+    _seen(state).save({"a": ("p0", "t")})
+    (state / "mdev-parents.json").write_text("  \n")
+    assert _seen(state).snapshot() == {}
+    assert "it is empty" in caplog.text
+
+
 def test_a_damaged_snapshot_goes_aside_with_its_journal(state):
     """The snapshot cannot be read: it is moved aside (kept), and its
     journal with it (its entries follow a snapshot no longer there);
@@ -228,3 +237,74 @@ def test_a_damaged_snapshot_goes_aside_with_its_journal(state):
     assert list(state.glob("mdev-parents.json.corrupt-*"))
     assert list(state.glob("mdev-parents.journal.corrupt-*"))
     assert not _journal(state).exists()
+
+
+def test_a_save_reads_what_the_others_appended_not_the_whole_record(
+    state, monkeypatch
+):
+    """Another process appended: this one's next save reads the journal
+    from where it left it, not the snapshot nor the journal again from
+    its start; another's new snapshot is read whole, once. (Reading all
+    of it every time is right too, and costs every mdev seen: it is
+    what the journal saves.)"""
+    from vgpu_driver.records.seen_file import SeenFile
+
+    one, two = _seen(state), _seen(state)
+    one.save(_many(64))
+    reads, starts = [], []
+    real_read, real_entries = SeenFile.read, journal.Journal.entries
+    monkeypatch.setattr(
+        SeenFile, "read", lambda self: reads.append(1) or real_read(self)
+    )
+
+    def entries(self, base, validate, start=0):
+        starts.append(start)
+        return real_entries(self, base, validate, start)
+
+    monkeypatch.setattr(journal.Journal, "entries", entries)
+    two.remember({"b": ("p1", "t")})  # the first's snapshot: read whole
+    assert reads == [1]
+    del reads[:], starts[:]
+    sizes = []
+    for seen, uuid in ((one, "c"), (two, "d"), (one, "e")):
+        sizes.append(_journal(state).stat().st_size)
+        seen.remember({uuid: ("p1", "t")})
+    # each read from where it last left the journal: the first had
+    # written the snapshot (an empty journal), the second its entry
+    assert reads == [] and starts == [0, sizes[0], sizes[1]]
+    # nobody appended since its own save: nothing to read but the end
+    end = _journal(state).stat().st_size
+    one.remember({"f": ("p1", "t")})
+    assert reads == [] and starts[3:] == [end]
+    assert one.snapshot() == _seen(state).snapshot()
+    assert {"b", "c", "d", "e", "f"} <= set(one.snapshot())
+    # the second takes the last entries in at its next save
+    assert set(two.snapshot()) == set(one.snapshot()) - {"e", "f"}
+
+
+def test_the_snapshot_is_held_open_once_however_often_it_is_read(state):
+    """Each reading of the whole record holds the snapshot it read (its
+    inode is never a new file's) and lets the one before go, replaced
+    as it is."""
+    import gc
+
+    if not os.path.isdir("/proc/self/fd"):
+        pytest.skip("no /proc/self/fd")
+
+    def held():
+        return sum(
+            1
+            for fd in os.listdir("/proc/self/fd")
+            # (a snapshot replaced since: "mdev-parents.json (deleted)")
+            if "mdev-parents.json" in os.path.realpath(f"/proc/self/fd/{fd}")
+        )
+
+    gc.collect()  # (records of other tests)
+    before = held()
+    one, two = _seen(state), _seen(state)
+    one.save({"a": ("p0", "t")})
+    for i in range(5):
+        (state / "mdev-parents.journal").unlink()  # the next save: a snapshot
+        one.remember({f"u{i}": ("p1", "t")})
+        two.remember({f"v{i}": ("p1", "t")})  # reads one's whole
+    assert held() == before + 2  # one each
