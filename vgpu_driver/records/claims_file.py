@@ -31,6 +31,7 @@ from typing import Any
 from oslo_log import log as logging
 
 from vgpu_driver.model.claims import CLAIM_FIELDS, PURPOSES, Claims
+from vgpu_driver.model.made import Made, MadeSet, changed
 from vgpu_driver.records.journal import SUFFIX, Journal, signature
 from vgpu_driver.records.store import (
     StateRecordCorrupt,
@@ -60,6 +61,9 @@ class ClaimsFile:
         # the devices made it lists (None: of an earlier release, none)
         self._snapshot = 0
         self._snapshot_made: frozenset[str] | None = None
+        # the devices made as last written, and (added, removed) since
+        # the snapshot then: the next entry's from what changed since
+        self._since: tuple[Made, tuple[set[str], set[str]]] | None = None
         # (the look as last read or written here, the claims file open)
         self._seen: tuple[Look, int] | None = None
         self._files = (state.file(CLAIMS_RECORD), os.fspath(self.journal.path))
@@ -76,6 +80,7 @@ class ClaimsFile:
         record = self.state.load(CLAIMS_RECORD, {}, validate_claims)
         epoch, claims = claims_of(record)
         made = self._snapshot_made = made_of(record)
+        self._since = None  # (a new set of devices made is built from it)
         self._snapshot = epoch
         if epoch:
             entry = self.journal.latest(epoch, validate_claims)
@@ -93,10 +98,8 @@ class ClaimsFile:
         record: dict[str, Any] = {"epoch": epoch, "claims": claims}
         base = self._snapshot_made
         if self._snapshot and base is not None:
-            since = {
-                "added": sorted(made - base),
-                "removed": sorted(base - made),
-            }
+            added, removed = self._made_since(made, base)
+            since = {"added": sorted(added), "removed": sorted(removed)}
             if self.journal.append(
                 self._snapshot, {**record, "made_since": since}
             ):
@@ -107,6 +110,7 @@ class ClaimsFile:
         self.state.save(MADE_RECORD, listed)
         self.state.save(CLAIMS_RECORD, {**record, "made": listed})
         self._snapshot, self._snapshot_made = epoch, frozenset(made)
+        self._since = None
         try:
             self.journal.empty()
         except StateStoreError as exc:
@@ -114,6 +118,31 @@ class ClaimsFile:
             # next save writes a snapshot if there is no journal
             LOG.warning("Could not empty the claims' journal: %s", exc)
         self._hold()
+
+    def _made_since(
+        self, made: Set[str], base: frozenset[str]
+    ) -> tuple[set[str], set[str]]:
+        """The devices made and removed since the snapshot ``base``: from
+        those changed since the last write (a snapshot of ``made`` each,
+        see :mod:`~vgpu_driver.model.made`), so an entry costs the
+        changes since the snapshot, not every device made; by comparing
+        every device otherwise."""
+        now = made.frozen() if isinstance(made, MadeSet) else None
+        last = self._since
+        if now is not None and last is not None:
+            added, removed = set(last[1][0]), set(last[1][1])
+            for device in changed(now, last[0]):
+                into, out = (
+                    (added, removed) if device in now else (removed, added)
+                )
+                if (device in base) == (device in now):
+                    out.discard(device)  # as in the snapshot again
+                else:
+                    into.add(device)
+        else:
+            added, removed = compared(made, base)
+        self._since = (now, (added, removed)) if now is not None else None
+        return added, removed
 
     def journal_readable(self, moved: list[str]) -> bool:
         """Is the journal readable, and its snapshot still there (the
@@ -183,6 +212,13 @@ def made_of(record: Any) -> frozenset[str] | None:
     if "claims" in record and "epoch" in record and "made" in record:
         return frozenset(record["made"])
     return None
+
+
+def compared(
+    made: Set[str], base: frozenset[str]
+) -> tuple[set[str], set[str]]:
+    """(added, removed): ``made`` against ``base``, device by device."""
+    return set(made - base), set(base - made)
 
 
 def made_after(
