@@ -92,6 +92,14 @@ def test_users_keeps_each_guests_devices_in_step():
     assert copy.of_guest("g3") == {"m4", "m5"} and used.of_guest("g3") == {
         "m4"
     }
+    # written before the guests' side is first asked for, and after
+    fresh = Users({"a": "g"})
+    fresh["b"] = "g"
+    del fresh["a"]
+    assert fresh.of_guest("g") == {"b"}
+    fresh["c"] = "h"
+    fresh["b"] = "h"
+    assert fresh.of_guest("h") == {"b", "c"} and fresh.of_guest("g") == set()
     for refused in (used.setdefault, used.popitem, used.clear):
         with pytest.raises(TypeError, match="each guest's devices follow"):
             refused("m9")
