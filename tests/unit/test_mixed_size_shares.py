@@ -150,6 +150,34 @@ def test_shares_over_100_are_a_warning(make_conf, tmp_path):
     assert problem.severity == "warning" and "125%" in str(problem)
 
 
+def test_shares_one_over_100_are_a_warning_of_the_first_type(
+    make_conf, tmp_path
+):
+    """101% is over the card; the warning is given in the group of the
+    type listed first, which the operator reads first."""
+    card = shared_card(make_conf, tmp_path, (50, 51))
+    [problem] = _share_warnings(card)
+    assert "101%" in str(problem)
+    assert problem.section == "mdev_nvidia-1521"
+
+
+def test_a_share_beside_a_type_without_one_counts_that_type_whole(
+    make_conf, tmp_path
+):
+    """One type given a share, the other none: the one without counts as
+    the whole card (100), so 60 and it add up to 160%."""
+    text = CONFIG.replace(
+        "[mdev_nvidia-1521]\ndevice_addresses = 0001:c8:00.0\n",
+        "[mdev_nvidia-1521]\ndevice_addresses = 0001:c8:00.0\n"
+        "card_share = 60\n",
+    )
+    node = helpers.Node(
+        make_conf, tmp_path, "rtx6000-nvml", text, mixed_host()
+    )
+    [problem] = _share_warnings(node)
+    assert "160%" in str(problem) and problem.severity == "warning"
+
+
 def test_shares_up_to_100_or_none_set_are_no_warning(
     make_conf, tmp_path, card
 ):
