@@ -30,6 +30,18 @@ def _save(record, **changes):
         record.save({"c": claim("c", "i1")})
 
 
+def _comparisons(monkeypatch):
+    """From now on, one item per save that compared every device made."""
+    compared: list[int] = []
+    real = claims_file.compared
+    monkeypatch.setattr(
+        claims_file,
+        "compared",
+        lambda made, base: compared.append(1) or real(made, base),
+    )
+    return compared
+
+
 def _last_entry(state):
     line = (state / "claims.journal").read_text().strip().splitlines()[-1]
     return json.loads(line.split(" ", 1)[1])["record"]["made_since"]
@@ -46,13 +58,7 @@ def test_the_entries_follow_the_changes_without_comparing_every_device(
     start = {f"m{i}": True for i in range(100)}
     _save(record, **start)  # the snapshot
     _save(record, new1=True)  # the first entry: compared
-    compared = []
-    real = claims_file.compared
-    monkeypatch.setattr(
-        claims_file,
-        "compared",
-        lambda made, base: compared.append(1) or real(made, base),
-    )
+    compared = _comparisons(monkeypatch)
     steps = [
         {"new2": True, "m1": False},
         {"m1": True},  # in the snapshot again
@@ -80,13 +86,7 @@ def test_a_set_of_devices_made_read_again_is_compared_once(state, monkeypatch):
     _save(record, c=True)
     other = ClaimsRecord(StateStore(state))
     _save(other, d=True)
-    compared = []
-    real = claims_file.compared
-    monkeypatch.setattr(
-        claims_file,
-        "compared",
-        lambda made, base: compared.append(1) or real(made, base),
-    )
+    compared = _comparisons(monkeypatch)
     _save(record, a=False)  # reads the other's save first
     _save(record, e=True)
     assert compared == [1]
