@@ -85,7 +85,12 @@ def test_users_keeps_each_guests_devices_in_step():
     assert used.pop("m3") == "g2" and used.of_guest("g2") == {"m2"}
     used.update({"m4": "g3"})
     assert used.of_guest("g3") == {"m4"}
-    assert used.pop("gone", None) is None
+    assert used.pop("gone", "nobody") == "nobody"
+    with pytest.raises(KeyError):
+        used.pop("gone")
+    # the guests' side, once built, is kept (not built again per ask)
+    built = used._devices_of
+    assert used.of_guest("g2") == {"m2"} and used._devices_of is built
     assert dict(used) == {"m2": "g2", "m4": "g3"} == used
     copy = used.copy()
     copy["m5"] = "g3"
