@@ -144,13 +144,13 @@ def let_go(
     """Hand back what the instance's guest had and no longer has
     (inside :meth:`Ledger.locked`): a device whose host state must change
     gets a release claim, saved now; the host is changed once the
-    lock is left. ``had``: the devices it had, when known (else every
-    device in use is looked at). Returns the device ids freed."""
+    lock is left. ``had``: the devices it had, when known (else those
+    the view has it using, in order). Returns the device ids freed."""
     freed: list[BoundDevice] = []
     used = ledger.view.used
     candidates = [
         (d, used[d])
-        for d in (used.of_guest(instance) if had is None else had)
+        for d in (sorted(used.of_guest(instance)) if had is None else had)
         if d in used
     ]
     for device_id, guest in candidates:
