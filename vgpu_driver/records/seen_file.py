@@ -153,28 +153,15 @@ class SeenFile:
     def _read_snapshot(self) -> dict[str, Where]:
         """The snapshot, held open (empty, and none held, without one).
         Raises StateRecordCorrupt if it cannot be read."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except (FileNotFoundError, NotADirectoryError):
+        opened = self._open_snapshot()
+        if opened is None:
             return {}
-        except OSError as exc:
-            raise StateStoreError(
-                action="read", path=str(self.path), reason=str(exc)
-            ) from exc
-        try:
-            with open(fd, "rb", closefd=False) as handle:
-                data = handle.read()
-            held = (signature(os.fstat(fd)), zlib.crc32(data), fd)
-        except OSError as exc:
-            os.close(fd)
-            raise StateStoreError(
-                action="read", path=str(self.path), reason=str(exc)
-            ) from exc
+        held, data = opened
         try:
             value = json.loads(data.decode("utf-8"))
             _validate_snapshot(value)
         except (ValueError, TypeError, KeyError, RecursionError) as exc:
-            os.close(fd)
+            os.close(held[2])
             reason = "it is empty" if not data.strip() else str(exc)
             raise StateRecordCorrupt(
                 path=str(self.path), reason=reason
@@ -182,10 +169,35 @@ class SeenFile:
         self._held = held
         return {u: (str(w[0]), str(w[1])) for u, w in value.items()}
 
+    def _open_snapshot(
+        self,
+    ) -> tuple[tuple[tuple[int, ...], int, int], bytes] | None:
+        """(what :attr:`_held` keeps of the snapshot: its signature, its
+        CRC, the file open; its bytes), None without one."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            raise StateStoreError(
+                action="read", path=str(self.path), reason=str(exc)
+            ) from exc
+        try:
+            with open(fd, "rb", closefd=False) as handle:
+                data = handle.read()
+            return (signature(os.fstat(fd)), zlib.crc32(data), fd), data
+        except OSError as exc:
+            os.close(fd)
+            raise StateStoreError(
+                action="read", path=str(self.path), reason=str(exc)
+            ) from exc
+
     def _hold_snapshot(self) -> None:
-        """The snapshot just written, held open with its CRC."""
-        with contextlib.suppress(StateRecordCorrupt, StateStoreError):
-            self._read_snapshot()
+        """The snapshot just written, held open with its CRC (not parsed
+        again: it is what was written)."""
+        with contextlib.suppress(StateStoreError):
+            opened = self._open_snapshot()
+            self._held = opened[0] if opened is not None else None
 
     def _entries(self, start: int) -> list[Changes]:
         """The changes of the entries after the snapshot held, from byte
