@@ -126,10 +126,11 @@ def row(label: str, found: dict[str, Any], half: int | None = None) -> str:
     return line
 
 
-def over_daemon(shapes: list[tuple[int, int, int]]) -> None:
+def over_daemon(shapes: list[tuple[int, int, int]]) -> list[str]:
     """The guest, spawn and mdev rows, the hosts served by this
-    machine's libvirtd."""
+    machine's libvirtd; the calls rows of the spawns, to print after."""
     print("libvirt: test-driver hosts served by libvirtd (UNIX socket)")
+    spawns: list[str] = []
     with (
         tempfile.TemporaryDirectory() as top,
         libvirt_daemon(Path(top)) as remote,
@@ -147,6 +148,11 @@ def over_daemon(shapes: list[tuple[int, int, int]]) -> None:
                 label = "/".join(map(str, shape))
                 for half, kind in enumerate(kinds):
                     print(row(f"{kind} {label}", found, half), flush=True)
+                    if "calls" in found:
+                        spawns.append(
+                            calls_row(f"{kind} {label}", found, half)
+                        )
+    return spawns
 
 
 def main() -> None:
@@ -188,7 +194,7 @@ def main() -> None:
         + (f" | {'wall ratio':>7}" if args.daemon else "")
     )
     if args.daemon:
-        over_daemon(shapes)
+        print_calls(over_daemon(shapes))
         return
     # (the two kinds of change of a case, the host, how to run it)
     cases: list[tuple[tuple[str, str], str, Runner]] = []
@@ -229,6 +235,12 @@ def main() -> None:
         "Nova beside the VF rows: none (its libvirt driver reports no vGPU "
         "on vendor-VFIO SR-IOV cards)"
     )
+    print_calls(spawns)
+
+
+def print_calls(spawns: list[str]) -> None:
+    """The calls table: the library's own calls of each spawn and
+    delete (see :func:`calls_row`)."""
     print(
         "the library's own calls of each spawn (allocate_mdevs, "
         "domain_event, guest_defined) and delete (domain_event, "

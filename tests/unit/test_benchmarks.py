@@ -142,6 +142,27 @@ def test_churn_benchmark_times_guests_and_mdevs_over_libvirtd():
     kinds = "guest gone, guest back, spawn, delete, mdev made, mdev gone"
     assert Counter(m[1] for m in found) == dict.fromkeys(kinds.split(", "), 2)
     assert all(float(m[3]) > 0 and float(m[4]) > 0 for m in found)
+    # the calls of each spawn and delete over the daemon too: a bind's
+    # wall time there has a round trip per libvirt call in it
+    calls = out[out.index("the library's own calls") :]
+    flushes = {
+        (m[1], m[2]): float(m[3])
+        for m in rows(
+            calls,
+            r"\s*(spawn|delete|spawn\+make|delete\+remove|gone\+remove) (\S+)"
+            r" \| +[\d./]+ +[\d./]+ +(\d+) +[\d.]+$",
+        )
+    }
+    assert {kind for kind, _ in flushes} == {
+        "spawn",
+        "delete",
+        "spawn+make",
+        "delete+remove",
+        "gone+remove",
+    }
+    assert flushes["spawn", "1/16/16"] == 2
+    assert flushes["spawn+make", "1/16/16"] == 3
+    assert flushes["gone+remove", "1/16/16"] == 0
 
 
 def test_the_mdev_rows_time_refreshes_that_saw_the_mdev_come_and_go(
