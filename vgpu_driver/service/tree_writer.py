@@ -141,8 +141,8 @@ class TreeWriter:
         for parent in parents:
             if parent is not None:
                 managed.update(naming.type_trait(t) for t in parent.type_ids)
-        if plan.type_id:
-            managed.add(naming.type_trait(plan.type_id))
+        # (a plan's own type is planned with its trait, or is configured:
+        # its trait is among those above)
         managed.update(self.traits.managed(plan.name))
         return managed
 
