@@ -335,3 +335,39 @@ def test_nova_beside_the_mdev_rows_sees_the_other_manager_s_mdev(
     assert len(found["nova"]) == len(listed) == 4
     made, gone = listed[0::2], listed[1::2]
     assert all(m == g + 1 for m, g in zip(made, gone, strict=True))
+
+
+def test_nova_s_graceful_stop_writes_the_records_as_snapshots(nova):
+    """nova-compute's stop calls the driver's ``cleanup_host``: the
+    library's claims are written whole as a snapshot first (a release
+    before the journals then reads them), then Nova's own cleanup runs;
+    a failure of the first does not keep Nova's from running."""
+    import json
+    from pathlib import Path
+
+    from nova.virt import fake
+
+    from vgpu_driver.nova import driver as vgpu_nova
+
+    adapter, tree, _root = nova
+    adapter.update_provider_tree(tree, NODE)
+    rp = tree.data(f"{NODE}_pci_0000_86_00_0").uuid
+    instance = str(uuid.uuid4())
+    [mdev] = adapter.allocate(instance, {rp: {"resources": {"VGPU": 1}}})
+    state = Path(adapter.driver.binder.ledger.record.state.directory)
+    driver = vgpu_nova.LibvirtDriver(fake.FakeVirtAPI(), False)
+    driver._vgpu_adapter = adapter
+    cleaned = []
+    driver._host.cleanup = lambda: cleaned.append("nova")
+    driver.cleanup_host(NODE)
+    assert cleaned == ["nova"]
+    assert (state / "claims.journal").stat().st_size == 0
+    claims = json.loads((state / "claims.json").read_text())["claims"]
+    assert claims[mdev]["instance"] == instance
+
+    def broken() -> list[str]:
+        raise RuntimeError("records unreachable")
+
+    adapter.cleanup_host = broken
+    driver.cleanup_host(NODE)
+    assert cleaned == ["nova", "nova"]

@@ -127,6 +127,9 @@ class NovaAdapter:
         held = self.driver.hold_in_flight(candidates)
         return [f"{c}: {', '.join(d)}" for c, d in sorted(held.items())]
 
+    def cleanup_host(self) -> list[str]:
+        return self.driver.cleanup_host()
+
     def domain_event(self, instance_uuid: str, defined: bool) -> None:
         """From Nova's lifecycle callback, in libvirt's event thread."""
         self.driver.domain_event(instance_uuid, defined)

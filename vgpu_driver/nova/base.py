@@ -135,6 +135,19 @@ class VgpuBase(nova_driver.LibvirtDriver):
             )
         return conn
 
+    def cleanup_host(self, host: str) -> None:
+        """Nova's graceful stop: the library's records written as
+        snapshots first (see :meth:`~vgpu_driver.driver.VgpuDriver.
+        cleanup_host`), then Nova's own cleanup, whatever happened."""
+        adapter = self._vgpu_adapter
+        try:
+            if adapter is not None:
+                adapter.cleanup_host()
+        except Exception:  # the stop goes on: the journals are read later
+            LOG.exception("vGPU records not compacted at stop")
+        finally:
+            super().cleanup_host(host)
+
     # -- the adapter, made once Nova's host connection exists ----------
 
     @property

@@ -22,7 +22,9 @@ behaviour:
   as a PCI host device (``managed='no'``), detached for suspend like an
   mdev; live migration of such an instance is refused at the source;
 * live-migration reservations are claims on disk: they survive a restart
-  of nova-compute until the migration succeeds or is rolled back.
+  of nova-compute until the migration succeeds or is rolled back;
+* a graceful stop (``cleanup_host``) writes the library's records whole
+  as snapshots before Nova's own cleanup.
 
 Nova calls are wrapped at their entry points; Nova's own code is not
 changed. Nova loads compute drivers from ``nova.virt``: see

@@ -163,10 +163,26 @@ class ClaimsRecord:
         self._others_value = (dict(vf_types), made)
         return self._others_value
 
+    def compact(self) -> bool:
+        """Write the claims and the devices made as a new snapshot, its
+        journal emptied, when the journal has entries (at a clean stop:
+        a release without the journal then reads them all). Under the
+        lock, with the records as on disk now; False: nothing to write.
+        Raises StateStoreError if it cannot be written (the records stay
+        as they were: a snapshot is renamed into place whole)."""
+        if self._file is None:
+            return False
+        with self.locked():
+            if self._file.journal.is_empty():
+                return False
+            self.save(whole=True)
+        return True
+
     def save(
         self,
         claims: Claims | None = None,
         vf_types: dict[str, int] | None = None,
+        whole: bool = False,
     ) -> None:
         """Write the records (inside :meth:`locked`): ours as they are,
         or ``claims`` and ``vf_types``, which become ours once written (a
@@ -176,12 +192,13 @@ class ClaimsRecord:
         was asked recorded, with the devices made (one write: a device
         is never claimed as ours on disk before it is recorded as made).
         Before them, the VF types (a type recorded for a VF no claim
-        names is only set again at a reboot, to a free VF of ours)."""
+        names is only set again at a reboot, to a free VF of ours).
+        ``whole``: the claims written as a new snapshot, not appended."""
         claims = self.claims if claims is None else claims
         vf_types = self.vf_types if vf_types is None else vf_types
         if self.state is not None and self._file is not None:
             try:
-                self._write(claims, vf_types)
+                self._write(claims, vf_types, whole)
             except StateStoreError:
                 # held again as on disk: nothing of a failed save is held
                 # (a reader without the lock would take it as written)
@@ -189,7 +206,9 @@ class ClaimsRecord:
                 raise
         self.claims, self.vf_types = claims, vf_types
 
-    def _write(self, claims: Claims, vf_types: dict[str, int]) -> None:
+    def _write(
+        self, claims: Claims, vf_types: dict[str, int], whole: bool
+    ) -> None:
         """:meth:`save`'s writes, the claims last."""
         assert self.state is not None and self._file is not None
         # one durable write per bind of an mdev, made or not: the VF
@@ -202,7 +221,7 @@ class ClaimsRecord:
         # moved aside, a reader must never see its old value again
         epoch = secrets.randbits(62) + 1
         self._others_epoch = 0  # read again should the write fail
-        self._file.write(epoch, claims, self.made)
+        self._file.write(epoch, claims, self.made, whole)
         self._claims_on_disk = _copy(claims)
         self._made.saved()
         self.made_known = True

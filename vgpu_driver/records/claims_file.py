@@ -90,14 +90,16 @@ class ClaimsFile:
         self._hold()
         return epoch, claims, made
 
-    def write(self, epoch: int, claims: Claims, made: Set[str]) -> None:
+    def write(
+        self, epoch: int, claims: Claims, made: Set[str], whole: bool = False
+    ) -> None:
         """Appended to the journal of the snapshot on disk (one flush),
         with the devices made and removed since it; else (no snapshot of
-        this format, no journal, or a full one) a new snapshot, and the
-        journal emptied (under the lock)."""
+        this format, no journal, or a full one; or ``whole``) a new
+        snapshot, and the journal emptied (under the lock)."""
         record: dict[str, Any] = {"epoch": epoch, "claims": claims}
         base = self._snapshot_made
-        if self._snapshot and base is not None:
+        if self._snapshot and base is not None and not whole:
             added, removed = self._made_since(made, base)
             since = {"added": sorted(added), "removed": sorted(removed)}
             if self.journal.append(

@@ -70,6 +70,27 @@ class SeenMdevs:
                 apply(self._known, changes)
                 self._pending = {}
 
+    def compact(self) -> bool:
+        """Write the record whole as a new snapshot, its journal emptied,
+        when the journal has entries or a change is held in memory alone
+        (at a clean stop: a release without the journal then reads it
+        all). False: nothing to write. Raises StateStoreError if it
+        cannot be written (nothing changes)."""
+        with self._lock:
+            if self.file is None:
+                return False
+            with self.file.state.locked():
+                self._take_others()
+                pending = self._pending
+                if not pending and self.file.journal.is_empty():
+                    return False
+                written = self._written
+                after = _after(written, pending)
+                self.file.write(pending, lambda: after, compact=True)
+                self._written = after
+                self._pending = {}
+        return True
+
     def note(self, new: Mapping[str, Where], needed: Iterable[str]) -> None:
         """The mdevs seen are ``new``; written only if one of ``needed``
         (the mdevs guests use) is not on disk as it is there. Raises

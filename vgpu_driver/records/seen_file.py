@@ -114,18 +114,23 @@ class SeenFile:
         self,
         changes: Changes,
         whole: Callable[[], Mapping[str, Where]],
+        compact: bool = False,
     ) -> None:
         """Save ``changes``, appended to the journal of the snapshot on
-        disk (one flush); else (no snapshot or no journal, or a full one)
-        a new snapshot of ``whole()`` (the record with them made), and
-        the journal emptied (under the lock, after :meth:`since`).
-        Raises StateStoreError if it cannot be written."""
+        disk (one flush); else (no snapshot or no journal, or a full one;
+        or ``compact``) a new snapshot of ``whole()`` (the record with
+        them made), and the journal emptied (under the lock, after
+        :meth:`since`). Raises StateStoreError if it cannot be written."""
         held = self._held
         entry = {
             "set": {u: list(w) for u, w in changes.items() if w is not None},
             "gone": sorted(u for u, w in changes.items() if w is None),
         }
-        if held is not None and self.journal.append(held[1], entry):
+        if (
+            held is not None
+            and not compact
+            and self.journal.append(held[1], entry)
+        ):
             self._note_journal()
             return
         self.state.save(MDEVS_RECORD, {u: list(w) for u, w in whole().items()})
