@@ -56,7 +56,9 @@ def full_disk(monkeypatch):
 
         monkeypatch.setattr(store, "save", lambda key, value: refused(key))
         monkeypatch.setattr(
-            claims_file, "write", lambda epoch, claims, made: refused("claims")
+            claims_file,
+            "write",
+            lambda epoch, claims, made, whole=False: refused("claims"),
         )
         monkeypatch.setattr(
             seen_journal,
