@@ -48,6 +48,13 @@ def plan_of(inventory, **changes):
     return ProviderPlan(**fields)
 
 
+def written(setting, plan, passes=1):
+    """``plan`` written by the setting's writer in ``passes`` passes."""
+    writer, inventory, tree, root, configured, _config = setting
+    for _ in range(passes):
+        writer.write(tree, root, plan, inventory, configured, None)
+
+
 def told(caplog, text):
     return [r for r in caplog.records if text in r.getMessage()]
 
@@ -74,17 +81,14 @@ def test_a_provider_taking_no_guests_is_warned_of_once_while_it_lasts(
     """The same reason at every pass is one warning; the provider taking
     guests again is one line, and a reason that comes back is warned of
     again."""
-    writer, inventory, tree, root, configured, _config = setting
+    inventory = setting[1]
     caplog.set_level(logging.INFO, logger="vgpu_driver")
     down = plan_of(inventory, reserved=16, reason="nvidia is not loaded")
-    for _ in range(3):
-        writer.write(tree, root, down, inventory, configured, None)
+    written(setting, down, 3)
     assert len(told(caplog, "takes no new guests")) == 1
-    up = plan_of(inventory)
-    for _ in range(2):
-        writer.write(tree, root, up, inventory, configured, None)
+    written(setting, plan_of(inventory), 2)
     assert len(told(caplog, "takes guests again")) == 1
-    writer.write(tree, root, down, inventory, configured, None)
+    written(setting, down)
     assert len(told(caplog, "takes no new guests")) == 2
 
 
@@ -93,12 +97,11 @@ def test_a_total_below_the_host_is_warned_of_once_and_its_end_not(
 ):
     """A limit is one warning while it lasts; its end is no warning (a
     provider offering what the host lists says nothing)."""
-    writer, inventory, tree, root, configured, _config = setting
+    inventory = setting[1]
     caplog.set_level(logging.INFO, logger="vgpu_driver")
     limited = plan_of(inventory, total=2, limit="the board is not known")
-    for _ in range(2):
-        writer.write(tree, root, limited, inventory, configured, None)
+    written(setting, limited, 2)
     assert len(told(caplog, "what it can prove")) == 1
-    writer.write(tree, root, plan_of(inventory), inventory, configured, None)
+    written(setting, plan_of(inventory))
     assert len(told(caplog, "what it can prove")) == 1
     assert not [r for r in caplog.records if "None" in r.getMessage()]
