@@ -305,9 +305,10 @@ def test_floor_benchmark_prints_the_least_ratio_beside_the_one_now():
         assert room == pytest.approx((idle - bare) * 1000, abs=11)
         assert left == pytest.approx(room - parse, abs=1)
     # what is read after a guest is back or an mdev made is parsed; a
-    # guest gone leaves nothing to parse
+    # guest gone leaves nothing to parse (no time counted, not the
+    # clock's reads: a loaded machine made those 3 µs)
     assert all(float(m[9]) > 0 for m in found if m[1] != "guest gone")
-    assert all(float(m[9]) <= 2 for m in found if m[1] == "guest gone")
+    assert all(float(m[9]) == 0 for m in found if m[1] == "guest gone")
 
 
 def test_the_floor_reads_the_device_that_changed(tmp_path):
