@@ -28,6 +28,7 @@ why (:class:`Room`.``why``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections import Counter
 from collections.abc import Collection
@@ -83,8 +84,11 @@ class TypeSize:
     mig_backed: bool
 
 
+@functools.lru_cache(maxsize=1024)
 def type_size(name: str) -> TypeSize | None:
-    """The framebuffer of an NVIDIA type from its name, if it says."""
+    """The framebuffer of an NVIDIA type from its name, if it says
+    (a host has a few dozen type names, asked for per VF and per pass:
+    each is parsed once)."""
     match = _TYPE_RE.search(name.strip())
     if match is None or int(match.group("gb")) == 0:
         return None

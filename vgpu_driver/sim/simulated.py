@@ -122,6 +122,7 @@ def inventory_of(description: HostDescription) -> HostInventory:
 
 
 def _pf_of(pf: PfSpec) -> PhysicalFunction:
+    creatable = pf.creatable_by_vf(pf.vf_addresses)
     return PhysicalFunction(
         name=pf.name,
         address=pf.address,
@@ -134,7 +135,7 @@ def _pf_of(pf: PfSpec) -> PhysicalFunction:
                 address=vf,
                 current_type=pf.vf_types.get(vf, 0),
                 creatable=tuple(
-                    SriovType(t.id, t.name) for t in pf.creatable(vf)
+                    SriovType(t.id, t.name) for t in creatable[vf]
                 ),
             )
             for vf in sorted(pf.vf_addresses)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Iterable
 
 from vgpu_driver.model import capacity, naming
 from vgpu_driver.sim import kernel
@@ -146,19 +147,31 @@ class PfSpec:
         return {t.id: min(t.capacity, self.vf_count) for t in self.types}
 
     def creatable(self, vf: str) -> list[SriovTypeSpec]:
+        return self.creatable_by_vf([vf])[vf]
+
+    def creatable_by_vf(
+        self, vfs: Iterable[str]
+    ) -> dict[str, list[SriovTypeSpec]]:
+        """What each of ``vfs`` lists as creatable, the card's figures
+        worked out once for them all (a reading asks for every VF)."""
         sizes = None
         if self.mixed_size:
             sizes = {t.id: t.framebuffer_gb or 0 for t in self.types}
-        ids = kernel.creatable_types(
-            self.vf_types.get(vf, 0),
-            self.vf_types.values(),
-            self.capacities(),
-            sizes=sizes,
-            board_gb=self.framebuffer_gb or 0,
-            equal_sizes={t.id: t.size_gb() for t in self.types},
-        )
+        capacities = self.capacities()
+        equal_sizes = {t.id: t.size_gb() for t in self.types}
         by_id = {t.id: t for t in self.types}
-        return [by_id[i] for i in ids if self._mig_allows(by_id[i])]
+        found = {}
+        for vf in vfs:
+            ids = kernel.creatable_types(
+                self.vf_types.get(vf, 0),
+                self.vf_types.values(),
+                capacities,
+                sizes=sizes,
+                board_gb=self.framebuffer_gb or 0,
+                equal_sizes=equal_sizes,
+            )
+            found[vf] = [by_id[i] for i in ids if self._mig_allows(by_id[i])]
+        return found
 
     def _mig_allows(self, wanted: SriovTypeSpec) -> bool:
         """On a MIG GPU only MIG-backed types run, each on a free GPU
