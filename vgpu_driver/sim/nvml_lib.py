@@ -121,10 +121,10 @@ class SimulatedNvml:
 
     def nvmlDeviceGetCreatableVgpus(self, handle: str) -> list[int]:
         pf = self._card(handle)
+        free = [vf for vf in pf.vf_addresses if not pf.vf_types.get(vf)]
         found: dict[int, None] = {}
-        for vf in pf.vf_addresses:
-            if not pf.vf_types.get(vf):
-                found.update(dict.fromkeys(t.id for t in pf.creatable(vf)))
+        for types in pf.creatable_by_vf(free).values():
+            found.update(dict.fromkeys(t.id for t in types))
         return list(found)
 
     def nvmlVgpuTypeGetName(self, type_id: int) -> str:
