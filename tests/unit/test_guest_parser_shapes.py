@@ -218,6 +218,54 @@ def test_only_hostdevs_of_a_subsystem_give_devices():
         assert guest.pci_devices == ("0000:41:01.2", "0001:c8:00.5")
 
 
+# an mdev's <hostdev> as libvirt formats it, defined and running: the
+# attributes and the guest's PCI address as in libvirt's own
+# tests/qemuxml2xmloutdata/hostdev-mdev-display-ramfb.x86_64-latest.xml,
+# and a running domain's alias before that address
+MDEV_SHAPES = [
+    "<hostdev mode='subsystem' type='mdev' managed='no' model='vfio-pci'>"
+    "\n  <source>\n    <address uuid='{u}'/>\n  </source>\n</hostdev>",
+    "<hostdev mode='subsystem' type='mdev' managed='no' model='vfio-pci' "
+    "display='on' ramfb='on'>\n      <source>\n        <address "
+    "uuid='{u}'/>\n      </source>\n      <address type='pci' "
+    "domain='0x0000' bus='0x00' slot='0x03' function='0x0'/>\n    "
+    "</hostdev>",
+    "<hostdev mode='subsystem' type='mdev' managed='no' model='vfio-pci' "
+    "display='off'><source><address uuid='{u}'/></source><alias "
+    "name='hostdev0'/><address type='pci' domain='0x0000' bus='0x06' "
+    "slot='0x00' function='0x0'/></hostdev>",
+]
+
+
+def test_an_mdev_hostdev_of_libvirts_shape_is_read_by_one_match(
+    monkeypatch,
+):
+    """Every mdev ``<hostdev>`` libvirt writes, defined or running, is
+    read by one pattern (not attribute by attribute), its uuid in lower
+    case as the tree reads it; one the pattern does not know (another
+    attribute) is read the long way, to the same guest."""
+    long_way = []
+    real = domain_xml._hostdev_text
+
+    def counted(fragment, mdevs, pci):
+        long_way.append(fragment)
+        real(fragment, mdevs, pci)
+
+    monkeypatch.setattr(domain_xml, "_hostdev_text", counted)
+    uuid = "53764D0E-85A0-42B4-AF5C-2046B460B1DC"
+    for shape in MDEV_SHAPES:
+        text = _domain("x", METADATA["nova"], shape.format(u=uuid), "libvirt")
+        guest = domain_xml.parse_guest(text)
+        assert guest == domain_xml.parse_guest_tree(text)
+        assert guest.mdevs == (uuid.lower(),)
+        assert not long_way, shape
+    odd = MDEV_SHAPES[0].format(u=uuid).replace("'vfio-pci'", "'vfio-ap'")
+    odd = odd.replace("managed='no'", "managed='no' extra='1'")
+    text = _domain("x", "", odd, "libvirt")
+    assert domain_xml.parse_guest(text) == domain_xml.parse_guest_tree(text)
+    assert long_way
+
+
 _SAMPLE = _domain(
     "instance-00000001",
     METADATA["nova"],
