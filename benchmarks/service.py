@@ -6,7 +6,8 @@ guest), in one process, on libvirt's test driver:
 
 * **start**: a restarted service's ``init_host`` (which reads every
   guest and rebuilds who uses what) plus its first
-  ``update_provider_tree``, on the records the last run left; beside
+  ``update_provider_tree``, on the records the last run left and a
+  connection of its own (as a new process opens); beside
   Nova's periodic plus the guest scan Nova makes at every spawn
   (``_get_all_assigned_mediated_devices``), both timed after a garbage
   collection, as a start finds its process (Nova's also timed without,
@@ -80,8 +81,13 @@ class Service:
         self.driver.update_provider_tree(self.tree, "bench")
         self._starts = 0
 
-    def _new(self, state: Path | None = None) -> tuple[VgpuDriver, Any]:
-        host = LibvirtHost(sysfs_root=self.sysfs, connection=self.conn)
+    def _new(
+        self, state: Path | None = None, conn: Any = None
+    ) -> tuple[VgpuDriver, Any]:
+        host = LibvirtHost(
+            sysfs_root=self.sysfs,
+            connection=conn if conn is not None else self.conn,
+        )
         host.watch_node_device_events()  # as the Nova integration does
         tree = ProviderTree()
         tree.new_root("bench", ROOT)
@@ -93,24 +99,34 @@ class Service:
     def start(self) -> tuple[float, float]:
         """A restart: init_host + first refresh of a new service on the
         records the last one left (the host unchanged meanwhile)."""
-        driver, tree = self._new()
-
-        def run() -> None:
-            driver.init_host(self.guests)
-            driver.update_provider_tree(tree, "bench")
-
-        return timed(run, collect=True)
+        return self._started(None)
 
     def first_start(self) -> tuple[float, float]:
         """The same on a host with no records yet (its first start)."""
         self._starts += 1
-        driver, tree = self._new(self.tmp / f"start-{self._starts}")
+        return self._started(self.tmp / f"start-{self._starts}")
 
-        def run() -> None:
-            driver.init_host(self.guests)
-            driver.update_provider_tree(tree, "bench")
+    def _started(self, state: Path | None) -> tuple[float, float]:
+        """init_host + first refresh of a new service, timed, on a
+        connection of its own opened before (as a restarted process
+        opens one): libvirt refuses a second node-device callback of
+        the same kind on one connection, so a new service on this
+        one's would read every parent again at its first refresh, as
+        no started service does. Starts are timed before any change
+        to the host, whose file the new connection reads."""
+        import libvirt
 
-        return timed(run, collect=True)
+        conn = libvirt.open(self.uri)
+        try:
+            driver, tree = self._new(state, conn)
+
+            def run() -> None:
+                driver.init_host(self.guests)
+                driver.update_provider_tree(tree, "bench")
+
+            return timed(run, collect=True)
+        finally:
+            conn.close()
 
     def idle(self, cold: bool = False) -> tuple[float, float]:
         """A refresh (``cold``: the caches emptied first)."""

@@ -335,3 +335,40 @@ def test_the_floor_reads_the_device_that_changed(tmp_path):
     change(1)
     [(_, text)] = bare(1)
     assert service.guests[0] in text
+
+
+def test_a_started_service_watches_node_devices_as_a_restart_does(
+    tmp_path, monkeypatch
+):
+    """The service benchmark's start is a restart's: the new service has
+    a connection of its own, and its node-device events come (libvirt
+    refuses a second callback of a kind on one connection, and a service
+    without them reads every parent again at each refresh, its first
+    after ``init_host`` included); its connection is closed after."""
+    import libvirt
+
+    from benchmarks import service as bench
+    from benchmarks.common import conf_for, dense
+    from vgpu_driver.sim import description as hostdesc
+
+    description = dense(2, 8, 4)
+    uri, sysfs = hostdesc.materialize(description, tmp_path)
+    ours = bench.Service(
+        uri, sysfs, conf_for(description.config, tmp_path), tmp_path
+    )
+    started = []
+
+    class Kept(bench.LibvirtHost):
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            started.append(self)
+
+    monkeypatch.setattr(bench, "LibvirtHost", Kept)
+    ours.start()
+    ours.first_start()
+    for host in started:
+        conn = host.connection()
+        assert conn is not ours.conn
+        assert host.devices.events._watched is conn
+        with pytest.raises(libvirt.libvirtError, match="invalid connection"):
+            conn.isAlive()  # closed
