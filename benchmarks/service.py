@@ -6,8 +6,10 @@ guest), in one process, on libvirt's test driver:
 
 * **start**: a restarted service's ``init_host`` (which reads every
   guest and rebuilds who uses what) plus its first
-  ``update_provider_tree``, on the records the last run left and a
-  connection of its own (as a new process opens); beside
+  ``update_provider_tree``, on the records the last run left, a
+  connection of its own (as a new process opens) and the providers as
+  Placement holds them (Nova reads them back before its first
+  refresh); beside
   Nova's periodic plus the guest scan Nova makes at every spawn
   (``_get_all_assigned_mediated_devices``), both timed after a garbage
   collection, as a start finds its process (Nova's also timed without,
@@ -60,6 +62,23 @@ QUICK = SHAPES[:2]
 FREE = 8  # free mdevs on top, for binds to reuse
 
 
+def held(tree: Any) -> ProviderTree:
+    """A copy of ``tree``: the providers, inventories, traits and
+    aggregates as Placement holds them after the refreshes that wrote
+    ``tree``, which Nova reads back at a restart."""
+    copy = ProviderTree()
+    for key in tree.get_provider_uuids():
+        data = tree.data(key)
+        if data.parent_uuid is None:
+            copy.new_root(data.name, key, data.generation)
+        else:
+            copy.new_child(data.name, data.parent_uuid, key, data.generation)
+        copy.update_inventory(key, data.inventory)
+        copy.update_traits(key, data.traits)
+        copy.update_aggregates(key, data.aggregates)
+    return copy
+
+
 class Service:
     """This library as a compute service runs it: records on, and
     libvirt's event loop running (as Nova's ``Host`` runs it) with the
@@ -98,15 +117,18 @@ class Service:
 
     def start(self) -> tuple[float, float]:
         """A restart: init_host + first refresh of a new service on the
-        records the last one left (the host unchanged meanwhile)."""
-        return self._started(None)
+        records the last one left (the host unchanged meanwhile), given
+        the providers as Placement holds them (Nova reads them back
+        from Placement at a restart, before the first refresh)."""
+        return self._started(None, held(self.tree))
 
     def first_start(self) -> tuple[float, float]:
-        """The same on a host with no records yet (its first start)."""
+        """The same on a host with no records yet and no provider in
+        Placement (its first start)."""
         self._starts += 1
-        return self._started(self.tmp / f"start-{self._starts}")
+        return self._started(self.tmp / f"start-{self._starts}", None)
 
-    def _started(self, state: Path | None) -> tuple[float, float]:
+    def _started(self, state: Path | None, tree: Any) -> tuple[float, float]:
         """init_host + first refresh of a new service, timed, on a
         connection of its own opened before (as a restarted process
         opens one): libvirt refuses a second node-device callback of
@@ -118,7 +140,8 @@ class Service:
 
         conn = libvirt.open(self.uri)
         try:
-            driver, tree = self._new(state, conn)
+            driver, fresh = self._new(state, conn)
+            tree = fresh if tree is None else tree
 
             def run() -> None:
                 driver.init_host(self.guests)
