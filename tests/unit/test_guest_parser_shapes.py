@@ -266,6 +266,22 @@ def test_an_mdev_hostdev_of_libvirts_shape_is_read_by_one_match(
     assert long_way
 
 
+def test_a_bang_in_a_value_keeps_the_fast_reader(monkeypatch):
+    """A "!" among the devices (a disk's path) is no comment or CDATA:
+    the domain is read without a tree, as the tree reads it."""
+    trees = []
+    reference = domain_xml.parse_guest_tree
+    monkeypatch.setattr(
+        domain_xml,
+        "parse_guest_tree",
+        lambda text: trees.append(text) or reference(text),
+    )
+    disk = PLAIN["disk"].replace("/instances/x/", "/instances/x!/")
+    text = _domain("x", METADATA["nova"], disk + PLAIN["mdev"], "libvirt")
+    assert domain_xml.parse_guest(text) == reference(text)
+    assert not trees
+
+
 _SAMPLE = _domain(
     "instance-00000001",
     METADATA["nova"],
