@@ -33,7 +33,7 @@ CPU and wall ms, min/median/max; each comparison timed in turn within
 every repetition. Nova's side needs the virtualenv ``tools/nova-venv``
 builds::
 
-    tools/nova-venv python -m benchmarks.service [--quick]
+    tools/nova-venv python -m benchmarks.service [--quick] [--runs N]
 
 Without Nova it prints this library's figures only.
 """
@@ -204,9 +204,12 @@ class NovaBind:
         )
 
 
-def measure(parents: int, mdevs: int, guests: int) -> dict[str, Any]:
+def measure(
+    parents: int, mdevs: int, guests: int, runs: int = 15
+) -> dict[str, Any]:
+    """``runs``: repetitions up to 512 mdevs (5 above)."""
     description = dense(parents, mdevs + FREE, guests)
-    runs = 15 if mdevs <= 512 else 5
+    runs = runs if mdevs <= 512 else 5
     with tempfile.TemporaryDirectory() as tmp:
         uri, sysfs = hostdesc.materialize(description, Path(tmp))
         conf = conf_for(description.config, Path(tmp))
@@ -282,6 +285,13 @@ def ratio(a: list[float], b: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=15,
+        help="repetitions on hosts of up to 512 mdevs (5 above), each "
+        "comparison timed in turn within each",
+    )
     args = parser.parse_args()
     print(machine())
     print(f"warm-up (one-time costs of the process): {warm_up():.1f} CPU ms")
@@ -303,7 +313,7 @@ def main() -> None:
     print(header)
     cold = []
     for shape in QUICK if args.quick else SHAPES:
-        s = measure(*shape)["samples"]
+        s = measure(*shape, runs=args.runs)["samples"]
         label = "/".join(str(n) for n in shape)
         print(
             f"{label:>13} | {spread(s['start']):>20} "
