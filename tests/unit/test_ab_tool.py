@@ -1,0 +1,111 @@
+"""tools/ab.py times two versions of the package in turn: each round's
+process imports the version it names (not the work tree's), and the
+figure is of the rounds' medians."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOL = ROOT / "tools" / "ab.py"
+
+SLOWER = """
+
+def _slowed(update):
+    import time
+
+    def slowed(self, *args, **kwargs):
+        end = time.process_time() + 0.003
+        while time.process_time() < end:
+            pass
+        return update(self, *args, **kwargs)
+
+    return slowed
+
+
+VgpuDriver.update_provider_tree = _slowed(VgpuDriver.update_provider_tree)
+"""
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("ab_tool", TOOL)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_round_runs_the_package_of_its_version(tmp_path):
+    """A package whose refresh burns 3 ms more, run in its round's
+    process, is timed 3 ms slower than the work tree's on the same
+    host: the version given is the one imported."""
+    ab = _tool()
+    slow = tmp_path / "slow"
+    shutil.copytree(ROOT / "vgpu_driver", slow / "vgpu_driver")
+    with (slow / "vgpu_driver" / "driver.py").open("a") as driver:
+        driver.write(SLOWER)
+    sys.path.insert(0, str(ROOT))
+    made = ab.host("1/4/4", tmp_path / "host")
+    fast = ab.one_round(ROOT, "idle", 5, made, tmp_path)
+    slowed = ab.one_round(slow, "idle", 5, made, tmp_path)
+    assert statistics.median(slowed) - statistics.median(fast) > 2.5
+
+
+def test_the_figure_is_of_the_rounds_medians():
+    """A round of noise moves one median of three, not the figure; the
+    rounds' own ratios are given beside it."""
+    ab = _tool()
+    a = [[1.0, 2.0, 9.0], [3.0, 4.0, 5.0], [6.0, 7.0, 8.0]]
+    b = [[4.0, 4.0, 4.0], [4.0, 4.0, 4.0], [4.0, 8.0, 8.0]]
+    # (all of A's timings pooled have the median 5)
+    assert ab.compare(a, b) == (4.0, 4.0, 1.0, 1.0, 2.0)
+
+
+def test_a_version_the_repository_lacks_is_named():
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "no-such-version", ".", "--rounds", "1"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "no version 'no-such-version'" in done.stderr
+
+
+@pytest.mark.parametrize("case", ["start", "guest"])
+def test_both_versions_print_a_ratio(case):
+    """The work tree against itself: a line per round and the ratio."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(TOOL),
+            "HEAD",
+            ".",
+            "--case",
+            case,
+            "--host",
+            "1/4/4",
+            "--runs",
+            "3",
+            "--rounds",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[1:]] == [
+        "round 1",
+        "round 2",
+        "all rounds",
+    ]
+    assert "B/A" in lines[-1]
