@@ -7,7 +7,8 @@ the same minutes, round after round (A then B, then B then A, ...), each
 round a new process per version, on one simulated host made once by the
 work tree's simulator and with the work tree's ``benchmarks/``: only the
 ``vgpu_driver`` package differs, taken from each version with ``git
-archive`` (or the work tree itself for ``.``). It prints each round's
+archive`` (the work tree itself for ``.``; a directory holding a
+``vgpu_driver`` as it is, for a change tried out). It prints each round's
 medians (CPU ms) and the ratio B/A of the medians of the rounds'
 medians, with the least and the most of the rounds' ratios::
 
@@ -37,9 +38,12 @@ CASES = ("start", "idle", "guest")
 
 
 def package(version: str, into: Path) -> Path:
-    """A directory holding ``vgpu_driver`` as ``version`` has it."""
+    """A directory holding ``vgpu_driver`` as ``version`` has it (a
+    directory holding one already: itself)."""
     if version == ".":
         return ROOT
+    if (Path(version) / "vgpu_driver" / "__init__.py").is_file():
+        return Path(version).resolve()
     into.mkdir(parents=True)
     archive = subprocess.run(
         ["git", "archive", version, "vgpu_driver"],
@@ -135,7 +139,11 @@ def main() -> None:
         print(json.dumps(child(case, runs, made, state)))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("a", help="a commit, or . for the work tree")
+    parser.add_argument(
+        "a",
+        help="a commit, . for the work tree, or a directory holding a "
+        "vgpu_driver package (a change tried out)",
+    )
     parser.add_argument("b", nargs="?", default=".", help="the same (.)")
     parser.add_argument("--case", choices=CASES, default="start")
     parser.add_argument("--host", default="1/16/16", help="pGPUs/mdevs/guests")
