@@ -52,6 +52,9 @@ def test_a_round_runs_the_package_of_its_version(tmp_path):
         driver.write(SLOWER)
     sys.path.insert(0, str(ROOT))
     made = ab.host("1/4/4", tmp_path / "host")
+    # a directory holding the package is taken as it is
+    assert ab.package(str(slow), tmp_path / "unused") == slow
+    assert ab.package(".", tmp_path / "unused") == ROOT
     fast = ab.one_round(ROOT, "idle", 5, made, tmp_path)
     slowed = ab.one_round(slow, "idle", 5, made, tmp_path)
     assert statistics.median(slowed) - statistics.median(fast) > 2.5
