@@ -32,9 +32,15 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ("start", "idle", "guest")
+
+
+def _run(command: list[str], **kwargs: Any) -> Any:
+    """``command`` run, its output kept, its status left to the caller."""
+    return subprocess.run(command, capture_output=True, check=False, **kwargs)
 
 
 def package(version: str, into: Path) -> Path:
@@ -45,12 +51,7 @@ def package(version: str, into: Path) -> Path:
     if (Path(version) / "vgpu_driver" / "__init__.py").is_file():
         return Path(version).resolve()
     into.mkdir(parents=True)
-    archive = subprocess.run(
-        ["git", "archive", version, "vgpu_driver"],
-        cwd=ROOT,
-        capture_output=True,
-        check=False,
-    )
+    archive = _run(["git", "archive", version, "vgpu_driver"], cwd=ROOT)
     if archive.returncode != 0:
         raise SystemExit(
             f"ab: no version {version!r} in this repository: "
@@ -102,13 +103,11 @@ def one_round(
     state = Path(tempfile.mkdtemp(dir=tmp))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(source), str(ROOT)])
-    done = subprocess.run(
+    done = _run(
         [sys.executable, __file__, "--child", case, str(runs), str(state)],
         input=json.dumps(made),
-        capture_output=True,
         text=True,
         env=env,
-        check=False,
     )
     if done.returncode != 0:
         raise SystemExit(

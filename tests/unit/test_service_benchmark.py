@@ -12,6 +12,15 @@ from benchmarks.common import conf_for, dense
 from vgpu_driver.sim import description as hostdesc
 
 
+def _service(tmp_path):
+    """The benchmark's service on a host of two pGPUs, 8 mdevs, 4 guests."""
+    description = dense(2, 8, 4)
+    uri, sysfs = hostdesc.materialize(description, tmp_path)
+    return bench.Service(
+        uri, sysfs, conf_for(description.config, tmp_path), tmp_path
+    )
+
+
 def test_a_started_service_watches_node_devices_as_a_restart_does(
     tmp_path, monkeypatch
 ):
@@ -20,11 +29,7 @@ def test_a_started_service_watches_node_devices_as_a_restart_does(
     refuses a second callback of a kind on one connection, and a service
     without them reads every parent again at each refresh, its first
     after ``init_host`` included); its connection is closed after."""
-    description = dense(2, 8, 4)
-    uri, sysfs = hostdesc.materialize(description, tmp_path)
-    ours = bench.Service(
-        uri, sysfs, conf_for(description.config, tmp_path), tmp_path
-    )
+    ours = _service(tmp_path)
     started = []
 
     class Kept(bench.LibvirtHost):
@@ -50,11 +55,7 @@ def test_a_restart_finds_its_providers_as_placement_holds_them(
     run wrote (Nova reads them back from Placement before its first
     refresh), every inventory and trait as they were; a first start
     finds none but the compute node's."""
-    description = dense(2, 8, 4)
-    uri, sysfs = hostdesc.materialize(description, tmp_path)
-    ours = bench.Service(
-        uri, sysfs, conf_for(description.config, tmp_path), tmp_path
-    )
+    ours = _service(tmp_path)
     found = []
 
     class Told(bench.VgpuDriver):
