@@ -168,3 +168,33 @@ def test_a_restart_reads_which_configuration_wrote_and_writes_nothing(
     assert Writers(StateStore(tmp_path)).source("CUSTOM_VGPU_CONF_2") == (
         "other.conf"
     )
+
+
+def test_a_restarted_service_is_the_same_writer(tmp_path, monkeypatch):
+    """The writer a service records is its program and configuration
+    files: a restart (another pid) reads the record and writes nothing,
+    where a pid in it would rewrite the record, flushed, at every
+    start."""
+    from oslo_config import cfg
+
+    from vgpu_driver.model.config import DeviceConfig
+    from vgpu_driver.records.writers import Writers
+    from vgpu_driver.service.settings import Settings
+
+    conf = cfg.ConfigOpts()
+    conf([], default_config_files=[])
+    first = Settings(conf, DeviceConfig(types=()))
+    Writers(StateStore(tmp_path)).note("CUSTOM_VGPU_CONF_1", first.source)
+    monkeypatch.setattr("os.getpid", lambda: 4242)
+    again = Settings(conf, DeviceConfig(types=()))
+    assert again.source == first.source
+    updates: list[str] = []
+    real = StateStore.update
+
+    def update(self, key, *args, **kwargs):
+        updates.append(key)
+        return real(self, key, *args, **kwargs)
+
+    monkeypatch.setattr(StateStore, "update", update)
+    Writers(StateStore(tmp_path)).note("CUSTOM_VGPU_CONF_1", again.source)
+    assert updates == []

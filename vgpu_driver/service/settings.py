@@ -34,7 +34,10 @@ class Settings:
         self.yields = yields
         files = [*_option(conf, "config_file"), *_option(conf, "config_dir")]
         program = os.path.basename(sys.argv[0]) if sys.argv else ""
-        self.source = f"{program or 'python'} (pid {os.getpid()}) with " + (
+        # the program and its files, not its pid: a restarted service is
+        # the same writer, and its record is read, not written again
+        # (each start would rewrite it, with two flushes)
+        self.source = f"{program or 'python'} with " + (
             ", ".join(files) or "no configuration file"
         )
 
