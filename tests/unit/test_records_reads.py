@@ -198,3 +198,30 @@ def test_a_restarted_service_is_the_same_writer(tmp_path, monkeypatch):
     monkeypatch.setattr(StateStore, "update", update)
     Writers(StateStore(tmp_path)).note("CUSTOM_VGPU_CONF_1", again.source)
     assert updates == []
+
+
+def test_a_writer_is_named_by_its_program_and_files(tmp_path, monkeypatch):
+    """The writer a service records names its program and configuration
+    files (what another writer's warning shows), or says it has none: a
+    configuration never given a command line (Nova's in a test), or no
+    program name, names none."""
+    from oslo_config import cfg
+
+    from vgpu_driver.model.config import DeviceConfig
+    from vgpu_driver.service.settings import Settings
+
+    def source(conf):
+        return Settings(conf, DeviceConfig(types=())).source
+
+    path = tmp_path / "nova.conf"
+    path.write_text("[DEFAULT]\n")
+    conf = cfg.ConfigOpts()
+    conf(["--config-file", str(path)], default_config_files=[])
+    monkeypatch.setattr("sys.argv", ["/usr/bin/nova-compute", "--x"])
+    assert source(conf) == f"nova-compute with {path}"
+    bare = cfg.ConfigOpts()
+    bare([], default_config_files=[])
+    assert source(bare) == "nova-compute with no configuration file"
+    monkeypatch.setattr("sys.argv", [])
+    never_called = cfg.ConfigOpts()  # no config_file option at all
+    assert source(never_called) == "python with no configuration file"
