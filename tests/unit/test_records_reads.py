@@ -25,6 +25,19 @@ def counting_loads(monkeypatch):
     return loads
 
 
+def counting_updates(monkeypatch):
+    """The keys of the records written through ``StateStore.update``."""
+    updates: list[str] = []
+    real = records_store.StateStore.update
+
+    def update(self, key, *args, **kwargs):
+        updates.append(key)
+        return real(self, key, *args, **kwargs)
+
+    monkeypatch.setattr(records_store.StateStore, "update", update)
+    return updates
+
+
 def test_records_as_this_process_left_them_are_not_read_again(
     tmp_path, monkeypatch
 ):
@@ -152,14 +165,7 @@ def test_a_restart_reads_which_configuration_wrote_and_writes_nothing(
     from vgpu_driver.records.writers import Writers
 
     Writers(StateStore(tmp_path)).note("CUSTOM_VGPU_CONF_1", "nova.conf")
-    updates: list[str] = []
-    real = StateStore.update
-
-    def update(self, key, *args, **kwargs):
-        updates.append(key)
-        return real(self, key, *args, **kwargs)
-
-    monkeypatch.setattr(StateStore, "update", update)
+    updates = counting_updates(monkeypatch)
     again = Writers(StateStore(tmp_path))  # the service restarted
     again.note("CUSTOM_VGPU_CONF_1", "nova.conf")
     assert updates == []
@@ -188,14 +194,7 @@ def test_a_restarted_service_is_the_same_writer(tmp_path, monkeypatch):
     monkeypatch.setattr("os.getpid", lambda: 4242)
     again = Settings(conf, DeviceConfig(types=()))
     assert again.source == first.source
-    updates: list[str] = []
-    real = StateStore.update
-
-    def update(self, key, *args, **kwargs):
-        updates.append(key)
-        return real(self, key, *args, **kwargs)
-
-    monkeypatch.setattr(StateStore, "update", update)
+    updates = counting_updates(monkeypatch)
     Writers(StateStore(tmp_path)).note("CUSTOM_VGPU_CONF_1", again.source)
     assert updates == []
 
