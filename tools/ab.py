@@ -18,7 +18,10 @@ Cases, as ``benchmarks/service.py`` times them: ``start`` (a restart:
 ``init_host`` and the first refresh, on its own connection and the
 providers as Placement holds them), ``idle`` (a steady refresh),
 ``guest`` (the refresh after one guest undefined and defined again,
-told as events). A version whose package the work tree's benchmarks
+told as events), ``mdev`` (the refresh after another manager made an
+mdev on the first pGPU through libvirt's API, or removed it, as
+``benchmarks/churn.py`` times it: on a host of its own, made alike in
+each round's process). A version whose package the work tree's benchmarks
 cannot drive (an older API) fails its round with its traceback.
 """
 
@@ -35,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = ("start", "idle", "guest")
+CASES = ("start", "idle", "guest", "mdev")
 
 
 def _run(command: list[str], **kwargs: Any) -> Any:
@@ -73,7 +76,12 @@ def host(shape: str, where: Path) -> dict[str, str]:
     parents, mdevs, guests = (int(n) for n in shape.split("/"))
     description = dense(parents, mdevs + FREE, guests)
     uri, sysfs = hostdesc.materialize(description, where)
-    return {"uri": uri, "sysfs": str(sysfs), "config": description.config}
+    return {
+        "uri": uri,
+        "sysfs": str(sysfs),
+        "config": description.config,
+        "shape": shape,
+    }
 
 
 def child(
@@ -84,6 +92,8 @@ def child(
     from benchmarks.common import conf_for
     from benchmarks.service import Service
 
+    if case == "mdev":
+        return _mdev_made_or_gone(runs, made["shape"], state)
     conf = conf_for(made["config"], state)
     service = Service(made["uri"], Path(made["sysfs"]), conf, state)
     timer = {
@@ -94,6 +104,24 @@ def child(
     for _ in range(3):
         timer()
     return [timer()[0] for _ in range(runs)]
+
+
+def _mdev_made_or_gone(runs: int, shape: str, state: Path) -> list[float]:
+    """The refreshes after another manager's mdev made or removed, in
+    turn (the modelled connection of :func:`benchmarks.changes.
+    modelled` makes them; it needs a host of its own)."""
+    from benchmarks.changes import another_manager, modelled
+
+    sizes = tuple(int(n) for n in shape.split("/"))
+    _uri, conn, service = modelled((sizes[0], sizes[1], sizes[2]), state, None)
+    parent = service.driver.discover().parents[0]
+    make = another_manager(conn, parent, [])
+    times = []
+    for step in range(runs + 4):
+        make(step)
+        times.append(service.idle()[0])
+        service.idle()  # (as churn times it: an idle one between)
+    return times[4:]
 
 
 def one_round(

@@ -112,3 +112,17 @@ def test_both_versions_print_a_ratio(case):
         "all rounds",
     ]
     assert "B/A" in lines[-1]
+
+
+def test_the_mdev_case_times_refreshes_that_follow_a_change(tmp_path):
+    """Each refresh of the ``mdev`` case follows another manager's mdev
+    made or removed: it costs what an idle one does and more (the
+    parent's XML read again, its mdevs followed, its provider planned
+    and written; about 5x at this size)."""
+    ab = _tool()
+    sys.path.insert(0, str(ROOT))
+    made = ab.host("1/4/4", tmp_path / "host")
+    changed = ab.one_round(ROOT, "mdev", 6, made, tmp_path)
+    idle = ab.one_round(ROOT, "idle", 6, made, tmp_path)
+    assert len(changed) == 6
+    assert statistics.median(changed) > 2 * statistics.median(idle)
