@@ -184,3 +184,91 @@ def test_the_placement_group_has_no_option_nova_s_lacks():
     vconf.register_opts(conf)
     assert "valid_interfaces" in conf.placement
     assert "interface" not in conf.placement
+
+
+def _counting_reads(monkeypatch):
+    """The (group, option) pairs the loader reads, in order."""
+    read: list[tuple[str, str]] = []
+    real = loader._read
+
+    def counted(conf, group, option, errors):
+        read.append((group, option))
+        return real(conf, group, option, errors)
+
+    monkeypatch.setattr(loader, "_read", counted)
+    return read
+
+
+def _nova_like(tmp_path, text):
+    """A ConfigOpts whose ``[libvirt]`` holds 40 options of another
+    project (as nova.conf's holds about 150) beside the library's."""
+    path = tmp_path / "nova.conf"
+    path.write_text(text)
+    conf = cfg.ConfigOpts()
+    conf.register_opts(
+        [cfg.IntOpt("wait_soft_reboot_seconds")]
+        + [cfg.IntOpt(f"nova_option_{n}", default=n) for n in range(40)],
+        group="libvirt",
+    )
+    vconf.register_opts(conf)
+    conf(["--config-file", str(path)], default_config_files=[])
+    return conf
+
+
+def test_options_no_file_sets_are_not_read(tmp_path, monkeypatch):
+    """A value oslo cannot convert comes from a file or the environment
+    (a default is its declaring project's, an override its caller's):
+    the options no file sets are not read, each about 10 µs at every
+    configuration load; one a file sets is, whoever declares it."""
+    conf = _nova_like(
+        tmp_path,
+        "[devices]\nenabled_mdev_types = nvidia-35\n"
+        "[libvirt]\nwait_soft_reboot_seconds = soon\n",
+    )
+    read = _counting_reads(monkeypatch)
+    config, [problem] = loader.read_device_config(conf)
+    assert (problem.section, problem.option) == (
+        "libvirt",
+        "wait_soft_reboot_seconds",
+    )
+    assert [t.type_id for t in config.types] == ["nvidia-35"]
+    # each of the type's options, the options the file sets, and
+    # state_path (checked for an empty value)
+    assert sorted(read) == sorted(
+        [("mdev_nvidia-35", name) for name in devices.type_opts_help]
+        + [
+            ("devices", "enabled_mdev_types"),
+            ("libvirt", "wait_soft_reboot_seconds"),
+            ("devices", "state_path"),
+        ]
+    )
+
+
+def test_a_name_a_group_does_not_register_has_the_whole_group_read(
+    tmp_path, monkeypatch
+):
+    """A name the group does not register may be a deprecated one of an
+    option it does: every option of that group is read then."""
+    conf = _nova_like(
+        tmp_path,
+        "[devices]\nenabled_mdev_types = nvidia-35\n"
+        "[libvirt]\nsome_old_name = 1\n",
+    )
+    read = _counting_reads(monkeypatch)
+    loader.read_device_config(conf)
+    assert {o for g, o in read if g == "libvirt"} == set(conf.libvirt)
+
+
+def test_a_value_given_in_the_environment_is_read_and_checked(
+    make_conf, monkeypatch
+):
+    """oslo.config reads ``OS_<GROUP>__<OPTION>`` from the environment:
+    a value there that it cannot convert is named as one in a file is."""
+    monkeypatch.setenv("OS_DEVICES__FAILED_DEVICE_RETRY_INTERVAL", "abc")
+    conf = make_conf("[devices]\nenabled_mdev_types = nvidia-35\n")
+    _, [problem] = loader.read_device_config(conf)
+    assert (problem.section, problem.option) == (
+        "devices",
+        "failed_device_retry_interval",
+    )
+    assert "cannot be read" in problem.message

@@ -102,7 +102,8 @@ def read_device_config(
     config, problems = build_device_config(
         enabled, raw_types, stray, nova=_for_nova(conf)
     )
-    problems.extend(_unreadable_scalars(conf))
+    parsed = _parsed_files(conf)
+    problems.extend(_unreadable_scalars(conf, parsed))
     state_path = _read(conf, "devices", "state_path", {})
     if isinstance(state_path, str) and not state_path.strip():
         problems.append(
@@ -114,7 +115,7 @@ def read_device_config(
                 "records, or remove the option for the default",
             )
         )
-    unknown = _unknown_options(conf, enabled)
+    unknown = _unknown_options(conf, parsed)
     if unknown:
         config = dataclasses.replace(
             config, warnings=(*config.warnings, *unknown)
@@ -138,12 +139,40 @@ def read_device_config(
 SCALAR_GROUPS = ("devices", "libvirt", "placement")
 
 
-def _unreadable_scalars(conf: cfg.ConfigOpts) -> list[Problem]:
+def _unreadable_scalars(conf: cfg.ConfigOpts, parsed: Parsed) -> list[Problem]:
+    """The options of the library's groups whose value oslo cannot
+    convert. Only a value from a file or the environment can be one (a
+    default is the declaring project's own, an override its caller's):
+    those alone are read, each about 10 µs (in nova.conf ``[libvirt]``
+    alone registers about 150). All of a group are read where a file
+    sets a name the group does not register (a deprecated name, or a
+    typo), or a ``config_source`` may give values."""
+    given = {
+        name.replace("-", "_")
+        for _path, sections in parsed
+        for options in sections.values()
+        for name in options
+    }
+    everything = _has_config_sources(conf)
+    environment = {key for key in os.environ if key.startswith("OS_")}
     problems: list[Problem] = []
     for group in SCALAR_GROUPS:
         if group not in conf:
             continue
-        for option in conf[group]:
+        registered = list(conf[group])
+        named = {
+            name.replace("-", "_")
+            for _path, sections in parsed
+            for name in sections.get(group, {})
+        }
+        whole = everything or not named <= set(registered)
+        for option in registered:
+            if not (
+                whole
+                or option in given
+                or f"OS_{group.upper()}__{option.upper()}" in environment
+            ):
+                continue
             errors: dict[str, str] = {}
             _read(conf, group, option, errors)
             problems.extend(
@@ -151,6 +180,13 @@ def _unreadable_scalars(conf: cfg.ConfigOpts) -> list[Problem]:
                 for name, reason in errors.items()
             )
     return problems
+
+
+def _has_config_sources(conf: cfg.ConfigOpts) -> bool:
+    try:
+        return bool(conf.config_source)
+    except cfg.NoSuchOptError:
+        return False
 
 
 def _config_files(conf: cfg.ConfigOpts) -> list[str]:
@@ -166,9 +202,25 @@ def _config_files(conf: cfg.ConfigOpts) -> list[str]:
     return files
 
 
-def _unknown_options(
-    conf: cfg.ConfigOpts, enabled: list[str]
-) -> list[Problem]:
+# each file read: (its path, section -> option -> values)
+Parsed = list[tuple[str, dict[str, dict[str, list[str]]]]]
+
+
+def _parsed_files(conf: cfg.ConfigOpts) -> Parsed:
+    """The caller's files as oslo.config's parser reads them (those it
+    cannot read are left out: oslo.config itself reports them)."""
+    parsed: Parsed = []
+    for path in _config_files(conf):
+        sections: dict[str, dict[str, list[str]]] = {}
+        try:
+            cfg.ConfigParser(path, sections).parse()
+        except (OSError, cfg.ParseError, UnicodeDecodeError):
+            continue
+        parsed.append((path, sections))
+    return parsed
+
+
+def _unknown_options(conf: cfg.ConfigOpts, parsed: Parsed) -> list[Problem]:
     """Option names in ``[devices]`` and ``[mdev_*]``/``[vgpu_*]`` groups
     that nothing reads (a typo such as ``device_adresses`` would
     otherwise be silently ignored)."""
@@ -181,12 +233,7 @@ def _unknown_options(
         if old.name
     }
     found: list[Problem] = []
-    for path in _config_files(conf):
-        sections: dict[str, dict[str, list[str]]] = {}
-        try:
-            cfg.ConfigParser(path, sections).parse()
-        except (OSError, cfg.ParseError, UnicodeDecodeError):
-            continue  # oslo.config itself reports unreadable files
+    for path, sections in parsed:
         for section, options in sections.items():
             if section == "devices":
                 known = device_options
