@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import struct
 import weakref
@@ -43,7 +44,9 @@ _EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (then the name)
 _CHUNK = 65536
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """The C library's inotify calls, looked up once a process."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.inotify_init1.argtypes = [ctypes.c_int]
