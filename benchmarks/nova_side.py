@@ -72,10 +72,13 @@ def timed(
     )
 
 
-def nova_driver(uri: str, counted: bool, conn: Any = None) -> tuple[Any, Any]:
+def nova_driver(
+    uri: str, counted: bool, conn: Any = None, setup: bool = True
+) -> tuple[Any, Any]:
     """Nova's LibvirtDriver, set up as its __init__ sets up the vGPU
-    part, on Nova's Host over a (counted) connection (``conn``, or one
-    opened at ``uri``). ImportError without Nova."""
+    part (unless not ``setup``: left to the caller, see
+    :func:`vgpu_setup`), on Nova's Host over a (counted) connection
+    (``conn``, or one opened at ``uri``). ImportError without Nova."""
     import libvirt
     import nova.conf
     from nova.virt.libvirt import driver as nova_libvirt
@@ -92,6 +95,15 @@ def nova_driver(uri: str, counted: bool, conn: Any = None) -> tuple[Any, Any]:
     if counted:
         conn = Counting(conn)
     driver._host._wrapped_conn = conn
+    if setup:
+        vgpu_setup(driver)
+    return driver, conn
+
+
+def vgpu_setup(driver: Any) -> None:
+    """The vGPU part of Nova's ``LibvirtDriver.__init__``: its mappings,
+    and the enabled types read from the configuration and checked
+    (``_get_supported_vgpu_types``)."""
     driver.pgpu_type_mapping = collections.defaultdict(str)
     driver.mdev_class_mapping = collections.defaultdict(lambda: "VGPU")
     driver.mdev_classes = set()
@@ -100,7 +112,6 @@ def nova_driver(uri: str, counted: bool, conn: Any = None) -> tuple[Any, Any]:
     driver.virtual_mdevs = set()
     driver.instance_claimed_mdevs = {}
     driver.supported_vgpu_types = driver._get_supported_vgpu_types()
-    return driver, conn
 
 
 class Nova:

@@ -88,6 +88,15 @@ def test_service_benchmark_prints_records_on_figures_per_host():
     assert [m[1] for m in found] == ["1/16/16", "4/128/128"]
 
 
+def test_restart_benchmark_prints_a_row_per_host():
+    """benchmarks/restart.py keeps running (here without Nova: this
+    library's side alone; its phases are guarded in
+    test_restart_benchmark)."""
+    out = run("restart", "--quick", "--runs", "1")
+    found = rows(out, r"\s*(\d+/\d+/\d+) \|\s+[\d./]+\s+[\d./]+ \|")
+    assert [m[1] for m in found] == ["1/16/16", "4/128/128"]
+
+
 def test_churn_benchmark_prints_every_change_beside_idle():
     out = run("churn", "--quick", "--runs", "2")
     found = rows(

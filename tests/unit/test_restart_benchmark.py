@@ -1,0 +1,78 @@
+"""benchmarks/restart.py times a restart in a new process: the setup
+before ``init_host`` apart from the start, on the providers the last run
+wrote (its figures are read, not asserted: see test_benchmarks.py)."""
+
+from __future__ import annotations
+
+import time
+
+from benchmarks import restart
+from benchmarks import service as bench
+from benchmarks.common import conf_for, dense
+from vgpu_driver import driver as vgpu_driver
+from vgpu_driver.model.provider_tree import ProviderTree
+from vgpu_driver.sim import description as hostdesc
+
+
+def _made(tmp_path):
+    """What a restart finds (this library's side): the host, the records
+    and the providers a service on it left."""
+    description = dense(2, 8, 4)
+    uri, sysfs = hostdesc.materialize(description, tmp_path)
+    conf = conf_for(description.config, tmp_path)
+    service = bench.Service(uri, sysfs, conf, tmp_path)
+    made = {
+        "uri": uri,
+        "sysfs": str(sysfs),
+        "config": description.config,
+        "tmp": str(tmp_path),
+        "guests": service.guests,
+        "ours": restart.dump(service.tree),
+    }
+    return made, service
+
+
+def _burning(method, ms):
+    def burnt(self, *args, **kwargs):
+        end = time.process_time() + ms / 1000
+        while time.process_time() < end:
+            pass
+        return method(self, *args, **kwargs)
+
+    return burnt
+
+
+def test_a_restart_is_handed_the_providers_as_the_last_run_wrote_them(
+    tmp_path,
+):
+    made, service = _made(tmp_path)
+    tree = restart.rebuild(ProviderTree(), made["ours"])
+    keys = service.tree.get_provider_uuids()
+    assert tree.get_provider_uuids() == keys
+    assert len(keys) == 3  # the compute node and its two pGPUs
+    for key in keys:
+        assert tree.data(key) == service.tree.data(key)
+
+
+def test_the_setup_is_timed_apart_from_the_start(tmp_path, monkeypatch):
+    """A driver whose construction burns 30 ms more shows them in the
+    setup, one whose init_host does in the start: each phase is timed
+    where it runs, neither left out."""
+    made, _service = _made(tmp_path)
+    quick = restart.ours(made)
+    monkeypatch.setattr(
+        vgpu_driver.VgpuDriver,
+        "__init__",
+        _burning(vgpu_driver.VgpuDriver.__init__, 30),
+    )
+    slow_setup = restart.ours(made)
+    assert slow_setup["setup"] - quick["setup"] > 25
+    monkeypatch.undo()
+    monkeypatch.setattr(
+        vgpu_driver.VgpuDriver,
+        "init_host",
+        _burning(vgpu_driver.VgpuDriver.init_host, 30),
+    )
+    slow_start = restart.ours(made)
+    assert slow_start["start"] - quick["start"] > 25
+    assert slow_start["setup"] < 25
