@@ -272,3 +272,33 @@ def test_a_value_given_in_the_environment_is_read_and_checked(
         "failed_device_retry_interval",
     )
     assert "cannot be read" in problem.message
+
+
+def test_a_config_source_has_every_option_of_the_groups_read(
+    tmp_path, monkeypatch
+):
+    """oslo.config's ``config_source`` gives values from outside the
+    files (a remote file, a driver): the loader cannot tell which, and
+    reads every option of its groups."""
+    conf = _nova_like(tmp_path, "[devices]\nenabled_mdev_types = nvidia-35\n")
+    conf.set_override("config_source", ["elsewhere"])
+    read = _counting_reads(monkeypatch)
+    loader.read_device_config(conf)
+    assert {o for g, o in read if g == "libvirt"} == set(conf.libvirt)
+
+
+def test_a_configuration_never_called_reads_only_what_it_uses(monkeypatch):
+    """A ConfigOpts never called on a command line (a service's CONF in
+    tests) has no file, no environment source and no config_source:
+    none of its group's options is read but the type's and state_path."""
+    conf = cfg.ConfigOpts()
+    vconf.register_opts(conf)
+    conf.set_override("enabled_mdev_types", ["nvidia-35"], "devices")
+    read = _counting_reads(monkeypatch)
+    config, problems = loader.read_device_config(conf)
+    assert problems == []
+    assert [t.type_id for t in config.types] == ["nvidia-35"]
+    assert sorted(read) == sorted(
+        [("mdev_nvidia-35", name) for name in devices.type_opts_help]
+        + [("devices", "state_path")]
+    )

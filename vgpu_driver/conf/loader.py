@@ -153,7 +153,8 @@ def _unreadable_scalars(conf: cfg.ConfigOpts, parsed: Parsed) -> list[Problem]:
         for options in sections.values()
         for name in options
     }
-    everything = _has_config_sources(conf)
+    # (oslo.config registers config_source on every ConfigOpts)
+    everything = bool(conf.config_source)
     environment = {key for key in os.environ if key.startswith("OS_")}
     problems: list[Problem] = []
     for group in SCALAR_GROUPS:
@@ -180,13 +181,6 @@ def _unreadable_scalars(conf: cfg.ConfigOpts, parsed: Parsed) -> list[Problem]:
                 for name, reason in errors.items()
             )
     return problems
-
-
-def _has_config_sources(conf: cfg.ConfigOpts) -> bool:
-    try:
-        return bool(conf.config_source)
-    except cfg.NoSuchOptError:
-        return False
 
 
 def _config_files(conf: cfg.ConfigOpts) -> list[str]:
