@@ -106,8 +106,14 @@ def capabilities_of(mdev_type: MdevType) -> Capabilities:
 
 @functools.cache
 def _standard_traits(prefix: str) -> tuple[str, ...]:
-    """os-traits' names with a prefix (its lookup scans every name)."""
-    return tuple(os_traits.get_traits(prefix))
+    """os-traits' names with a prefix. os-traits names each trait as an
+    attribute of its own value: one test a name (its get_traits makes
+    five, about 0.1 ms a prefix at a service's first refresh)."""
+    return tuple(
+        name
+        for name, value in vars(os_traits).items()
+        if name == value and name.startswith(prefix)
+    )
 
 
 @functools.cache
