@@ -70,3 +70,17 @@ def test_the_setup_is_timed_apart_from_the_start(tmp_path, monkeypatch):
             slow = restart.ours(made)
         assert slow[phase] - quick[phase] > 25, method
         assert slow[other] - quick[other] < 25, method
+
+
+def test_the_allocator_is_settled_before_the_clock(tmp_path, monkeypatch):
+    """The freed chunks of what the child did before the clock are
+    merged before it (not by the first allocation of the setup)."""
+    made, _service = _made(tmp_path)
+    order = []
+    monkeypatch.setattr(restart, "settle", lambda: order.append("settle"))
+    real = restart._cpu
+    monkeypatch.setattr(
+        restart, "_cpu", lambda fn: order.append("timed") or real(fn)
+    )
+    restart.ours(made)
+    assert order == ["settle", "timed", "timed"]
