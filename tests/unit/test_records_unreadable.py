@@ -36,7 +36,13 @@ def test_a_cache_record_with_a_non_utf8_byte_is_moved_aside(
 
 @pytest.mark.parametrize(
     "where",
-    [["pci_0000_86_00_0"], ["pci_0000_86_00_0", 36], ["a", "b", "c"]],
+    [
+        ["pci_0000_86_00_0"],
+        ["pci_0000_86_00_0", 36],
+        [36, "nvidia-35"],
+        ["a", "b", "c"],
+        "86",  # two characters: a string is no pair
+    ],
 )
 def test_an_mdev_seen_that_is_no_parent_type_pair_is_moved_aside(
     make_conf, tmp_path, where

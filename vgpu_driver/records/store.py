@@ -331,10 +331,10 @@ def validate_str_map(
     def validate(value: Any) -> None:
         expect(isinstance(value, dict), "not a JSON object")
         for key, item in value.items():
-            expect(
-                isinstance(key, str) and check_value(item),
-                f"entry {key!r} is not {what}",
-            )
+            # the reason is formatted only for an entry that fails: a
+            # record of 2048 mdevs seen was 0.5 ms of reasons at a start
+            if not (isinstance(key, str) and check_value(item)):
+                raise ValueError(f"entry {key!r} is not {what}")
 
     return validate
 
