@@ -45,43 +45,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import conf_for, dense, event_loop, machine, spread
+from benchmarks.service import FREE, Service, dump, rebuild
 
 SHAPES = [(1, 16, 16), (4, 128, 128), (16, 512, 512), (64, 2048, 2048)]
 QUICK = SHAPES[:2]
 ROOT_DIR = Path(__file__).resolve().parents[1]
-
-
-def dump(tree: Any) -> list[dict[str, Any]]:
-    """The providers of ``tree`` (parents first) as Placement holds them:
-    what a restarted service is handed."""
-    found = []
-    for key in tree.get_provider_uuids():
-        data = tree.data(key)
-        found.append(
-            {
-                "name": data.name,
-                "uuid": key,
-                "parent": data.parent_uuid,
-                "generation": data.generation,
-                "inventory": dict(data.inventory),
-                "traits": sorted(data.traits),
-                "aggregates": sorted(data.aggregates),
-            }
-        )
-    return found
-
-
-def rebuild(tree: Any, providers: list[dict[str, Any]]) -> Any:
-    """``tree`` (empty, of either side's class) holding ``providers``."""
-    for p in providers:
-        if p["parent"] is None:
-            tree.new_root(p["name"], p["uuid"], p["generation"])
-        else:
-            tree.new_child(p["name"], p["parent"], p["uuid"], p["generation"])
-        tree.update_inventory(p["uuid"], p["inventory"])
-        tree.update_traits(p["uuid"], p["traits"])
-        tree.update_aggregates(p["uuid"], p["aggregates"])
-    return tree
 
 
 def settle() -> None:
@@ -176,7 +144,6 @@ def host(shape: tuple[int, int, int], tmp: Path) -> dict[str, Any]:
     and providers written) and Nova's periodic once (its providers):
     what each side's restart finds (``nova`` None without Nova)."""
     from benchmarks.nova_side import Nova
-    from benchmarks.service import FREE, Service
     from vgpu_driver.sim import description as hostdesc
 
     description = dense(shape[0], shape[1] + FREE, shape[2])

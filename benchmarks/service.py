@@ -62,20 +62,43 @@ QUICK = SHAPES[:2]
 FREE = 8  # free mdevs on top, for binds to reuse
 
 
-def held(tree: Any) -> ProviderTree:
-    """A copy of ``tree``: the providers, inventories, traits and
-    aggregates as Placement holds them after the refreshes that wrote
-    ``tree``, which Nova reads back at a restart."""
-    copy = ProviderTree()
+def dump(tree: Any) -> list[dict[str, Any]]:
+    """The providers of ``tree`` (parents first) as Placement holds them
+    after the refreshes that wrote ``tree``: what a restarted service is
+    handed (Nova reads them back at a restart)."""
+    found = []
     for key in tree.get_provider_uuids():
         data = tree.data(key)
-        if data.parent_uuid is None:
-            copy.new_root(data.name, key, data.generation)
+        found.append(
+            {
+                "name": data.name,
+                "uuid": key,
+                "parent": data.parent_uuid,
+                "generation": data.generation,
+                "inventory": dict(data.inventory),
+                "traits": sorted(data.traits),
+                "aggregates": sorted(data.aggregates),
+            }
+        )
+    return found
+
+
+def rebuild(tree: Any, providers: list[dict[str, Any]]) -> Any:
+    """``tree`` (empty, of either side's class) holding ``providers``."""
+    for p in providers:
+        if p["parent"] is None:
+            tree.new_root(p["name"], p["uuid"], p["generation"])
         else:
-            copy.new_child(data.name, data.parent_uuid, key, data.generation)
-        copy.update_inventory(key, data.inventory)
-        copy.update_traits(key, data.traits)
-        copy.update_aggregates(key, data.aggregates)
+            tree.new_child(p["name"], p["parent"], p["uuid"], p["generation"])
+        tree.update_inventory(p["uuid"], p["inventory"])
+        tree.update_traits(p["uuid"], p["traits"])
+        tree.update_aggregates(p["uuid"], p["aggregates"])
+    return tree
+
+
+def held(tree: Any) -> ProviderTree:
+    """A copy of ``tree`` as Placement holds it (see :func:`dump`)."""
+    copy: ProviderTree = rebuild(ProviderTree(), dump(tree))
     return copy
 
 
