@@ -4,9 +4,13 @@ what Placement, os-traits and Python's own uuid say."""
 from __future__ import annotations
 
 import random
+import re
 import uuid
 
+import os_traits
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from vgpu_driver.model import naming
 
@@ -99,3 +103,33 @@ def test_what_device_addresses_may_call_a_parent():
         "pci_0000_3b_00_4", "0000:3b:00.4", physical_function="0000:3b:00.0"
     )
     assert vf.keys == ("0000:3b:00.4", "pci_0000_3b_00_4", "0000:3b:00.0")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=40))
+def test_a_type_trait_is_the_one_os_traits_makes(type_id):
+    """A type's trait is os-traits' normalize_name of its id, made
+    without that function's regular expression: every run of characters
+    other than ASCII letters and digits one ``_`` (a leading or trailing
+    run too; a letter outside ASCII is such a character)."""
+    naming.type_trait.cache_clear()
+    assert naming.type_trait(type_id) == os_traits.normalize_name(type_id)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=20), st.text(max_size=20))
+def test_a_host_driver_trait_keeps_letters_and_digits_alone(driver, version):
+    """The host driver's trait: the driver and its version in capitals,
+    each run of anything else one ``_``, none at either end."""
+    naming.host_driver_trait.cache_clear()
+    text = re.sub(r"[^A-Z0-9]+", "_", f"{driver}_{version}".upper())
+    assert naming.host_driver_trait(driver, version) == (
+        "CUSTOM_VGPU_HOST_" + text.strip("_")
+    )
+
+
+def test_a_type_trait_of_the_types_cards_name():
+    assert naming.type_trait("nvidia-35") == "CUSTOM_NVIDIA_35"
+    assert naming.type_trait("i915-GVTg_V5_4") == "CUSTOM_I915_GVTG_V5_4"
+    assert naming.type_trait("-a--b-") == "CUSTOM__A_B_"
+    assert naming.type_trait("é") == "CUSTOM__"
