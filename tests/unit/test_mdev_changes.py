@@ -25,7 +25,8 @@ from vgpu_driver.model.device import (
     DEVICE_INDEXES,
     MIXED_INDEXES,
 )
-from vgpu_driver.model.device_view import DeviceView, follow_parents
+from vgpu_driver.model.device_view import DeviceView
+from vgpu_driver.model.view_follow import follow_parents
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.service import refresh, tree_writer, whole_host
 from vgpu_driver.service.touched import held_on, parents_to_plan

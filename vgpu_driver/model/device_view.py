@@ -1,16 +1,17 @@
 """The binder's picture of the host's devices (pure).
 
-Built from a reading of the host (:meth:`DeviceView.of`) and kept
-current between readings by the binder's own creates, removes and the
-guests it is told of. Its methods change the picture only; they never
-touch the host. Which devices are *busy* also depends on the claims,
-which the view does not hold: they are passed in.
+Built from a reading of the host (:meth:`DeviceView.of`), kept current
+between readings by the binder's own creates, removes and the guests it
+is told of, and by the parents a later reading changed
+(:mod:`~vgpu_driver.model.view_follow`). Its methods change the
+picture only; they never touch the host. Which devices are *busy* also
+depends on the claims, which the view does not hold: they are passed
+in.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Collection, Container, Iterable, Mapping
 
 from vgpu_driver.model import naming
@@ -22,10 +23,8 @@ from vgpu_driver.model.device import (
     Parent,
     PhysicalFunction,
 )
-from vgpu_driver.model.foreign import Busy, foreign_devices, foreign_vfs
+from vgpu_driver.model.foreign import Busy, foreign_devices
 from vgpu_driver.model.users import Users
-
-_UUID_OF = operator.attrgetter("uuid")
 
 
 @dataclasses.dataclass
@@ -89,7 +88,7 @@ class DeviceView:
                 for parent in inventory.parents
             },
             parent_objects={p.name: p for p in inventory.parents},
-            pfs={pf.name: _pf_view(pf) for pf in inventory.pfs},
+            pfs={pf.name: pf_view(pf) for pf in inventory.pfs},
             mdevs={m.uuid: m for m in inventory.mdevs},
             used=used,
             foreign=set()
@@ -309,92 +308,11 @@ class DeviceView:
         return found
 
 
-def follow_parents(
-    view: DeviceView,
-    before: HostInventory,
-    now: HostInventory,
-    touched: Iterable[str],
-    ours: Collection[str] | None,
-) -> None:
-    """The parents ``touched`` as :meth:`DeviceView.of` would see them
-    in ``now`` (read after ``before``, whose other devices and guests
-    are the same): their room, their free mdevs, the mdevs made or gone
-    there; the rest of the view stays as it is."""
-    # by set operations (in C): a Python loop per mdev costs a dense
-    # parent
-    for name in touched:
-        parent = now.parent(name)
-        assert parent is not None
-        present = now.mdevs_of(name)
-        uuids = list(map(_UUID_OF, present))
-        were = set(map(_UUID_OF, before.mdevs_of(name)))
-        for gone in were.difference(uuids):
-            view.mdevs.pop(gone, None)  # (removed by the binder too)
-        view.foreign -= were
-        view.mdevs.update(zip(uuids, present, strict=True))
-        if ours is not None:
-            view.foreign.update(set(uuids).difference(ours))
-        free: dict[str, list[str]] = {}
-        used = view.used
-        for mdev in present:
-            if mdev.uuid not in used:
-                free.setdefault(mdev.type_id, []).append(mdev.uuid)
-        view.parents[name] = ParentView(
-            name, {t.id: t.available for t in parent.types}, free
-        )
-        view.parent_objects[name] = parent
-
-
-def follow_cards(
-    view: DeviceView,
-    now: HostInventory,
-    names: Iterable[str],
-    ours: Collection[str] | None,
-) -> None:
-    """The SR-IOV cards ``names`` as :meth:`DeviceView.of` would see
-    them in ``now`` (whose other devices and guests are as the view
-    has them): their VFs' types and what each can create, and which
-    typed VFs another manager made."""
-    for name in names:
-        pf = now.pf(name)
-        assert pf is not None
-        view.pfs[name] = _pf_view(pf)
-        view.foreign -= {vf.address for vf in pf.vfs}
-        if ours is not None:
-            view.foreign |= foreign_vfs(pf, ours)
-
-
-def _pf_view(pf: PhysicalFunction) -> PfView:
+def pf_view(pf: PhysicalFunction) -> PfView:
+    """An SR-IOV card as the view holds it: each VF's type and the
+    types it can create."""
     return PfView(
         pf.name,
         {vf.address: vf.current_type for vf in pf.vfs},
         {vf.address: {t.id for t in vf.creatable} for vf in pf.vfs},
     )
-
-
-def vf_types_in_use(
-    inventory: HostInventory, used: Mapping[str, str], known: Mapping[str, int]
-) -> dict[str, int]:
-    """VF address -> type of every typed VF a guest uses that ``known``
-    does not list (it keeps its type across reboots, even one this
-    library did not set)."""
-    return {
-        vf.address: vf.current_type
-        for pf in inventory.pfs
-        for vf in pf.vfs
-        if vf.current_type and vf.address in used and vf.address not in known
-    }
-
-
-def adopted(inventory: HostInventory, recorded: Iterable[str]) -> set[str]:
-    """At the library's first start on a host: the devices taken as its
-    own, every mdev and typed VF already there (made for this service's
-    guests, by Nova's own vGPU code or an operator preparing the host, as
-    Nova reuses them) and the VFs whose type it recorded. Whatever
-    another manager makes from then on stays that manager's."""
-    found = {m.uuid for m in inventory.mdevs}
-    found.update(
-        vf.address for pf in inventory.pfs for vf in pf.vfs if vf.current_type
-    )
-    found.update(recorded)
-    return found

@@ -21,11 +21,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from vgpu_driver.model.device import HostInventory
-from vgpu_driver.model.device_view import (
-    DeviceView,
-    follow_cards,
-    follow_parents,
-)
+from vgpu_driver.model.device_view import DeviceView
+from vgpu_driver.model.view_follow import follow_cards, follow_parents
 
 
 def marks(view: DeviceView, names: Collection[str]) -> dict[str, object]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.device_changes import parents_alone
-from vgpu_driver.model.device_view import (
+from vgpu_driver.model.view_follow import (
     follow_cards,
     follow_parents,
     vf_types_in_use,

@@ -42,11 +42,8 @@ from vgpu_driver.model.claims import (
     ended_by_guests,
 )
 from vgpu_driver.model.device import Guest, HostInventory, Mdev
-from vgpu_driver.model.device_view import (
-    DeviceView,
-    adopted,
-    vf_types_in_use,
-)
+from vgpu_driver.model.device_view import DeviceView
+from vgpu_driver.model.view_follow import adopted, vf_types_in_use
 from vgpu_driver.records.claims import ClaimsRecord
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.records.store import StateStore, StateStoreError
