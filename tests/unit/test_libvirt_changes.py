@@ -282,18 +282,18 @@ def test_a_parent_whose_sysfs_directory_cannot_be_read_is_listed_again(
     parent's sysfs directory, which says which mdev it was, cannot be
     listed (a hardened host, sysfs not mounted in the container): the
     mdevs are listed again through libvirt, and the new one is seen."""
-    from vgpu_driver.host import nodedevs
+    from vgpu_driver.host import mdev_dirs
 
     host, conn = modelled_host(tmp_path)
     parent = host.discover().parent("pci_0000_87_00_0")
-    real_scandir = nodedevs.os.scandir
+    real_scandir = mdev_dirs.os.scandir
 
     def unreadable(path):
         if "87:00.0" in str(path):
             raise PermissionError(13, "Permission denied", str(path))
         return real_scandir(path)
 
-    monkeypatch.setattr(nodedevs.os, "scandir", unreadable)
+    monkeypatch.setattr(mdev_dirs.os, "scandir", unreadable)
     made = str(uuidlib.uuid4())
     conn.nodeDeviceCreateXML(mdev_xml(parent.name, "nvidia-35", made), 0)
     listed = host.calls["listAllDevices"]

@@ -3,8 +3,7 @@ as few calls as a steady host allows.
 
 :class:`NodeDevices` owns its caches: every mdev read so far (read
 again only when its sysfs directory says it was made again or started),
-when everything was last listed, the inodes of the mdevs' directories
-when their parent was last followed, and whether the mdevs changed
+when everything was last listed, and whether the mdevs changed
 since the adapter's last reading (``dirty``). The calls that list
 devices and look them up, and the parents' device objects held from the
 last listing, are its :class:`~vgpu_driver.host.listing.NodeListing`'s;
@@ -23,8 +22,6 @@ since the last reading name it (:mod:`.nodedev_events`).
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
 import time
 from collections.abc import Callable, Collection
 from typing import Any
@@ -36,6 +33,7 @@ from vgpu_driver.host import nodedev_xml
 from vgpu_driver.host.connection import Connection
 from vgpu_driver.host.listing import Listed, NodeListing
 from vgpu_driver.host.mdev_cache import MdevCache
+from vgpu_driver.host.mdev_dirs import MdevDirs
 from vgpu_driver.host.nodedev_events import (
     NodeDeviceEvents,
     parents_named,
@@ -45,10 +43,6 @@ from vgpu_driver.host.sysfs import SysfsTree
 from vgpu_driver.model.device import Mdev, Parent
 
 LOG = logging.getLogger(__name__)
-
-_UUID = re.compile(
-    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-)
 
 
 class NodeDevices:
@@ -65,9 +59,7 @@ class NodeDevices:
         self.relist_interval = relist_interval
         self.mdevs = MdevCache()  # by libvirt name, and by parent
         self.dirty = True  # the mdevs changed since the last reading
-        # parent name -> uuid -> the inode of its mdevs' sysfs directories
-        # when the parent was last followed
-        self._inodes: dict[str, dict[str, int]] = {}
+        self.dirs = MdevDirs()  # what the parents' sysfs directories list
         self.listed_at = 0.0
         self.listing = NodeListing(link)
         self._parent_ids: dict[str, int] = {}  # name -> the object's id
@@ -302,31 +294,20 @@ class NodeDevices:
 
     def _follow(self, conn: Any, names: set[str]) -> bool:
         """The mdevs of parents ``names`` as their sysfs directories list
-        the running ones: one directory listing a parent, a lookup per
-        mdev made or gone, made again (see :func:`_made_again`) or
-        started. False, with the rest left to a full listing, where
-        sysfs or libvirt cannot tell."""
+        the running ones (:class:`~.mdev_dirs.MdevDirs`): a lookup per
+        mdev made, gone, made again or started. False, with the rest
+        left to a full listing, where sysfs or libvirt cannot tell."""
         pending: set[str] = set()
         for name in sorted(names):
             path = self.reader.path_of(name)
-            before = self._inodes.get(name, {})
-            try:
-                with os.scandir(path or "") as entries:
-                    # (an entry listed last time is an mdev's: no match)
-                    running = {
-                        e.name: e.inode()
-                        for e in entries
-                        if e.name in before
-                        or (len(e.name) == 36 and _UUID.fullmatch(e.name))
-                    }
-            except OSError:
-                return False
             known = dict(self.mdevs.of_parent(name))
-            self._inodes[name] = running
             stopped = self.mdevs.stopped_on(name)
-            for uuid in _made_again(known, stopped, running, before):
+            seen = self.dirs.follow(name, path, known, stopped)
+            if seen is None:
+                return False
+            for uuid in seen.made_again:
                 self.drop(known.pop(uuid))
-            for uuid in sorted(running.keys() - known.keys()):
+            for uuid in seen.new:
                 found = self.listing.running_mdev(conn, uuid, path)
                 if found is None:
                     pending.add(name)  # libvirt has not seen it yet
@@ -334,7 +315,7 @@ class NodeDevices:
                     self._read_mdev(found[1], found[0], active=True)
             # those left running are active (the stopped ones were read
             # again above); of those not, the stopped ones stay so
-            for uuid in sorted(known.keys() - running.keys() - stopped):
+            for uuid in seen.not_running:
                 mdev = known[uuid]
                 state = self.listing.state_of(conn, mdev.name)
                 if state is None:
@@ -371,26 +352,4 @@ def _named(
         {name for name, _ in listed},
         lambda name: mdev.parent if (mdev := mdevs.get(name)) else None,
         last,
-    )
-
-
-def _made_again(
-    known: dict[str, Mdev],
-    stopped: frozenset[str],
-    running: dict[str, int],
-    before: dict[str, int],
-) -> list[str]:
-    """The uuids of ``known`` mdevs running now whose XML may have
-    changed since it was read, to be read again: one defined and stopped
-    that started (its definition may have been changed meanwhile), one
-    whose directory is another than when its parent was last followed
-    (removed and made again under its uuid, perhaps of another type:
-    kernfs never gives a new directory the inode number a removed one
-    had). ``stopped``: the known mdevs defined and not running when
-    read. ``running`` and ``before``: uuid -> inode, now and then
-    (compared in C: a Python loop per mdev costs a dense parent)."""
-    moved = running.items() - before.items()  # new, or another inode
-    return sorted(
-        {uuid for uuid, _inode in moved if uuid in before and uuid in known}
-        | (stopped & running.keys())
     )
