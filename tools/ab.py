@@ -21,7 +21,11 @@ providers as Placement holds them), ``idle`` (a steady refresh),
 told as events), ``mdev`` (the refresh after another manager made an
 mdev on the first pGPU through libvirt's API, or removed it, as
 ``benchmarks/churn.py`` times it: on a host of its own, made alike in
-each round's process). A version whose package the work tree's benchmarks
+each round's process), and ``restart`` (a start as ``benchmarks/
+restart.py`` times it: each timing a new process, on a copy of the
+records a service left; ``start`` runs many in one process, so what a
+process pays once, a regular expression compiled at its first use,
+shows only there). A version whose package the work tree's benchmarks
 cannot drive (an older API) fails its round with its traceback.
 """
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-CASES = ("start", "idle", "guest", "mdev")
+CASES = ("start", "idle", "guest", "mdev", "restart")
 
 
 def _run(command: list[str], **kwargs: Any) -> Any:
@@ -84,8 +89,18 @@ def host(shape: str, where: Path) -> dict[str, str]:
     }
 
 
+def restarted_host(shape: str, where: Path) -> dict[str, Any]:
+    """The host with a service of the work tree's package run on it once,
+    its records and providers written (as ``benchmarks/restart.py``
+    makes it)."""
+    from benchmarks.restart import host as service_ran
+
+    parents, mdevs, guests = (int(n) for n in shape.split("/"))
+    return {**service_ran((parents, mdevs, guests), where), "shape": shape}
+
+
 def child(
-    case: str, runs: int, made: dict[str, str], state: Path
+    case: str, runs: int, made: dict[str, Any], state: Path
 ) -> list[float]:
     """In a process of its own: ``runs`` timings of ``case`` (CPU ms),
     after a few untimed ones."""
@@ -94,6 +109,8 @@ def child(
 
     if case == "mdev":
         return _mdev_made_or_gone(runs, made["shape"], state)
+    if case == "restart":
+        return [_restarted(made, state)]
     conf = conf_for(made["config"], state)
     service = Service(made["uri"], Path(made["sysfs"]), conf, state)
     timer = {
@@ -124,10 +141,32 @@ def _mdev_made_or_gone(runs: int, shape: str, state: Path) -> list[float]:
     return times[4:]
 
 
+def _restarted(made: dict[str, Any], state: Path) -> float:
+    """A start in this new process (:func:`benchmarks.restart.ours`), on
+    a copy of the records the host's service left."""
+    from benchmarks.restart import ours
+
+    shutil.copytree(Path(made["tmp"]) / "vgpu-state", state / "vgpu-state")
+    return ours({**made, "tmp": str(state)})["start"]
+
+
 def one_round(
-    source: Path, case: str, runs: int, made: dict[str, str], tmp: Path
+    source: Path, case: str, runs: int, made: dict[str, Any], tmp: Path
 ) -> list[float]:
-    """The timings of one process running the package in ``source``."""
+    """The timings of one process running the package in ``source``
+    (of ``runs`` new processes for ``restart``)."""
+    if case == "restart":
+        return [
+            t
+            for _ in range(runs)
+            for t in _process(source, case, 1, made, tmp)
+        ]
+    return _process(source, case, runs, made, tmp)
+
+
+def _process(
+    source: Path, case: str, runs: int, made: dict[str, Any], tmp: Path
+) -> list[float]:
     state = Path(tempfile.mkdtemp(dir=tmp))
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(source), str(ROOT)])
@@ -184,7 +223,12 @@ def main() -> None:
             name: package(version, tmp / name)
             for name, version in (("a", args.a), ("b", args.b))
         }
-        made = host(args.host, tmp / "host")
+        where = tmp / "host"
+        made = (
+            restarted_host(args.host, where)
+            if args.case == "restart"
+            else host(args.host, where)
+        )
         timings: dict[str, list[list[float]]] = {"a": [], "b": []}
         print(
             f"{args.case} on {args.host}, CPU ms, medians of {args.runs} "
