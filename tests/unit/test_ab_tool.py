@@ -44,7 +44,7 @@ def _slowed_once(update):
     def slowed(self, *args, **kwargs):
         if first[0]:  # the first refresh of the process alone
             first[0] = False
-            end = time.process_time() + 0.003
+            end = time.process_time() + 0.010
             while time.process_time() < end:
                 pass
         return update(self, *args, **kwargs)
@@ -151,7 +151,7 @@ def test_the_mdev_case_times_refreshes_that_follow_a_change(tmp_path):
 
 
 def test_the_restart_case_pays_what_a_process_pays_once(tmp_path):
-    """A package whose first refresh in a process burns 3 ms: each
+    """A package whose first refresh in a process burns 10 ms: each
     ``restart`` timing is a new process's start and carries it; the
     ``start`` case, many starts in one process, does not see it."""
     ab = _tool()
@@ -164,8 +164,8 @@ def test_the_restart_case_pays_what_a_process_pays_once(tmp_path):
     fresh = ab.one_round(ROOT, "restart", 3, made, tmp_path)
     slowed = ab.one_round(once, "restart", 3, made, tmp_path)
     assert len(fresh) == len(slowed) == 3
-    assert min(slowed) - statistics.median(fresh) > 2.5
+    assert min(slowed) - statistics.median(fresh) > 7
     warm = ab.host("1/4/4", tmp_path / "warm")
     in_one = ab.one_round(ROOT, "start", 5, warm, tmp_path)
     once_in_one = ab.one_round(once, "start", 5, warm, tmp_path)
-    assert statistics.median(once_in_one) - statistics.median(in_one) < 1.5
+    assert statistics.median(once_in_one) - statistics.median(in_one) < 3
