@@ -28,6 +28,7 @@ from oslo_log import log as logging
 from vgpu_driver.exception import DeviceXMLInvalid
 from vgpu_driver.host import domain_xml
 from vgpu_driver.host.connection import Connection
+from vgpu_driver.host.domain_events import DomainEvents
 from vgpu_driver.model.device import Guest
 
 LOG = logging.getLogger(__name__)
@@ -66,9 +67,8 @@ class Guests:
             collections.OrderedDict()
         )
         self._domains_of: Any = None
-        # the connection :meth:`watch` registered its callbacks on (None:
-        # not asked to watch); a new one gets them again
-        self._watched: Any = None
+        # libvirt's callbacks feeding :meth:`domain_event`, once asked
+        self.watching = DomainEvents(link, self.domain_event)
         link.on_lost.append(self._rescan_next)
 
     def _rescan_next(self) -> None:
@@ -269,60 +269,3 @@ class Guests:
             except IndexError:
                 return latest
             latest[uuid] = (seq, defined)
-
-    def watch(self) -> list[int]:
-        """Register the callbacks feeding :meth:`domain_event`, on this
-        connection and (through :meth:`watch_again`) on each one opened
-        after it was lost: a domain defined, started or stopped is read
-        again (a transient guest, never defined, sends only the last two:
-        stopped, it is gone and forgotten), one undefined forgotten, and
-        one a device was plugged into or unplugged from while it runs read
-        again. Returns the callback ids."""
-        return self._register(self.link.get())
-
-    def watch_again(self, conn: Any) -> None:
-        """At each reading: a connection opened since the callbacks were
-        registered (libvirtd restarted) gets them too; the events missed
-        in between are read by the rescan that follows a lost
-        connection."""
-        if self._watched is not None and conn is not self._watched:
-            try:
-                self._register(conn)
-            except self.link.api.error as exc:
-                self._watched = conn  # not asked again on this one
-                LOG.warning(
-                    "Could not watch domain events on the new libvirt "
-                    "connection (%s): guests changed by others are read "
-                    "at the next full reading",
-                    self.link.api.message(exc),
-                )
-
-    def _register(self, conn: Any) -> list[int]:
-        api = self.link.api
-
-        def on_lifecycle(
-            _conn: Any, domain: Any, event: int, _detail: int, _opaque: Any
-        ) -> None:
-            if event == api.event_undefined:
-                self.domain_event(domain.UUIDString(), False)
-            elif event in api.event_reread:
-                self.domain_event(domain.UUIDString(), True)
-
-        def on_device(
-            _conn: Any, domain: Any, _alias: str, _opaque: Any
-        ) -> None:
-            self.domain_event(domain.UUIDString(), True)
-
-        ids = [
-            int(
-                conn.domainEventRegisterAny(
-                    None, api.event_lifecycle, on_lifecycle, None
-                )
-            ),
-            *(
-                int(conn.domainEventRegisterAny(None, event, on_device, None))
-                for event in api.event_devices
-            ),
-        ]
-        self._watched = conn
-        return ids

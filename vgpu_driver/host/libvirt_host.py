@@ -199,7 +199,7 @@ class LibvirtHost:
             # guests never read and not wanted: left to the first caller
             # that needs them
             tracker = self.guests
-            tracker.watch_again(conn)
+            tracker.watching.watch_again(conn)
             self.devices.events.watch_again(conn)
             known = guests or tracker.known is not None
             if known and (rescan_guests or tracker.scan_due()):
@@ -299,7 +299,7 @@ class LibvirtHost:
         libvirtd restarted. Needs a running libvirt event loop (as a
         compute service has). Returns the callback ids."""
         with self._lock:
-            return self.guests.watch()
+            return self.guests.watching.watch()
 
     def watch_node_device_events(self) -> None:
         """Read again only the parents libvirt's node-device events name,
