@@ -34,10 +34,10 @@ from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.inventory import ProviderPlan
 from vgpu_driver.model.usage import Allocations
 from vgpu_driver.placement.handshake import sync_placement
-from vgpu_driver.records.store import StateStore, StateStoreError
+from vgpu_driver.records.store import StateStore
 from vgpu_driver.records.traits import OwnedTraits
 from vgpu_driver.records.writers import Writers
-from vgpu_driver.service import lifecycle
+from vgpu_driver.service import lifecycle, recovery
 from vgpu_driver.service.binder import DeviceBinder
 from vgpu_driver.service.refresh import Refresher
 from vgpu_driver.service.settings import Settings
@@ -303,31 +303,10 @@ class VgpuDriver(InstanceMoves):
         return done
 
     def cleanup_host(self) -> list[str]:
-        """At a clean stop: each record with a journal (the claims with
-        the devices made, the mdevs seen) is written whole as a new
-        snapshot, its journal emptied, so a release that reads the
-        snapshots alone (a downgrade) finds everything. Returns the
-        records written; one that cannot be written is logged and left
-        as it is (its journal is read at the next start)."""
-        ledger = self.binder.ledger
-        written = []
-        for name, compact in (
-            ("claims", ledger.record.compact),
-            ("mdevs seen", ledger.seen.compact),
-        ):
-            try:
-                with ledger.lock:  # the service's threads wait
-                    if compact():
-                        written.append(name)
-            except StateStoreError as exc:
-                LOG.warning(
-                    "Could not write the %s as a snapshot at stop (its "
-                    "journal is read at the next start; a release before "
-                    "this one would not read it): %s",
-                    name,
-                    exc,
-                )
-        return written
+        """At a clean stop: each record with a journal is written whole
+        as a new snapshot (see :func:`~.service.recovery.write_snapshots`).
+        Returns the records written."""
+        return recovery.write_snapshots(self.binder.ledger)
 
     def hold_in_flight(
         self, in_flight: Mapping[str, Mapping[str, int]]

@@ -1,10 +1,12 @@
-"""What a compute service does at start, and ``vgpu-driver restore``.
+"""What a compute service does at start and at a clean stop, and
+``vgpu-driver restore``.
 
-Recreates mdevs guests need but that are gone (same uuid, same parent),
-starts the ones only defined, re-applies the VF types this library set
-(the card forgets them at reboot or driver reload), finishes releases
-cut short, and drops the bind claims of instances the service does not
-have.
+At start: recreates mdevs guests need but that are gone (same uuid,
+same parent), starts the ones only defined, re-applies the VF types
+this library set (the card forgets them at reboot or driver reload),
+finishes releases cut short, and drops the bind claims of instances the
+service does not have. At a clean stop: writes each record that has a
+journal whole (:func:`write_snapshots`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from oslo_log import log as logging
 from vgpu_driver.exception import VgpuDriverError
 from vgpu_driver.model.claims import SPAWN
 from vgpu_driver.model.device import HostInventory
+from vgpu_driver.records.store import StateStoreError
 from vgpu_driver.service import release
 from vgpu_driver.service.ledger import Ledger
 
@@ -155,3 +158,30 @@ def restore_vf_types(
     if restored:
         LOG.info("Restored vGPU types of VFs %s", ", ".join(restored))
     return restored
+
+
+def write_snapshots(ledger: Ledger) -> list[str]:
+    """At a clean stop: each record with a journal (the claims with the
+    devices made, the mdevs seen) is written whole as a new snapshot,
+    its journal emptied, so a release that reads the snapshots alone (a
+    downgrade) finds everything. Returns the records written; one that
+    cannot be written is logged and left as it is (its journal is read
+    at the next start)."""
+    written = []
+    for name, compact in (
+        ("claims", ledger.record.compact),
+        ("mdevs seen", ledger.seen.compact),
+    ):
+        try:
+            with ledger.lock:  # the service's threads wait
+                if compact():
+                    written.append(name)
+        except StateStoreError as exc:
+            LOG.warning(
+                "Could not write the %s as a snapshot at stop (its "
+                "journal is read at the next start; a release before "
+                "this one would not read it): %s",
+                name,
+                exc,
+            )
+    return written
