@@ -16,15 +16,25 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "ab.py"
 
-SLOWER = """
+
+def _slower(seconds: float, times: int | None) -> str:
+    """Code appended to a copy of ``driver.py``: each of the first
+    ``times`` refreshes of a process (None: every one) burns ``seconds``
+    of CPU before it runs."""
+    return f"""
 
 def _slowed(update):
     import time
 
+    left = [{times}]
+
     def slowed(self, *args, **kwargs):
-        end = time.process_time() + 0.003
-        while time.process_time() < end:
-            pass
+        if left[0] is None or left[0] > 0:
+            if left[0] is not None:
+                left[0] -= 1
+            end = time.process_time() + {seconds}
+            while time.process_time() < end:
+                pass
         return update(self, *args, **kwargs)
 
     return slowed
@@ -34,26 +44,19 @@ VgpuDriver.update_provider_tree = _slowed(VgpuDriver.update_provider_tree)
 """
 
 
-ONCE_SLOWER = """
-
-def _slowed_once(update):
-    import time
-
-    first = [True]
-
-    def slowed(self, *args, **kwargs):
-        if first[0]:  # the first refresh of the process alone
-            first[0] = False
-            end = time.process_time() + 0.010
-            while time.process_time() < end:
-                pass
-        return update(self, *args, **kwargs)
-
-    return slowed
+SLOWER = _slower(0.003, None)
+ONCE_SLOWER = _slower(0.010, 1)  # the first refresh of the process alone
 
 
-VgpuDriver.update_provider_tree = _slowed_once(VgpuDriver.update_provider_tree)
-"""
+def _planted(tmp_path, name: str, code: str) -> Path:
+    """A copy of the work tree's package with ``code`` appended to its
+    ``driver.py``; ``sys.path`` given the work tree (its benchmarks)."""
+    copy = tmp_path / name
+    shutil.copytree(ROOT / "vgpu_driver", copy / "vgpu_driver")
+    with (copy / "vgpu_driver" / "driver.py").open("a") as driver:
+        driver.write(code)
+    sys.path.insert(0, str(ROOT))
+    return copy
 
 
 def _tool():
@@ -68,11 +71,7 @@ def test_a_round_runs_the_package_of_its_version(tmp_path):
     process, is timed 3 ms slower than the work tree's on the same
     host: the version given is the one imported."""
     ab = _tool()
-    slow = tmp_path / "slow"
-    shutil.copytree(ROOT / "vgpu_driver", slow / "vgpu_driver")
-    with (slow / "vgpu_driver" / "driver.py").open("a") as driver:
-        driver.write(SLOWER)
-    sys.path.insert(0, str(ROOT))
+    slow = _planted(tmp_path, "slow", SLOWER)
     made = ab.host("1/4/4", tmp_path / "host")
     # a directory holding the package is taken as it is
     assert ab.package(str(slow), tmp_path / "unused") == slow
@@ -155,11 +154,7 @@ def test_the_restart_case_pays_what_a_process_pays_once(tmp_path):
     ``restart`` timing is a new process's start and carries it; the
     ``start`` case, many starts in one process, does not see it."""
     ab = _tool()
-    once = tmp_path / "once"
-    shutil.copytree(ROOT / "vgpu_driver", once / "vgpu_driver")
-    with (once / "vgpu_driver" / "driver.py").open("a") as driver:
-        driver.write(ONCE_SLOWER)
-    sys.path.insert(0, str(ROOT))
+    once = _planted(tmp_path, "once", ONCE_SLOWER)
     made = ab.restarted_host("1/4/4", tmp_path / "host")
     fresh = ab.one_round(ROOT, "restart", 3, made, tmp_path)
     slowed = ab.one_round(once, "restart", 3, made, tmp_path)
