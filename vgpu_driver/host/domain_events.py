@@ -35,13 +35,9 @@ class DomainEvents:
         self._watched: Any = None
 
     def watch(self) -> list[int]:
-        """Register the callbacks feeding ``tell``, on this
-        connection and (through :meth:`watch_again`) on each one opened
-        after it was lost: a domain defined, started or stopped is read
-        again (a transient guest, never defined, sends only the last two:
-        stopped, it is gone and forgotten), one undefined forgotten, and
-        one a device was plugged into or unplugged from while it runs read
-        again. Returns the callback ids."""
+        """Register the callbacks feeding ``tell`` on the adapter's
+        connection, and (through :meth:`watch_again`) on each one opened
+        after it was lost. Returns the callback ids."""
         return self._register(self.link.get())
 
     def watch_again(self, conn: Any) -> None:
