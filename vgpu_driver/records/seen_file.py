@@ -172,7 +172,8 @@ class SeenFile:
                 path=str(self.path), reason=reason
             ) from exc
         self._held = held
-        return {u: (str(w[0]), str(w[1])) for u, w in value.items()}
+        # (each a [parent, type] pair of strings: checked above)
+        return {u: (w[0], w[1]) for u, w in value.items()}
 
     def _open_snapshot(
         self,
