@@ -202,6 +202,41 @@ def test_a_restart_with_nothing_to_recover_locks_the_records_once(
     assert done["dropped_claims"] == [device.id] and locks == [2]
 
 
+def test_a_restart_asks_no_abstract_class_of_what_it_counts(
+    tmp_path, monkeypatch
+):
+    """init_host and the first refresh ask no abstract class whether an
+    object is one of its own (``Counter(items)`` asks ``Mapping``): the
+    first answer for each type walks every subclass the process has, a
+    cost a restarted service pays in full (see
+    :mod:`vgpu_driver.model.counting`)."""
+    import abc
+
+    host, _driver, _tree, guests = service(tmp_path, (2, 16, 16))
+    conf = conf_for(dense(2, 16, 16).config, tmp_path)
+    fresh = VgpuDriver(conf, host)
+    asked: list[tuple[str, str]] = []
+    instance, subclass = (
+        abc.ABCMeta.__instancecheck__,
+        abc.ABCMeta.__subclasscheck__,
+    )
+
+    def instance_check(cls, obj):
+        asked.append((cls.__name__, type(obj).__name__))
+        return instance(cls, obj)
+
+    def subclass_check(cls, other):
+        asked.append((cls.__name__, getattr(other, "__name__", "?")))
+        return subclass(cls, other)
+
+    monkeypatch.setattr(abc.ABCMeta, "__instancecheck__", instance_check)
+    monkeypatch.setattr(abc.ABCMeta, "__subclasscheck__", subclass_check)
+    fresh.init_host(guests)
+    plans = fresh.update_provider_tree(helpers.new_tree("n"), "n")
+    monkeypatch.undo()
+    assert plans and asked == []
+
+
 class _Unwalkable(dict):
     def __iter__(self):
         raise AssertionError("walked every device in use")

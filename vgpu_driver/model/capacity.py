@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Collection
 
 from vgpu_driver.model import naming, nvml
+from vgpu_driver.model.counting import tally
 from vgpu_driver.model.device import PhysicalFunction
 
 # Time-sliced vGPUs one physical GPU runs at most, whatever its VF count
@@ -116,10 +117,8 @@ def sriov_room(
     a board this table cannot size, their word stands in for NVIDIA's
     figure; the host-wide cap still applies). ``gpu``: what NVML says of
     the card, when present: its word replaces the table's."""
-    listing: Counter[str] = Counter(
-        t.type_id for vf in pf.vfs for t in vf.creatable
-    )
-    placed = Counter(vf.current_type for vf in pf.vfs if vf.current_type)
+    listing = tally(t.type_id for vf in pf.vfs for t in vf.creatable)
+    placed = tally(vf.current_type for vf in pf.vfs if vf.current_type)
     if gpu is not None:
         return _nvml_room(gpu, listing, placed)
     names = {t.type_id: t.name for t in pf.known_types()}

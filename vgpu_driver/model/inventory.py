@@ -36,6 +36,7 @@ import os_resource_classes as orc
 
 from vgpu_driver.model import health, naming
 from vgpu_driver.model.config import DeviceConfig, TypeConfig
+from vgpu_driver.model.counting import tally
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.kept import (
     kept_while_in_use,
@@ -113,7 +114,7 @@ def plan_providers(
         foreign=by_device(inventory, foreign or {}),
         outside=by_device(inventory, outside or {}),
         budget=_budgets(config, chosen, held_here, allocated),
-        types_on=Counter(device.name for device, _t, _n, _p in chosen),
+        types_on=tally(device.name for device, _t, _n, _p in chosen),
         versions=dict(inventory.driver_versions),
     )
     for device, type_cfg, name, parent in sorted(chosen, key=lambda c: c[2]):

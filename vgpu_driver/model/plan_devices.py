@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 
 from vgpu_driver.model import capacity, naming, nvml, trait
 from vgpu_driver.model.config import DeviceConfig
+from vgpu_driver.model.counting import tally
 from vgpu_driver.model.device import (
     HostInventory,
     Parent,
@@ -114,7 +115,7 @@ def by_device(
 def _from_pf(
     pf: PhysicalFunction, vouched: frozenset[str], gpu: nvml.NvmlGpu | None
 ) -> Device:
-    existing = Counter(
+    existing = tally(
         naming.sriov_type_id(vf.current_type)
         for vf in pf.vfs
         if vf.current_type
@@ -158,8 +159,7 @@ _WHERE = operator.attrgetter("parent", "type_id")
 def devices_of(inventory: HostInventory, config: DeviceConfig) -> list[Device]:
     """Every device of the reading, each with the mdevs on it."""
     on_parent: dict[str, Counter[str]] = {}
-    # counted in C (a Python loop per mdev costs a dense host)
-    pairs = Counter(map(_WHERE, inventory.mdevs))
+    pairs = tally(map(_WHERE, inventory.mdevs))
     for (parent, type_id), n in pairs.items():
         counts = on_parent.get(parent)
         if counts is None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from vgpu_driver.model import naming
 from vgpu_driver.model.config import DeviceConfig
+from vgpu_driver.model.counting import tally
 from vgpu_driver.model.device import HostInventory
 
 Allocations = Mapping[str, Mapping[str, Any]]
@@ -39,8 +40,7 @@ def held_devices(
     type id)."""
     held: dict[str, Counter[str]] = defaultdict(Counter)
     users = inventory.mdev_users()
-    # counted in C (a Python loop per guest's mdev costs a dense host)
-    where: Counter[tuple[str, str] | None] = Counter(map(seen.get, users))
+    where = tally(map(seen.get, users))  # looked up once per mdev
     for known, n in where.items():
         if known is not None:  # an mdev never seen: counted nowhere
             held[known[0]][known[1]] += n

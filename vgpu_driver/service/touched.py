@@ -36,6 +36,7 @@ from typing import Any
 
 from vgpu_driver.model import naming
 from vgpu_driver.model.config import DeviceConfig
+from vgpu_driver.model.counting import tally
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.device_changes import touched_parents
 from vgpu_driver.model.foreign import Busy, foreign_on, outside_nova
@@ -206,16 +207,14 @@ def held_on(
     pci_users = now.pci_users()
     held: dict[str, Counter[str]] = {}
     for name in touched:
-        held[name] = Counter(
+        held[name] = counts = tally(
             m.type_id for m in now.mdevs_of(name) if m.uuid in users
         )
         pf = now.pf(name)
         if pf is not None:
-            held[name].update(
-                naming.sriov_type_id(vf.current_type)
-                for vf in pf.vfs
-                if vf.current_type and vf.address in pci_users
-            )
+            for vf in pf.vfs:
+                if vf.current_type and vf.address in pci_users:
+                    counts[naming.sriov_type_id(vf.current_type)] += 1
     for uuid in now.absent_in_use():
         where = seen(uuid)
         if where is not None and where[0] in held:
