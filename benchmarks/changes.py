@@ -29,7 +29,8 @@ from vgpu_driver.host.connection import Connection
 from vgpu_driver.model.device import Parent
 from vgpu_driver.sim import description as hostdesc
 from vgpu_driver.sim import guest_xml
-from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
+from vgpu_driver.sim.mdev_devices import mdev_xml
+from vgpu_driver.sim.mdev_libvirt import MdevConnection
 from vgpu_driver.sim.specs import GuestSpec
 
 RUNS = [15]  # repetitions of each change (--runs)

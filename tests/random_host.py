@@ -18,7 +18,8 @@ from tests.domains import hand_made_domain_xml
 from vgpu_driver.exception import DeviceCapacityExhausted
 from vgpu_driver.sim import description as hostdesc
 from vgpu_driver.sim import guest_xml
-from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
+from vgpu_driver.sim.mdev_devices import mdev_xml
+from vgpu_driver.sim.mdev_libvirt import MdevConnection
 
 
 def tree_figures(tree):

@@ -26,7 +26,8 @@ from tests import helpers
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.device import Mdev
 from vgpu_driver.sim import description as hostdesc
-from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
+from vgpu_driver.sim.mdev_devices import mdev_xml
+from vgpu_driver.sim.mdev_libvirt import MdevConnection
 
 LIBVIRTD = shutil.which("libvirtd") or "/usr/sbin/libvirtd"
 

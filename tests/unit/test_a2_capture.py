@@ -165,7 +165,8 @@ def test_an_mdev_made_through_libvirt_takes_room_from_every_vf(tmp_path):
     import re
     from pathlib import Path
 
-    from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
+    from vgpu_driver.sim.mdev_devices import mdev_xml
+    from vgpu_driver.sim.mdev_libvirt import MdevConnection
 
     a2 = helpers.load("a2-vf-parents")
     uri, sysfs = hostdesc.materialize(a2, tmp_path)

@@ -23,7 +23,8 @@ from vgpu_driver.service import touched, whole_host
 from vgpu_driver.sim import description as hostdesc
 from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.guest_xml import render_guest
-from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
+from vgpu_driver.sim.mdev_devices import mdev_xml
+from vgpu_driver.sim.mdev_libvirt import MdevConnection
 from vgpu_driver.sim.specs import GuestSpec
 
 

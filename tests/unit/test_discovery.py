@@ -251,9 +251,9 @@ def test_a_guest_undefined_while_the_guests_are_listed_is_passed_over(
 
 
 def _libvirt_error(code):
-    from vgpu_driver.sim.mdev_libvirt import _error
+    from vgpu_driver.sim.mdev_devices import libvirt_error
 
-    return _error(code, "internal error: the domain cannot be read")
+    return libvirt_error(code, "internal error: the domain cannot be read")
 
 
 def test_a_virtual_parent_registered_late_gets_its_mdevs(tmp_path):

@@ -22,7 +22,7 @@ from tests.modelled_libvirt import logged_connection
 from vgpu_driver.exception import HostOperationFailed
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.sim import description as hostdesc
-from vgpu_driver.sim.mdev_libvirt import mdev_xml
+from vgpu_driver.sim.mdev_devices import mdev_xml
 
 FREE = "e905c06b-d33d-55fa-b0e1-6654dc764fac"  # a free mdev on m10
 LATE = "77777777-0000-0000-0000-000000000099"

@@ -17,7 +17,7 @@ from vgpu_driver.model.device import Guest
 from vgpu_driver.records.store import StateStoreError
 from vgpu_driver.service.ledger import Ledger
 from vgpu_driver.sim import guest_xml
-from vgpu_driver.sim.mdev_libvirt import mdev_xml
+from vgpu_driver.sim.mdev_devices import mdev_xml
 from vgpu_driver.sim.specs import GuestSpec
 
 PF = "pci_0000_41_00_0"  # l40-sriov

@@ -14,7 +14,8 @@ from tests.helpers import Node
 from tests.modelled_libvirt import logged_connection, modelled_host
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import LibvirtHost
-from vgpu_driver.sim.mdev_libvirt import INACTIVE, mdev_xml
+from vgpu_driver.sim.mdev_devices import mdev_xml
+from vgpu_driver.sim.mdev_libvirt import INACTIVE
 
 
 def test_the_libvirt_7_3_create_defines_and_autostarts(tmp_path):

@@ -16,7 +16,7 @@ from tests import helpers
 from tests.modelled_libvirt import logged_connection, modelled_host
 from vgpu_driver.exception import DeviceNoRoom, DeviceOperationFailed
 from vgpu_driver.host.libvirt_host import LibvirtHost
-from vgpu_driver.sim.mdev_libvirt import mdev_xml
+from vgpu_driver.sim.mdev_devices import mdev_xml
 from vgpu_driver.sim.specs import MdevSpec
 
 
@@ -52,7 +52,7 @@ class _RefusingDestroy:
         return getattr(self.real, name)
 
     def nodeDeviceLookupByName(self, name):
-        from vgpu_driver.sim.mdev_libvirt import _error
+        from vgpu_driver.sim.mdev_devices import libvirt_error
 
         device, code = self.real.nodeDeviceLookupByName(name), self.code
 
@@ -61,7 +61,9 @@ class _RefusingDestroy:
                 return getattr(device, attr)
 
             def destroy(self):
-                raise _error(code, f"Unable to stop mediated device {name}")
+                raise libvirt_error(
+                    code, f"Unable to stop mediated device {name}"
+                )
 
         return Device()
 
@@ -228,12 +230,14 @@ def test_an_mdev_libvirt_makes_but_cannot_define_is_told_transient(tmp_path):
     write its definition): the mdev is used as it is, said not to be
     persistent (recreated at the next start after a reboot), and the
     operator is warned."""
-    from vgpu_driver.sim.mdev_libvirt import _error
+    from vgpu_driver.sim.mdev_devices import libvirt_error
 
     host, conn = modelled_host(tmp_path)
 
     def refuse(xml, flags):
-        raise _error(libvirt.VIR_ERR_OPERATION_FAILED, "mdevctl define failed")
+        raise libvirt_error(
+            libvirt.VIR_ERR_OPERATION_FAILED, "mdevctl define failed"
+        )
 
     conn.nodeDeviceDefineXML = refuse
     parent = host.discover().parent("pci_0000_87_00_0")

@@ -12,7 +12,7 @@ import libvirt
 import pytest
 
 from tests.modelled_libvirt import modelled_host
-from vgpu_driver.sim.mdev_libvirt import mdev_xml
+from vgpu_driver.sim.mdev_devices import mdev_xml
 
 
 def _made(conn, parent, persistent: bool):

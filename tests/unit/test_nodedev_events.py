@@ -19,8 +19,9 @@ from tests.modelled_libvirt import logged_connection
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.host.nodedev_events import NodeDeviceEvents, parents_named
 from vgpu_driver.model.device import Parent
+from vgpu_driver.sim.mdev_devices import mdev_xml
 from vgpu_driver.sim.mdev_events import CREATED, DELETED
-from vgpu_driver.sim.mdev_libvirt import MdevConnection, mdev_xml
+from vgpu_driver.sim.mdev_libvirt import MdevConnection
 
 
 @pytest.fixture(autouse=True)

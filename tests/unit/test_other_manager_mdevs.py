@@ -14,7 +14,7 @@ import pytest
 
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.sim import guest_xml
-from vgpu_driver.sim.mdev_libvirt import mdev_xml, no_device
+from vgpu_driver.sim.mdev_devices import mdev_xml, no_device
 
 
 def _made_by_them(conn, parent):

@@ -102,7 +102,7 @@ def test_a_guest_outside_nova_and_a_device_change_in_one_pass(tmp_path):
     """A guest outside Nova takes a free mdev of one parent while another
     manager makes an mdev on the other, between two refreshes: the pass
     that plans the parent changed alone would miss the first."""
-    from vgpu_driver.sim.mdev_libvirt import mdev_xml
+    from vgpu_driver.sim.mdev_devices import mdev_xml
 
     host = RandomHost(random.Random(1), tmp_path)
     tree = host.service.tree

@@ -96,7 +96,7 @@ def test_a_parent_bound_to_another_driver_reads_the_versions_again(
     to vfio-pci, say, with no mdev made or gone): the drivers' versions
     are read again, not kept as for an mdev."""
     from tests.modelled_libvirt import modelled_host
-    from vgpu_driver.sim.mdev_libvirt import ModelledParent
+    from vgpu_driver.sim.mdev_devices import ModelledParent
 
     host, _conn = modelled_host(tmp_path)
     before = host.discover(rescan_guests=True)

@@ -39,6 +39,15 @@ from typing import Any
 
 import libvirt
 
+from vgpu_driver.sim.mdev_devices import (
+    ExistingMdev,
+    ModelledMdev,
+    ModelledParent,
+    failed_start,
+    field,
+    no_device,
+    no_flags,
+)
 from vgpu_driver.sim.mdev_events import ModelledEvents
 from vgpu_driver.sim.mdev_kernel import KernelSet, MdevKernel
 from vgpu_driver.sim.specs import HostDescription
@@ -54,154 +63,6 @@ _CAP_FLAGS = {
 _TYPE_ROOM = re.compile(
     r"<type id='([^']+)'>(.*?)<availableInstances>(\d+)<", re.S
 )
-
-
-def _error(code: int, message: str) -> libvirt.libvirtError:
-    """A libvirtError as libvirt raises it: ``code``, at error level."""
-    error = libvirt.libvirtError(message)
-    error.err = (code, 0, message, 2, "", "", "", 0, 0)
-    return error
-
-
-def no_device(name: str) -> libvirt.libvirtError:
-    """The error libvirt raises for a node device it does not have."""
-    return _error(
-        libvirt.VIR_ERR_NO_NODE_DEVICE, f"Node device not found: {name}"
-    )
-
-
-def _invalid(what: str) -> libvirt.libvirtError:
-    text = f"Requested operation is not valid: {what}"
-    return _error(libvirt.VIR_ERR_OPERATION_INVALID, text)
-
-
-def _no_flags(flags: int, function: str) -> None:
-    """libvirt's ``virCheckFlags``: a flag the call does not take."""
-    if flags:
-        text = f"unsupported flags ({flags:#x}) in function {function}"
-        raise _error(libvirt.VIR_ERR_INVALID_ARG, text)
-
-
-def _failed_start(why: str) -> libvirt.libvirtError:
-    """The error libvirt raises when mdevctl cannot start an mdev."""
-    return _error(
-        libvirt.VIR_ERR_INTERNAL_ERROR,
-        f"Unable to start mediated device: {why}",
-    )
-
-
-def mdev_xml(parent: str, type_id: str, uuid: str) -> str:
-    """The XML ``nodeDeviceCreateXML`` takes for an mdev of ``type_id``
-    on ``parent`` (as ``virsh nodedev-create`` is given it)."""
-    return (
-        f"<device><parent>{parent}</parent><capability type='mdev'>"
-        f"<type id='{type_id}'/><uuid>{uuid}</uuid></capability></device>"
-    )
-
-
-def _field(xml: str, start: str, end: str) -> str:
-    return xml.split(start, 1)[1].split(end, 1)[0]
-
-
-class ModelledMdev:
-    """An mdev libvirt >= 7.3 made (the test driver cannot)."""
-
-    def __init__(
-        self, conn: MdevConnection, name: str, xml: str, persistent: bool
-    ) -> None:
-        self.conn, self._name, self.xml = conn, name, xml
-        self.persistent, self.autostarted = persistent, False
-        self.parent = _field(xml, "<parent>", "</parent>")
-        self.type_id = _field(xml, "<type id='", "'")
-        self.uuid = (
-            _field(xml, "<uuid>", "</uuid>")
-            if "<uuid>" in xml
-            else name.removeprefix("mdev_")[:36].replace("_", "-")
-        )
-
-    def name(self) -> str:
-        return self._name
-
-    def XMLDesc(self, flags: int = 0) -> str:
-        self.conn.answer("XMLDesc", self._name)
-        return self.xml
-
-    def isActive(self) -> int:
-        self.conn.answer("isActive", self._name)
-        return int(self.conn.running(self._name))
-
-    def isPersistent(self) -> int:
-        self.conn.answer("isPersistent", self._name)
-        return int(self.persistent)
-
-    def autostart(self) -> int:
-        return int(self.autostarted)
-
-    def setAutostart(self, flag: int) -> None:
-        self.conn.answer("setAutostart", self._name)
-        self.autostarted = bool(flag)
-
-    def create(self, flags: int = 0) -> None:
-        self.conn.answer("create", self._name)
-        _no_flags(flags, "nodeDeviceCreate")
-        if self.conn.running(self._name):
-            raise _invalid("Device is already active")
-        self.conn.refuse_without_room(self.parent, self.type_id)
-        self.conn.inactive.discard(self._name)
-
-    def destroy(self) -> None:
-        self.conn.answer("destroy", self._name)
-        if not self.conn.running(self._name):
-            raise _invalid(f"Device '{self._name}' is not active")
-        if self.persistent:
-            self.conn.inactive.add(self._name)
-        else:
-            self.conn.gone.add(self._name)
-
-    def undefine(self, flags: int = 0) -> None:
-        self.conn.answer("undefine", self._name)
-        _no_flags(flags, "nodeDeviceUndefine")
-        if not self.persistent:
-            raise _invalid(f"Node device '{self._name}' is not defined")
-        self.persistent = False
-        if self._name in self.conn.inactive:
-            self.conn.gone.add(self._name)
-
-
-class ExistingMdev(ModelledMdev):
-    """A test-driver mdev, with the flags the test driver cannot answer."""
-
-    def __init__(
-        self, conn: MdevConnection, device: Any, persistent: bool
-    ) -> None:
-        super().__init__(conn, device.name(), device.XMLDesc(0), persistent)
-        self.device = device
-
-    def XMLDesc(self, flags: int = 0) -> str:
-        self.conn.record("XMLDesc", self._name)
-        return str(self.device.XMLDesc(flags))  # the test driver's
-
-
-class ModelledParent:
-    """A test-driver parent whose ``availableInstances`` follow the mdevs
-    made, stopped or gone, as the kernel's do (the test driver's are
-    fixed at what the host description had)."""
-
-    def __init__(self, conn: MdevConnection, device: Any) -> None:
-        self.conn, self.device = conn, device
-
-    def name(self) -> str:
-        return str(self.device.name())
-
-    def XMLDesc(self, flags: int = 0) -> str:
-        name = self.name()
-        self.conn.record("XMLDesc", name)
-        if name in self.conn.gone:
-            raise no_device(name)
-        return self.conn.with_rooms(name, str(self.device.XMLDesc(flags)))
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.device, name)
 
 
 class MdevConnection:
@@ -347,12 +208,12 @@ class MdevConnection:
 
     def nodeDeviceCreateXML(self, xml: str, flags: int) -> ModelledMdev:
         self.answer("nodeDeviceCreateXML")
-        uuid = _field(xml, "<uuid>", "</uuid>")
-        parent = _field(xml, "<parent>", "</parent>")
-        type_id = _field(xml, "type id='", "'")
+        uuid = field(xml, "<uuid>", "</uuid>")
+        parent = field(xml, "<parent>", "</parent>")
+        type_id = field(xml, "type id='", "'")
         name = f"mdev_{uuid.replace('-', '_')}_{parent.removeprefix('pci_')}"
         if self.running(name) and name in self.made:
-            raise _failed_start(f"{uuid} is already active")
+            raise failed_start(f"{uuid} is already active")
         self.refuse_without_room(parent, type_id)
         mdev = self._keep(
             ModelledMdev(
@@ -375,14 +236,14 @@ class MdevConnection:
         libvirt pass on), or a type the parent does not list."""
         rooms = self.kernel.rooms(parent)
         if type_id not in rooms:
-            raise _failed_start(f"{parent} has no mdev type {type_id}")
+            raise failed_start(f"{parent} has no mdev type {type_id}")
         if rooms[type_id] < 1:
-            raise _failed_start("Disk quota exceeded (os error 122)")
+            raise failed_start("Disk quota exceeded (os error 122)")
 
     def nodeDeviceDefineXML(self, xml: str, flags: int) -> ModelledMdev:
         self.answer("nodeDeviceDefineXML")
-        _no_flags(flags & ~_VALIDATE, "nodeDeviceDefineXML")
-        uuid = _field(xml, "<uuid>", "</uuid>")
+        no_flags(flags & ~_VALIDATE, "nodeDeviceDefineXML")
+        uuid = field(xml, "<uuid>", "</uuid>")
         [device] = [d for d in self.made.values() if d.uuid == uuid]
         device.persistent = True
         return device
