@@ -12,9 +12,11 @@ guest), in one process, on libvirt's test driver:
   refresh); beside
   Nova's periodic plus the guest scan Nova makes at every spawn
   (``_get_all_assigned_mediated_devices``), both timed after a garbage
-  collection, as a start finds its process (Nova's also timed without,
-  right after its last run: **nova warm**); and ours on a host with no
-  records yet (**first start**: every record written and fsynced);
+  collection, as a start finds its process, and each on a connection
+  of its own opened before, as a restarted process opens one (Nova's
+  also timed without either, right after its last run: **nova warm**);
+  and ours on a host with no records yet (**first start**: every
+  record written and fsynced);
 * **idle**: a steady refresh when nothing changed; beside Nova's
   periodic (which never reads guests);
 * **guest event**: one guest stopped, undefined and defined again per
@@ -50,7 +52,7 @@ from typing import Any
 
 from benchmarks.common import conf_for, dense, event_loop, machine
 from benchmarks.nova_compare import warm_up
-from benchmarks.nova_side import ROOT, Nova, timed
+from benchmarks.nova_side import ROOT, Nova, nova_driver, timed
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.host.libvirt_host import LibvirtHost
 from vgpu_driver.model.provider_tree import ProviderTree
@@ -249,15 +251,26 @@ def measure(
         def nova_start(collect: bool) -> tuple[float, float]:
             """Nova's periodic and its spawn's guest scan, timed as
             one; ``collect``: as a start is (and as ours is timed), the
-            garbage collected first, so neither side runs warm."""
+            garbage collected first, so neither side runs warm, and on
+            a driver set up on a connection of its own opened before,
+            as ours is and as a restarted nova-compute opens one; else
+            Nova's driver of every other figure, on its connection used
+            since."""
             assert nova is not None
-            driver = nova.driver
+            import libvirt
+
+            conn = libvirt.open(uri) if collect else None
+            driver = nova_driver(uri, False, conn)[0] if conn else nova.driver
 
             def run() -> None:
                 driver._update_provider_tree_for_vgpu(nova.tree, "bench")
                 driver._get_all_assigned_mediated_devices()
 
-            return timed(run, collect=collect)
+            try:
+                return timed(run, collect=collect)
+            finally:
+                if conn is not None:
+                    conn.close()
 
         pairs: list[list[tuple[str, Any]]] = [
             [
