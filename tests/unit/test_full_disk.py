@@ -15,7 +15,7 @@ from tests.modelled_libvirt import modelled_host
 from tests.records_helpers import claims_on_disk, seen_on_disk
 from vgpu_driver.model.device import Guest
 from vgpu_driver.records.store import StateStoreError
-from vgpu_driver.service.ledger import Ledger
+from vgpu_driver.service import hand_back
 from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.mdev_devices import mdev_xml
 from vgpu_driver.sim.specs import GuestSpec
@@ -104,7 +104,7 @@ def test_a_release_cut_short_is_finished_at_the_next_start(
     [fresh] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
     assert fresh.created
     # the process dies after the decision is recorded
-    monkeypatch.setattr(Ledger, "finish_release", lambda *a: None)
+    monkeypatch.setattr(hand_back, "finish_release", lambda *a: None)
     n.driver.release_mdevs("i1")
     monkeypatch.undo()
     record = claims_on_disk(state)

@@ -27,18 +27,16 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 from oslo_log import log as logging
 
-from vgpu_driver.exception import DeviceCapacityExhausted, VgpuDriverError
+from vgpu_driver.exception import DeviceCapacityExhausted
 from vgpu_driver.host.base import Host
 from vgpu_driver.model import binding
 from vgpu_driver.model.binding import BoundDevice, Target
 from vgpu_driver.model.claims import (
-    RELEASE,
     Claims,
-    claim_of,
     ended_by_guests,
 )
 from vgpu_driver.model.device import Guest, HostInventory, Mdev
@@ -47,7 +45,7 @@ from vgpu_driver.model.view_follow import adopted, vf_types_in_use
 from vgpu_driver.records.claims import ClaimsRecord
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.records.store import StateStore, StateStoreError
-from vgpu_driver.service import guests
+from vgpu_driver.service import guests, hand_back
 from vgpu_driver.service.failing import FailedParents
 
 LOG = logging.getLogger(__name__)
@@ -124,7 +122,7 @@ class Ledger:
         # outside both locks: the host is changed for devices guests let
         # go of (recorded as release claims under the lock)
         for instance, device in handing_back:
-            self.finish_release(instance, [device])
+            hand_back.finish_release(self, instance, [device])
             self.handed_back += 1
 
     @contextlib.contextmanager
@@ -301,52 +299,6 @@ class Ledger:
 
     def changes_host(self, device: BoundDevice) -> bool:
         return self.view.changes_host(device, self.remove_unused)
-
-    def finish_release(
-        self, instance: str, devices: Iterable[BoundDevice]
-    ) -> None:
-        """Outside the lock: change the host for each device under a
-        release claim of ``instance``, then drop that claim (if it is
-        still that claim)."""
-        for device in devices:
-            try:
-                if self.changes_host(device):
-                    self.unmake(device)
-                done = True
-            except VgpuDriverError as exc:
-                LOG.error("Releasing %s: %s", device.id, exc)
-                self.failed.mark(device.parent)
-                done = False
-            with self.locked(view=False):
-                # cleared or removed: nothing of ours any more (a VF typed
-                # again by a bind is ours again)
-                unmade = done and (
-                    device.kind == "vf" or device.id not in self.view.mdevs
-                )
-                changed = unmade and device.id in self.record.made
-                if unmade:
-                    self.record.made.discard(device.id)
-                claims = dict(self.claims)
-                mine = claim_of(device, instance, RELEASE)
-                if claims.get(device.id) == mine:
-                    del claims[device.id]
-                    changed = True
-                if changed:
-                    self.save(claims)
-                self.view.released(device, done)
-
-    def unmake(self, device: BoundDevice) -> None:
-        """Clear a VF's type, or remove an mdev (from the view too)."""
-        if device.kind == "vf":
-            self.host.set_vf_type(device.id, 0)
-            return
-        mdev = self.view.mdevs.get(device.id)
-        if mdev is not None:
-            self.host.remove_mdev(mdev)
-            with self.lock:
-                # off the free list too: a claimed mdev the view followed
-                # there (claims are busy, not off the list) is gone
-                self.view.forget_mdev(device.id)
 
 
 def _vanished(

@@ -21,6 +21,7 @@ from vgpu_driver.exception import (
 )
 from vgpu_driver.model import naming
 from vgpu_driver.model.binding import BoundDevice
+from vgpu_driver.service import hand_back
 
 if TYPE_CHECKING:
     from vgpu_driver.service.ledger import Ledger
@@ -64,7 +65,7 @@ def undo(
     unmade = []
     for device in done:
         try:
-            ledger.unmake(device)
+            hand_back.unmake(ledger, device)
             unmade.append(device)
         except VgpuDriverError as cleanup:
             # it stays as made: the library's own, free for the next bind

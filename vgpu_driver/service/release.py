@@ -17,6 +17,7 @@ from oslo_log import log as logging
 
 from vgpu_driver.model.binding import BoundDevice
 from vgpu_driver.model.claims import RELEASE, claim_of, device_of
+from vgpu_driver.service import hand_back
 from vgpu_driver.service.ledger import Ledger
 
 LOG = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ def release(
             if device not in changing:
                 view.returned(device, made=False)
     ledger.host.forget_guest(instance)
-    ledger.finish_release(instance, changing)
+    hand_back.finish_release(ledger, instance, changing)
     if released:
         LOG.info(
             "Released %s of instance %s",
@@ -82,5 +83,5 @@ def finish_interrupted(ledger: Ledger) -> list[str]:
         ]
     for instance, device in leftover:
         LOG.info("Finishing the release of %s (%s)", device.id, instance)
-        ledger.finish_release(instance, [device])
+        hand_back.finish_release(ledger, instance, [device])
     return [device.id for _, device in leftover]

@@ -1,0 +1,75 @@
+"""Devices a release or a guest let go of, handed back to the host.
+
+The decision is recorded first, under the records' lock: a device whose
+host state must change carries a ``release`` claim of its instance, so
+no bind takes it meanwhile (:mod:`.release`, :mod:`.guests`). Here,
+outside the lock, the host is changed (a VF's type cleared, an mdev
+removed), and then, under the lock again, the release claim is dropped
+if it is still that claim (compare-and-act: an operator's tool may have
+acted in between). A device the host would not change marks its parent
+failing and stays the library's own, free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from oslo_log import log as logging
+
+from vgpu_driver.exception import VgpuDriverError
+from vgpu_driver.model.binding import BoundDevice
+from vgpu_driver.model.claims import RELEASE, claim_of
+
+if TYPE_CHECKING:
+    from vgpu_driver.service.ledger import Ledger
+
+LOG = logging.getLogger(__name__)
+
+
+def finish_release(
+    ledger: Ledger, instance: str, devices: Iterable[BoundDevice]
+) -> None:
+    """Outside the lock: change the host for each device under a release
+    claim of ``instance``, then drop that claim (if it is still that
+    claim)."""
+    for device in devices:
+        try:
+            if ledger.changes_host(device):
+                unmake(ledger, device)
+            done = True
+        except VgpuDriverError as exc:
+            LOG.error("Releasing %s: %s", device.id, exc)
+            ledger.failed.mark(device.parent)
+            done = False
+        with ledger.locked(view=False):
+            # cleared or removed: nothing of ours any more (a VF typed
+            # again by a bind is ours again)
+            unmade = done and (
+                device.kind == "vf" or device.id not in ledger.view.mdevs
+            )
+            changed = unmade and device.id in ledger.record.made
+            if unmade:
+                ledger.record.made.discard(device.id)
+            claims = dict(ledger.claims)
+            mine = claim_of(device, instance, RELEASE)
+            if claims.get(device.id) == mine:
+                del claims[device.id]
+                changed = True
+            if changed:
+                ledger.save(claims)
+            ledger.view.released(device, done)
+
+
+def unmake(ledger: Ledger, device: BoundDevice) -> None:
+    """Clear a VF's type, or remove an mdev (from the view too)."""
+    if device.kind == "vf":
+        ledger.host.set_vf_type(device.id, 0)
+        return
+    mdev = ledger.view.mdevs.get(device.id)
+    if mdev is not None:
+        ledger.host.remove_mdev(mdev)
+        with ledger.lock:
+            # off the free list too: a claimed mdev the view followed
+            # there (claims are busy, not off the list) is gone
+            ledger.view.forget_mdev(device.id)
