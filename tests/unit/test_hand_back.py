@@ -87,3 +87,58 @@ def test_an_mdev_kept_at_release_stays_ours_and_is_reused(make_conf, tmp_path):
     assert made.id in {m.uuid for m in n.host.discover().mdevs}
     [again] = n.driver.allocate_mdevs("i3", n.alloc((parent, 1)))
     assert (again.id, again.created) == (made.id, False)
+
+
+def test_a_release_cut_short_finished_where_unused_mdevs_are_kept(
+    make_conf, tmp_path, monkeypatch
+):
+    """An mdev's release recorded with unused mdevs removed, and cut
+    short (the process died before the host changed). The next start
+    keeps unused mdevs (the operator turned the removal off): it drops
+    the release claim and leaves the mdev, the library's own and free
+    for the next bind, as a release under that setting would."""
+    from vgpu_driver.service import hand_back
+
+    state = tmp_path / "state"
+    removing = "[devices]\nremove_unused_mdevs = true\n"
+    n = Node(make_conf, state, extra=removing)
+    parent = "pci_0000_86_00_0"
+    n.driver.allocate_mdevs("i1", n.alloc((parent, 1)))
+    [made] = n.driver.allocate_mdevs("i2", n.alloc((parent, 1)))
+    assert made.created
+    with monkeypatch.context() as patched:  # the process dies here
+        patched.setattr(hand_back, "finish_release", lambda *a: None)
+        n.driver.release_mdevs("i2")
+    claims = records_helpers.claims_on_disk(state)
+    assert claims[made.id]["purpose"] == "release"
+    keeping = Node(make_conf, state, host=n.host)
+    keeping.driver.init_host(["i1"])  # i1's bind claim stays
+    assert made.id not in records_helpers.claims_on_disk(state)
+    assert made.id in {m.uuid for m in n.host.discover().mdevs}
+    assert made.id in records_helpers.made_on_disk(state)
+    [again] = keeping.driver.allocate_mdevs("i3", keeping.alloc((parent, 1)))
+    assert (again.id, again.created) == (made.id, False)
+
+
+def test_a_release_cut_short_of_an_mdev_gone_since_ends_its_claim(
+    make_conf, tmp_path, monkeypatch
+):
+    """The same release cut short, the mdev then removed by someone else
+    (an operator's mdevctl): the next start has nothing to remove, ends
+    the release claim and no longer counts the mdev as made."""
+    from vgpu_driver.service import hand_back
+
+    state = tmp_path / "state"
+    removing = "[devices]\nremove_unused_mdevs = true\n"
+    n = Node(make_conf, state, extra=removing)
+    parent = "pci_0000_86_00_0"
+    n.driver.allocate_mdevs("i1", n.alloc((parent, 1)))
+    [made] = n.driver.allocate_mdevs("i2", n.alloc((parent, 1)))
+    with monkeypatch.context() as patched:  # the process dies here
+        patched.setattr(hand_back, "finish_release", lambda *a: None)
+        n.driver.release_mdevs("i2")
+    n.host.remove_mdev(n.mdevs()[made.id])  # behind the library's back
+    again = Node(make_conf, state, host=n.host, extra=removing)
+    again.driver.init_host([])
+    assert made.id not in records_helpers.claims_on_disk(state)
+    assert made.id not in records_helpers.made_on_disk(state)
