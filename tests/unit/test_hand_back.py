@@ -142,3 +142,35 @@ def test_a_release_cut_short_of_an_mdev_gone_since_ends_its_claim(
     again.driver.init_host([])
     assert made.id not in records_helpers.claims_on_disk(state)
     assert made.id not in records_helpers.made_on_disk(state)
+
+
+def test_a_release_another_finished_and_bound_again_is_left_alone(
+    make_conf, tmp_path, monkeypatch
+):
+    """A release recorded and not yet carried out on the host (the
+    releasing thread is slow), finished meanwhile by another's recovery
+    (``vgpu-driver restore``, a start, a guest's recovery: they cannot
+    tell a release in flight from one cut short) and the VF bound to
+    another instance since. The first then acts only if its release
+    claim is still there: the VF keeps the new instance's type, and the
+    new claim stays."""
+    from vgpu_driver.service import hand_back
+
+    state = tmp_path / "state"
+    n = Node(make_conf, state, "l40-sriov")
+    [vf] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
+    late = []
+    with monkeypatch.context() as patched:  # the first thread is slow
+        patched.setattr(hand_back, "finish_release", lambda *a: late.append(a))
+        n.driver.release_mdevs("i1")
+    [(ledger, instance, devices)] = late
+    other = Node(make_conf, state, "l40-sriov", host=n.host)
+    assert other.driver.init_host([])["released"] == [vf.id]
+    [again] = other.driver.allocate_mdevs("i2", other.alloc((PF, 1)))
+    assert again.id == vf.id
+    typed = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    assert typed[vf.id] != 0
+    hand_back.finish_release(ledger, instance, devices)  # it goes on
+    now = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    assert now[vf.id] == typed[vf.id]
+    assert records_helpers.claims_on_disk(state)[vf.id]["instance"] == "i2"

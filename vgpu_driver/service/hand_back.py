@@ -32,8 +32,21 @@ def finish_release(
 ) -> None:
     """Outside the lock: change the host for each device under a release
     claim of ``instance``, then drop that claim (if it is still that
-    claim)."""
+    claim). A device whose claim is no longer that one is left as it
+    is: another's recovery finished the release meanwhile (it cannot
+    tell a release in flight from one cut short), and the device may be
+    another instance's since."""
     for device in devices:
+        mine = claim_of(device, instance, RELEASE)
+        with ledger.peeked():  # a look: the records as last read, or anew
+            if ledger.claims.get(device.id) != mine:
+                LOG.info(
+                    "%s was handed back meanwhile (its release claim of "
+                    "%s is gone): left as it is",
+                    device.id,
+                    instance,
+                )
+                continue
         try:
             if ledger.changes_host(device):
                 unmake(ledger, device)
@@ -52,7 +65,6 @@ def finish_release(
             if unmade:
                 ledger.record.made.discard(device.id)
             claims = dict(ledger.claims)
-            mine = claim_of(device, instance, RELEASE)
             if claims.get(device.id) == mine:
                 del claims[device.id]
                 changed = True
