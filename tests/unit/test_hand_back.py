@@ -12,6 +12,28 @@ from vgpu_driver.model.device import Guest
 PF = "pci_0000_41_00_0"  # l40-sriov
 
 
+REMOVING = "[devices]\nremove_unused_mdevs = true\n"
+M10 = "pci_0000_86_00_0"  # m10: one free nvidia-36 mdev
+
+
+def _mdev_release_cut_short(make_conf, state, monkeypatch):
+    """The m10 host, unused mdevs removed: i1 bound to the free mdev, i2
+    to one made for it, and i2's release recorded but the process dead
+    before it changed the host. Returns the node and i2's mdev."""
+    from vgpu_driver.service import hand_back
+
+    n = Node(make_conf, state, extra=REMOVING)
+    n.driver.allocate_mdevs("i1", n.alloc((M10, 1)))
+    [made] = n.driver.allocate_mdevs("i2", n.alloc((M10, 1)))
+    assert made.created
+    with monkeypatch.context() as patched:  # the process dies here
+        patched.setattr(hand_back, "finish_release", lambda *a: None)
+        n.driver.release_mdevs("i2")
+    claims = records_helpers.claims_on_disk(state)
+    assert claims[made.id]["purpose"] == "release"
+    return n, made
+
+
 def test_a_vf_a_guest_let_go_of_is_cleared_outside_the_lock(
     make_conf, tmp_path
 ):
@@ -97,26 +119,14 @@ def test_a_release_cut_short_finished_where_unused_mdevs_are_kept(
     keeps unused mdevs (the operator turned the removal off): it drops
     the release claim and leaves the mdev, the library's own and free
     for the next bind, as a release under that setting would."""
-    from vgpu_driver.service import hand_back
-
     state = tmp_path / "state"
-    removing = "[devices]\nremove_unused_mdevs = true\n"
-    n = Node(make_conf, state, extra=removing)
-    parent = "pci_0000_86_00_0"
-    n.driver.allocate_mdevs("i1", n.alloc((parent, 1)))
-    [made] = n.driver.allocate_mdevs("i2", n.alloc((parent, 1)))
-    assert made.created
-    with monkeypatch.context() as patched:  # the process dies here
-        patched.setattr(hand_back, "finish_release", lambda *a: None)
-        n.driver.release_mdevs("i2")
-    claims = records_helpers.claims_on_disk(state)
-    assert claims[made.id]["purpose"] == "release"
+    n, made = _mdev_release_cut_short(make_conf, state, monkeypatch)
     keeping = Node(make_conf, state, host=n.host)
     keeping.driver.init_host(["i1"])  # i1's bind claim stays
     assert made.id not in records_helpers.claims_on_disk(state)
     assert made.id in {m.uuid for m in n.host.discover().mdevs}
     assert made.id in records_helpers.made_on_disk(state)
-    [again] = keeping.driver.allocate_mdevs("i3", keeping.alloc((parent, 1)))
+    [again] = keeping.driver.allocate_mdevs("i3", keeping.alloc((M10, 1)))
     assert (again.id, again.created) == (made.id, False)
 
 
@@ -126,19 +136,10 @@ def test_a_release_cut_short_of_an_mdev_gone_since_ends_its_claim(
     """The same release cut short, the mdev then removed by someone else
     (an operator's mdevctl): the next start has nothing to remove, ends
     the release claim and no longer counts the mdev as made."""
-    from vgpu_driver.service import hand_back
-
     state = tmp_path / "state"
-    removing = "[devices]\nremove_unused_mdevs = true\n"
-    n = Node(make_conf, state, extra=removing)
-    parent = "pci_0000_86_00_0"
-    n.driver.allocate_mdevs("i1", n.alloc((parent, 1)))
-    [made] = n.driver.allocate_mdevs("i2", n.alloc((parent, 1)))
-    with monkeypatch.context() as patched:  # the process dies here
-        patched.setattr(hand_back, "finish_release", lambda *a: None)
-        n.driver.release_mdevs("i2")
+    n, made = _mdev_release_cut_short(make_conf, state, monkeypatch)
     n.host.remove_mdev(n.mdevs()[made.id])  # behind the library's back
-    again = Node(make_conf, state, host=n.host, extra=removing)
+    again = Node(make_conf, state, host=n.host, extra=REMOVING)
     again.driver.init_host([])
     assert made.id not in records_helpers.claims_on_disk(state)
     assert made.id not in records_helpers.made_on_disk(state)
