@@ -175,3 +175,39 @@ def test_a_release_another_finished_and_bound_again_is_left_alone(
     now = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
     assert now[vf.id] == typed[vf.id]
     assert records_helpers.claims_on_disk(state)[vf.id]["instance"] == "i2"
+
+
+def test_a_release_finished_by_another_while_the_host_changes(
+    make_conf, tmp_path, monkeypatch
+):
+    """The same race a step later: the first thread has looked (its
+    release claim is there) and is clearing the VF's type when another's
+    recovery finishes the release and a bind types the VF again for
+    another instance. The first then records nothing: the new claim
+    stays, and so does the VF among the devices the library made (it
+    was made again)."""
+    from vgpu_driver.service import hand_back
+
+    state = tmp_path / "state"
+    n = Node(make_conf, state, "l40-sriov")
+    [vf] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
+    late = []
+    with monkeypatch.context() as patched:  # the first thread is slow
+        patched.setattr(hand_back, "finish_release", lambda *a: late.append(a))
+        n.driver.release_mdevs("i1")
+    [(ledger, instance, devices)] = late
+    other = Node(make_conf, state, "l40-sriov", host=n.host)
+    clear = n.host.set_vf_type
+
+    def cleared_meanwhile(address, number):
+        clear(address, number)
+        n.host.set_vf_type = clear  # once
+        assert other.driver.init_host([])["released"] == [vf.id]
+        [again] = other.driver.allocate_mdevs("i2", other.alloc((PF, 1)))
+        assert (again.id, again.created) == (vf.id, True)
+
+    n.host.set_vf_type = cleared_meanwhile
+    hand_back.finish_release(ledger, instance, devices)
+    assert n.host.set_vf_type is clear  # the race happened
+    assert records_helpers.claims_on_disk(state)[vf.id]["instance"] == "i2"
+    assert vf.id in records_helpers.made_on_disk(state)

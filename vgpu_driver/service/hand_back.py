@@ -31,11 +31,11 @@ def finish_release(
     ledger: Ledger, instance: str, devices: Iterable[BoundDevice]
 ) -> None:
     """Outside the lock: change the host for each device under a release
-    claim of ``instance``, then drop that claim (if it is still that
-    claim). A device whose claim is no longer that one is left as it
-    is: another's recovery finished the release meanwhile (it cannot
-    tell a release in flight from one cut short), and the device may be
-    another instance's since."""
+    claim of ``instance``, then drop that claim. Each step acts only if
+    the claim is still that one (looked at before the host is changed,
+    and under the lock after): otherwise another's recovery finished
+    the release meanwhile (it cannot tell a release in flight from one
+    cut short), and the device may be another instance's since."""
     for device in devices:
         mine = claim_of(device, instance, RELEASE)
         with ledger.peeked():  # a look: the records as last read, or anew
@@ -56,20 +56,19 @@ def finish_release(
             ledger.failed.mark(device.parent)
             done = False
         with ledger.locked(view=False):
+            claims = dict(ledger.claims)
+            if claims.get(device.id) != mine:
+                # handed back by another while the host changed (and
+                # perhaps bound again since): theirs to record
+                continue
+            del claims[device.id]
             # cleared or removed: nothing of ours any more (a VF typed
             # again by a bind is ours again)
-            unmade = done and (
+            if done and (
                 device.kind == "vf" or device.id not in ledger.view.mdevs
-            )
-            changed = unmade and device.id in ledger.record.made
-            if unmade:
+            ):
                 ledger.record.made.discard(device.id)
-            claims = dict(ledger.claims)
-            if claims.get(device.id) == mine:
-                del claims[device.id]
-                changed = True
-            if changed:
-                ledger.save(claims)
+            ledger.save(claims)
             ledger.view.released(device, done)
 
 
