@@ -34,6 +34,22 @@ def _mdev_release_cut_short(make_conf, state, monkeypatch):
     return n, made
 
 
+def _vf_release_in_flight(make_conf, state, monkeypatch):
+    """The l40-sriov host, i1 bound to a VF and released: the release
+    recorded, the releasing thread not yet on to the host. Returns the
+    node, the VF and that thread's next step."""
+    from vgpu_driver.service import hand_back
+
+    n = Node(make_conf, state, "l40-sriov")
+    [vf] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
+    late = []
+    with monkeypatch.context() as patched:  # the first thread is slow
+        patched.setattr(hand_back, "finish_release", lambda *a: late.append(a))
+        n.driver.release_mdevs("i1")
+    [step] = late
+    return n, vf, lambda: hand_back.finish_release(*step)
+
+
 def test_a_vf_a_guest_let_go_of_is_cleared_outside_the_lock(
     make_conf, tmp_path
 ):
@@ -155,23 +171,15 @@ def test_a_release_another_finished_and_bound_again_is_left_alone(
     another instance since. The first then acts only if its release
     claim is still there: the VF keeps the new instance's type, and the
     new claim stays."""
-    from vgpu_driver.service import hand_back
-
     state = tmp_path / "state"
-    n = Node(make_conf, state, "l40-sriov")
-    [vf] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
-    late = []
-    with monkeypatch.context() as patched:  # the first thread is slow
-        patched.setattr(hand_back, "finish_release", lambda *a: late.append(a))
-        n.driver.release_mdevs("i1")
-    [(ledger, instance, devices)] = late
+    n, vf, finish = _vf_release_in_flight(make_conf, state, monkeypatch)
     other = Node(make_conf, state, "l40-sriov", host=n.host)
     assert other.driver.init_host([])["released"] == [vf.id]
     [again] = other.driver.allocate_mdevs("i2", other.alloc((PF, 1)))
     assert again.id == vf.id
     typed = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
     assert typed[vf.id] != 0
-    hand_back.finish_release(ledger, instance, devices)  # it goes on
+    finish()  # it goes on
     now = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
     assert now[vf.id] == typed[vf.id]
     assert records_helpers.claims_on_disk(state)[vf.id]["instance"] == "i2"
@@ -186,16 +194,8 @@ def test_a_release_finished_by_another_while_the_host_changes(
     another instance. The first then records nothing: the new claim
     stays, and so does the VF among the devices the library made (it
     was made again)."""
-    from vgpu_driver.service import hand_back
-
     state = tmp_path / "state"
-    n = Node(make_conf, state, "l40-sriov")
-    [vf] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
-    late = []
-    with monkeypatch.context() as patched:  # the first thread is slow
-        patched.setattr(hand_back, "finish_release", lambda *a: late.append(a))
-        n.driver.release_mdevs("i1")
-    [(ledger, instance, devices)] = late
+    n, vf, finish = _vf_release_in_flight(make_conf, state, monkeypatch)
     other = Node(make_conf, state, "l40-sriov", host=n.host)
     clear = n.host.set_vf_type
 
@@ -207,7 +207,7 @@ def test_a_release_finished_by_another_while_the_host_changes(
         assert (again.id, again.created) == (vf.id, True)
 
     n.host.set_vf_type = cleared_meanwhile
-    hand_back.finish_release(ledger, instance, devices)
+    finish()
     assert n.host.set_vf_type is clear  # the race happened
     assert records_helpers.claims_on_disk(state)[vf.id]["instance"] == "i2"
     assert vf.id in records_helpers.made_on_disk(state)
