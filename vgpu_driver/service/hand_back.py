@@ -4,10 +4,12 @@ The decision is recorded first, under the records' lock: a device whose
 host state must change carries a ``release`` claim of its instance, so
 no bind takes it meanwhile (:mod:`.release`, :mod:`.guests`). Here,
 outside the lock, the host is changed (a VF's type cleared, an mdev
-removed), and then, under the lock again, the release claim is dropped
-if it is still that claim (compare-and-act: an operator's tool may have
-acted in between). A device the host would not change marks its parent
-failing and stays the library's own, free.
+removed) if the release claim is still there, and then, under the lock
+again, the claim is dropped if it still is (compare-and-act: another's
+recovery, which cannot tell a release in flight from one cut short, may
+have finished it in between, and a bind taken the device). A device
+the host would not change marks its parent failing and stays the
+library's own, free.
 """
 
 from __future__ import annotations
