@@ -25,8 +25,13 @@ each round's process), and ``restart`` (a start as ``benchmarks/
 restart.py`` times it: each timing a new process, on a copy of the
 records a service left; ``start`` runs many in one process, so what a
 process pays once, a regular expression compiled at its first use,
-shows only there). A version whose package the work tree's benchmarks
-cannot drive (an older API) fails its round with its traceback.
+shows only there). What a new process pays once depends on what it
+imported: ``tools/nova-venv python tools/ab.py ... --case restart``
+times it with the modules Nova's virtualenv brings, as
+``benchmarks/restart.py`` does (a first ``isinstance`` against
+``Mapping`` walks more subclasses there). A version whose package the
+work tree's benchmarks cannot drive (an older API) fails its round with
+its traceback.
 """
 
 from __future__ import annotations
