@@ -324,6 +324,19 @@ class Node:
         return {m.uuid: m for m in self.host.discover().mdevs}
 
 
+@contextlib.contextmanager
+def dies_after_recording(driver, monkeypatch):
+    """Inside: the releases ``driver`` records are never carried out
+    (``finish_release`` does nothing); after: its process is dead, as
+    far as the records tell (its carrier's lock let go)."""
+    from vgpu_driver.service import hand_back
+
+    with monkeypatch.context() as patched:
+        patched.setattr(hand_back, "finish_release", lambda *a: None)
+        yield
+    driver.binder.ledger.carrier.let_go()
+
+
 def providers(driver, tree=None, nodename="node1", allocations=None):
     tree = tree or new_tree(nodename)
     driver.update_provider_tree(tree, nodename, allocations=allocations)

@@ -10,12 +10,11 @@ import uuid
 
 import pytest
 
-from tests.helpers import Node
+from tests.helpers import Node, dies_after_recording
 from tests.modelled_libvirt import modelled_host
 from tests.records_helpers import claims_on_disk, seen_on_disk
 from vgpu_driver.model.device import Guest
 from vgpu_driver.records.store import StateStoreError
-from vgpu_driver.service import hand_back
 from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.mdev_devices import mdev_xml
 from vgpu_driver.sim.specs import GuestSpec
@@ -104,9 +103,8 @@ def test_a_release_cut_short_is_finished_at_the_next_start(
     [fresh] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
     assert fresh.created
     # the process dies after the decision is recorded
-    monkeypatch.setattr(hand_back, "finish_release", lambda *a: None)
-    n.driver.release_mdevs("i1")
-    monkeypatch.undo()
+    with dies_after_recording(n.driver, monkeypatch):
+        n.driver.release_mdevs("i1")
     record = claims_on_disk(state)
     assert record[fresh.id]["purpose"] == "release"
     assert _vf_type(n, fresh.id) != 0  # the host was not touched

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests import records_helpers
-from tests.helpers import Node
+from tests.helpers import Node, dies_after_recording
 from vgpu_driver.model.device import Guest
+from vgpu_driver.records.carriers import CARRIERS
+from vgpu_driver.service import guests, release
 
 PF = "pci_0000_41_00_0"  # l40-sriov
 
@@ -20,14 +24,11 @@ def _mdev_release_cut_short(make_conf, state, monkeypatch):
     """The m10 host, unused mdevs removed: i1 bound to the free mdev, i2
     to one made for it, and i2's release recorded but the process dead
     before it changed the host. Returns the node and i2's mdev."""
-    from vgpu_driver.service import hand_back
-
     n = Node(make_conf, state, extra=REMOVING)
     n.driver.allocate_mdevs("i1", n.alloc((M10, 1)))
     [made] = n.driver.allocate_mdevs("i2", n.alloc((M10, 1)))
     assert made.created
-    with monkeypatch.context() as patched:  # the process dies here
-        patched.setattr(hand_back, "finish_release", lambda *a: None)
+    with dies_after_recording(n.driver, monkeypatch):
         n.driver.release_mdevs("i2")
     claims = records_helpers.claims_on_disk(state)
     assert claims[made.id]["purpose"] == "release"
@@ -161,27 +162,157 @@ def test_a_release_cut_short_of_an_mdev_gone_since_ends_its_claim(
     assert made.id not in records_helpers.made_on_disk(state)
 
 
-def test_a_release_another_finished_and_bound_again_is_left_alone(
+def _carrier_file_removed(node, state):
+    """An operator cleaned ``state_path`` of the carrier files: the
+    release ``node`` carries looks cut short to every other process."""
+    (state / CARRIERS / node.driver.binder.ledger.carrier.token).unlink()
+
+
+def test_a_release_in_flight_is_left_to_its_carrier(
     make_conf, tmp_path, monkeypatch
 ):
     """A release recorded and not yet carried out on the host (the
-    releasing thread is slow), finished meanwhile by another's recovery
-    (``vgpu-driver restore``, a start, a guest's recovery: they cannot
-    tell a release in flight from one cut short) and the VF bound to
-    another instance since. The first then acts only if its release
-    claim is still there: the VF keeps the new instance's type, and the
-    new claim stays."""
+    releasing thread is slow) while another process starts: its
+    recovery sees the release's carrier alive and leaves it, and its
+    binds take another VF. The first thread then finishes it."""
     state = tmp_path / "state"
     n, vf, finish = _vf_release_in_flight(make_conf, state, monkeypatch)
+    other = Node(make_conf, state, "l40-sriov", host=n.host)
+    assert other.driver.init_host([])["released"] == []
+    [again] = other.driver.allocate_mdevs("i2", other.alloc((PF, 1)))
+    assert again.id != vf.id
+    assert records_helpers.claims_on_disk(state)[vf.id]["purpose"] == "release"
+    finish()
+    typed = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    assert typed[vf.id] == 0
+    assert vf.id not in records_helpers.claims_on_disk(state)
+    assert vf.id not in records_helpers.made_on_disk(state)
+    assert n.driver.binder.ledger.carrier.carrying == set()
+
+
+def test_a_second_release_of_an_instance_leaves_the_one_in_flight(
+    make_conf, tmp_path, monkeypatch
+):
+    """An instance released twice at once (two threads of the service):
+    the second finds the first's release in flight and leaves it, so
+    the host is changed once, by the first."""
+    state = tmp_path / "state"
+    n, vf, finish = _vf_release_in_flight(make_conf, state, monkeypatch)
+    assert n.driver.release_mdevs("i1") == []
+    typed = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    assert typed[vf.id] != 0
+    assert records_helpers.claims_on_disk(state)[vf.id]["purpose"] == "release"
+    finish()
+    typed = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    assert typed[vf.id] == 0
+    assert vf.id not in records_helpers.claims_on_disk(state)
+
+
+def test_a_release_cut_short_is_finished_by_one_recovery_alone(
+    make_conf, tmp_path, monkeypatch
+):
+    """An mdev's release cut short (its process died), and two
+    recoveries at once (a start and ``restore``). The first takes it
+    over, recorded before it removes the mdev; the second, meanwhile,
+    finds its new carrier alive and leaves it: one removal, no parent
+    marked failing by a second that finds the mdev gone."""
+    state = tmp_path / "state"
+    n, made = _mdev_release_cut_short(make_conf, state, monkeypatch)
+    first = Node(make_conf, state, host=n.host, extra=REMOVING)
+    second = Node(make_conf, state, host=n.host, extra=REMOVING)
+    remove = n.host.remove_mdev
+    removals, seen_by_second = [], []
+
+    def removing(mdev):
+        removals.append(mdev.uuid)
+        claim = records_helpers.claims_on_disk(state)[made.id]
+        assert claim["by"] == first.driver.binder.ledger.carrier.token
+        seen_by_second.append(second.driver.init_host(["i1"])["released"])
+        remove(mdev)
+
+    n.host.remove_mdev = removing
+    assert first.driver.init_host(["i1"])["released"] == [made.id]
+    assert removals == [made.id]
+    assert seen_by_second == [[]]
+    assert made.id not in n.mdevs()
+    assert made.id not in records_helpers.claims_on_disk(state)
+    assert made.id not in records_helpers.made_on_disk(state)
+    assert not list(second.driver.binder.ledger.failed)
+
+
+def test_a_device_a_guest_let_go_of_is_not_released_twice(
+    make_conf, tmp_path, monkeypatch
+):
+    """A guest undefined lets go of its VF, and before that thread
+    clears the type Nova's delete releases the instance in another
+    thread: the release finds the VF's release in flight and leaves it
+    to that thread."""
+    from vgpu_driver.service import hand_back
+
+    state = tmp_path / "state"
+    n = Node(make_conf, state, "l40-sriov")
+    [vf] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
+    n.host.note_guest(Guest("i1", "instance-1", (), (vf.id,)))
+    n.driver.guest_defined("i1")
+    n.host.forget_guest("i1")
+    late = []
+    with monkeypatch.context() as patched:  # the first thread is slow
+        patched.setattr(hand_back, "finish_release", lambda *a: late.append(a))
+        assert n.driver.guest_undefined("i1") == [vf.id]
+    assert n.driver.release_mdevs("i1") == []
+    typed = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    assert typed[vf.id] != 0
+    [step] = late
+    hand_back.finish_release(*step)
+    typed = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    assert typed[vf.id] == 0
+    assert vf.id not in records_helpers.claims_on_disk(state)
+
+
+def test_a_release_cut_short_in_a_live_process_is_finished_there(
+    make_conf, tmp_path
+):
+    """A guest let go of a VF, recorded, and the operation that recorded
+    it failed before the host changed: no thread carries it, though its
+    process lives. Its next recovery finishes it."""
+    state = tmp_path / "state"
+    n = Node(make_conf, state, "l40-sriov")
+    [vf] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
+    n.host.note_guest(Guest("i1", "instance-1", (), (vf.id,)))
+    n.driver.guest_defined("i1")
+    ledger = n.driver.binder.ledger
+    n.host.forget_guest("i1")
+    with pytest.raises(RuntimeError), ledger.locked():
+        guests.let_go(ledger, "i1", keep=set())
+        raise RuntimeError("failed after recording")
+    assert records_helpers.claims_on_disk(state)[vf.id]["purpose"] == "release"
+    assert ledger.carrier.carrying == set()
+    assert release.finish_interrupted(ledger) == [vf.id]
+    typed = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    assert typed[vf.id] == 0
+    assert vf.id not in records_helpers.claims_on_disk(state)
+
+
+def test_a_release_another_finished_and_bound_again_is_left_alone(
+    make_conf, tmp_path, monkeypatch
+):
+    """A release in flight whose carrier no other process can see (its
+    file removed), finished meanwhile by another's recovery and the VF
+    bound to another instance since. The first then acts only if its
+    release claim is still there: the VF keeps the new instance's type,
+    and the new claim stays."""
+    state = tmp_path / "state"
+    n, vf, finish = _vf_release_in_flight(make_conf, state, monkeypatch)
+    _carrier_file_removed(n, state)
     other = Node(make_conf, state, "l40-sriov", host=n.host)
     assert other.driver.init_host([])["released"] == [vf.id]
     [again] = other.driver.allocate_mdevs("i2", other.alloc((PF, 1)))
     assert again.id == vf.id
-    typed = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
-    assert typed[vf.id] != 0
+    typed = {v.address: v for v in n.host.discover().pfs[0].vfs}
+    assert typed[vf.id].current_type != 0
     finish()  # it goes on
     now = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
-    assert now[vf.id] == typed[vf.id]
+    assert now[vf.id] == typed[vf.id].current_type
     assert records_helpers.claims_on_disk(state)[vf.id]["instance"] == "i2"
 
 
@@ -190,12 +321,13 @@ def test_a_release_finished_by_another_while_the_host_changes(
 ):
     """The same race a step later: the first thread has looked (its
     release claim is there) and is clearing the VF's type when another's
-    recovery finishes the release and a bind types the VF again for
-    another instance. The first then records nothing: the new claim
-    stays, and so does the VF among the devices the library made (it
-    was made again)."""
+    recovery, blind to its carrier, finishes the release and a bind
+    types the VF again for another instance. The first then records
+    nothing: the new claim stays, and so does the VF among the devices
+    the library made (it was made again)."""
     state = tmp_path / "state"
     n, vf, finish = _vf_release_in_flight(make_conf, state, monkeypatch)
+    _carrier_file_removed(n, state)
     other = Node(make_conf, state, "l40-sriov", host=n.host)
     clear = n.host.set_vf_type
 

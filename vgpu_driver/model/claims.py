@@ -9,7 +9,9 @@ the device (``kind``, ``id``, ``parent``, ``type_id``, ``created``), the
 * ``migration``: reserved for an incoming live migration (it ends at
   success, when it becomes a spawn claim, or at rollback);
 * ``release``: being handed back to the host (a VF's type cleared, an
-  mdev removed); nobody takes it until that is done.
+  mdev removed); nobody takes it until that is done. It names its
+  carrier (``by``), the process carrying it out
+  (:mod:`vgpu_driver.records.carriers`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ SPAWN, MIGRATION, RELEASE = "spawn", "migration", "release"
 # one that spawn got; dropped once the instance binds again or its guest
 # is defined
 IN_FLIGHT = "in_flight"
+# an optional field of a release claim: the token of the process carrying
+# it out (none in claims written before carriers were recorded)
+CARRIER = "by"
 PURPOSES = (SPAWN, MIGRATION, RELEASE)
 DEVICE_FIELDS = ("kind", "id", "parent", "type_id", "created")
 # every field of a claim and its JSON type
@@ -46,6 +51,10 @@ Claims = dict[str, Claim]  # device id -> claim
 
 def claim_of(device: BoundDevice, instance: str, purpose: str) -> Claim:
     return {**device.record(), "instance": instance, "purpose": purpose}
+
+
+def release_claim(device: BoundDevice, instance: str, carrier: str) -> Claim:
+    return {**claim_of(device, instance, RELEASE), CARRIER: carrier}
 
 
 def in_flight_claim(device: BoundDevice, instance: str) -> Claim:

@@ -30,7 +30,12 @@ from typing import Any
 
 from oslo_log import log as logging
 
-from vgpu_driver.model.claims import CLAIM_FIELDS, PURPOSES, Claims
+from vgpu_driver.model.claims import (
+    CARRIER,
+    CLAIM_FIELDS,
+    PURPOSES,
+    Claims,
+)
 from vgpu_driver.model.made import Made, MadeSet, changed
 from vgpu_driver.records.journal import SUFFIX, Journal, signature
 from vgpu_driver.records.store import (
@@ -272,6 +277,7 @@ def validate_claims(record: Any) -> None:
         expect(
             claim["purpose"] in PURPOSES
             and claim["kind"] in ("mdev", "vf", "pci")
-            and claim["id"] == device_id,
+            and claim["id"] == device_id
+            and isinstance(claim.get(CARRIER, ""), str),
             f"claim {device_id!r} is inconsistent",
         )

@@ -138,7 +138,7 @@ class StateStore:
         Records another process made meanwhile were never read here."""
         if not self._absent:
             return
-        made = _make_directory(self.directory)
+        made = make_directory(self.directory)
         self._lock_file()
         self._absent = False
         found = sorted(p.name for p in self.directory.glob("*.json"))
@@ -339,7 +339,7 @@ def validate_str_map(
     return validate
 
 
-def _make_directory(directory: Path) -> bool:
+def make_directory(directory: Path) -> bool:
     """Make ``directory`` (and its parents) if missing, each given to the
     owner of the directory it is made in. True if this call made it."""
     missing = []

@@ -13,15 +13,10 @@ from typing import TYPE_CHECKING
 from oslo_log import log as logging
 
 from vgpu_driver.model.binding import BoundDevice
-from vgpu_driver.model.claims import (
-    RELEASE,
-    SPAWN,
-    claim_of,
-    device_of,
-    in_flight_of,
-)
+from vgpu_driver.model.claims import SPAWN, device_of, in_flight_of
 from vgpu_driver.model.device import Guest, HostInventory
 from vgpu_driver.records.store import StateStoreError
+from vgpu_driver.service import hand_back
 
 if TYPE_CHECKING:
     from vgpu_driver.service.ledger import Ledger
@@ -172,10 +167,10 @@ def let_go(
     for device in freed:
         if device.kind == "vf":
             vf_types.pop(device.id, None)
-    for device in changing:
-        claims[device.id] = claim_of(device, instance, RELEASE)
     recorded = True
     try:
+        for device in changing:
+            claims[device.id] = hand_back.claim(ledger, device, instance)
         if changing or vf_types != ledger.vf_types:  # else nothing to write
             ledger.save(claims, vf_types)
     except StateStoreError as exc:

@@ -42,6 +42,7 @@ from vgpu_driver.model.claims import (
 from vgpu_driver.model.device import Guest, HostInventory, Mdev
 from vgpu_driver.model.device_view import DeviceView
 from vgpu_driver.model.view_follow import adopted, vf_types_in_use
+from vgpu_driver.records.carriers import Carrier
 from vgpu_driver.records.claims import ClaimsRecord
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.records.store import StateStore, StateStoreError
@@ -63,6 +64,8 @@ class Ledger:
         self.host = host
         self.failed = failed
         self.record = ClaimsRecord(state)
+        # this process as the carrier of the releases it records
+        self.carrier = Carrier(None if state is None else state.directory)
         self.seen = SeenMdevs(state)
         self.view = DeviceView.empty()
         self.remove_unused = remove_unused
@@ -115,6 +118,14 @@ class Ledger:
                     elif view and self.host.guests_changed():
                         guests.apply_changes(self)
                     yield
+            except BaseException:
+                if self._depth == 1:
+                    # recorded, never to be carried out by this call: cut
+                    # short, for the next recovery to finish
+                    for _, device in self._handing_back:
+                        self.carrier.carrying.discard(device.id)
+                    self._handing_back = []
+                raise
             finally:
                 self._depth -= 1
                 if not self._depth:
@@ -294,7 +305,9 @@ class Ledger:
 
     def hand_back_later(self, instance: str, device: BoundDevice) -> None:
         """``device`` is under a release claim of ``instance`` (saved):
-        the host is changed once the outermost :meth:`locked` is left."""
+        the host is changed once the outermost :meth:`locked` is left,
+        this process its carrier meanwhile."""
+        self.carrier.carrying.add(device.id)
         self._handing_back.append((instance, device))
 
     def changes_host(self, device: BoundDevice) -> bool:

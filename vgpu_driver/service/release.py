@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from oslo_log import log as logging
 
 from vgpu_driver.model.binding import BoundDevice
-from vgpu_driver.model.claims import RELEASE, claim_of, device_of
+from vgpu_driver.model.claims import RELEASE, Claim, device_of
 from vgpu_driver.service import hand_back
 from vgpu_driver.service.ledger import Ledger
 
@@ -43,6 +43,9 @@ def release(
         released: list[BoundDevice] = []
         changing: list[BoundDevice] = []
         for device_id in sorted(ids):
+            held = claims.get(device_id)
+            if held is not None and _carried(ledger, held):
+                continue  # a release in flight: its carrier's to finish
             device = view.device(device_id, claims.pop(device_id, None))
             if device is None:
                 continue
@@ -51,8 +54,9 @@ def release(
                 vf_types.pop(device.id, None)
             if ledger.changes_host(device):
                 changing.append(device)
-                claims[device.id] = claim_of(device, instance, RELEASE)
+                claims[device.id] = hand_back.claim(ledger, device, instance)
         ledger.save(claims, vf_types)
+        ledger.carrier.carrying.update(d.id for d in changing)
         for device in released:
             view.used.pop(device.id, None)
             if device not in changing:
@@ -68,19 +72,32 @@ def release(
     return [d.id for d in released]
 
 
+def _carried(ledger: Ledger, claim: Claim) -> bool:
+    """Is this a release claim a live process is carrying out?"""
+    return claim["purpose"] == RELEASE and ledger.carrier.in_flight(claim)
+
+
 def finish_interrupted(ledger: Ledger) -> list[str]:
-    """Releases cut short (the process died between recording them and
-    changing the host): done now. Returns their device ids. (None
+    """Releases cut short (their carrier died, or failed, between
+    recording them and changing the host): taken over (this process
+    their carrier, recorded first) and done now; those in flight are
+    left to their carriers. Returns the device ids finished. (None
     recorded, as at most starts: the records' lock is not taken.)"""
     with ledger.peeked():
         if not any(c["purpose"] == RELEASE for c in ledger.claims.values()):
             return []
     with ledger.locked():
+        claims = dict(ledger.claims)
         leftover = [
             (c["instance"], device_of(c))
-            for c in ledger.claims.values()
-            if c["purpose"] == RELEASE
+            for c in claims.values()
+            if c["purpose"] == RELEASE and not _carried(ledger, c)
         ]
+        for instance, device in leftover:
+            claims[device.id] = hand_back.claim(ledger, device, instance)
+        if leftover:
+            ledger.save(claims)
+            ledger.carrier.carrying.update(d.id for _, d in leftover)
     for instance, device in leftover:
         LOG.info("Finishing the release of %s (%s)", device.id, instance)
         hand_back.finish_release(ledger, instance, [device])
