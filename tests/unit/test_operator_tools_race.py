@@ -17,6 +17,7 @@ from vgpu_driver.model.audit import audit
 from vgpu_driver.model.device import Guest
 
 PARENT = "pci_0000_86_00_0"  # m10: nvidia-36
+L40_PF = "pci_0000_41_00_0"  # l40-sriov
 FREE_ON_86 = "386818c0-9f18-5b12-8c04-386dbef1b1ab"
 # the auditor's configuration gives 86 another type: FREE_ON_86 is then
 # an orphan to it (a second configuration, or one just changed)
@@ -177,3 +178,77 @@ def test_a_failed_bind_undoes_only_the_claims_that_are_still_its_own(
     assert [d.id for d in given] == [FREE_ON_86]
     claims = n.driver.binder.claims()
     assert {k: c["instance"] for k, c in claims.items()} == {FREE_ON_86: "i2"}
+
+
+def _vf_release(make_conf, state, monkeypatch, dies: bool):
+    """The l40-sriov host, i1 bound to a VF and released: the release
+    recorded and not carried out yet (its thread slow), or cut short
+    (``dies``: its process gone). Returns the node, the VF and the slow
+    thread's next step (None when dead)."""
+    from vgpu_driver.service import hand_back
+
+    n = Node(make_conf, state, "l40-sriov")
+    [vf] = n.driver.allocate_mdevs("i1", n.alloc((L40_PF, 1)))
+    late = []
+    with monkeypatch.context() as patched:
+        patched.setattr(hand_back, "finish_release", lambda *a: late.append(a))
+        n.driver.release_mdevs("i1")
+    if dies:
+        n.driver.binder.ledger.carrier.let_go()
+        return n, vf, None
+    [step] = late
+    return n, vf, lambda: hand_back.finish_release(*step)
+
+
+def _vf_types(n: Node) -> dict[str, int]:
+    return {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+
+
+def test_audit_fix_leaves_a_release_in_flight_to_its_process(
+    make_conf, tmp_path, monkeypatch
+):
+    """A release recorded and being carried out when ``audit --fix``
+    finds its claim's instance gone: the claim is not dropped (a bind
+    would take the VF while its type is cleared) and the VF is left to
+    the releasing thread, which finishes it."""
+    n, vf, finish = _vf_release(make_conf, tmp_path, monkeypatch, False)
+    auditor = _auditor(n, make_conf)
+    inventory, claims, findings = _read(auditor)
+    assert ("claim_of_gone_instance", vf.id) in {
+        (f.kind, f.subject) for f in findings
+    }
+    assert fix(auditor, inventory, findings, claims) == []
+    assert n.driver.binder.claims()[vf.id]["purpose"] == "release"
+    assert _vf_types(n)[vf.id] != 0
+    finish()
+    assert _vf_types(n)[vf.id] == 0
+    assert n.driver.binder.claims() == {}
+
+
+def test_audit_fix_finishes_a_release_cut_short(
+    make_conf, tmp_path, monkeypatch
+):
+    """The same release, its process dead: ``audit --fix`` finishes it
+    as a start would (the VF's type cleared, the claim gone), where
+    dropping the claim would leave the VF typed for a guest gone."""
+    n, vf, _ = _vf_release(make_conf, tmp_path, monkeypatch, True)
+    auditor = _auditor(n, make_conf)
+    inventory, claims, findings = _read(auditor)
+    assert fix(auditor, inventory, findings, claims) == [
+        f"finished the release of {vf.id}"
+    ]
+    assert _vf_types(n)[vf.id] == 0
+    assert auditor.binder.claims() == {}
+
+
+def test_a_release_claim_is_never_dropped_as_a_gone_instance_s(
+    make_conf, tmp_path, monkeypatch
+):
+    """Asked to drop a release claim as it read it (its instance gone,
+    as every release's is), the binder keeps it: a release is finished,
+    by its process or a recovery."""
+    n, vf, finish = _vf_release(make_conf, tmp_path, monkeypatch, False)
+    claim = n.driver.binder.claims()[vf.id]
+    assert n.driver.binder.drop_claims({vf.id: claim}) == []
+    assert n.driver.binder.claims()[vf.id] == claim
+    finish()

@@ -2,7 +2,8 @@
 library's claims, the guests and the devices on the host.
 
 The rules are in :mod:`vgpu_driver.model.audit`. ``--fix`` repairs only
-what is safe: it drops claims of instances that are gone, records the
+what is safe: it drops claims of instances that are gone (finishes their
+releases cut short, leaving those in flight to their process), records the
 vGPU types of VFs guests use, and removes free mdevs of a type their
 parent no longer serves (each re-checked under the records' lock).
 Allocations are only reported: healing them is Nova's job.
@@ -20,6 +21,7 @@ from vgpu_driver.cmd import output
 from vgpu_driver.cmd.context import Context
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.model.audit import Finding, audit
+from vgpu_driver.model.claims import RELEASE
 from vgpu_driver.model.device import HostInventory
 from vgpu_driver.model.foreign import foreign_devices
 from vgpu_driver.placement.allocations import device_allocations
@@ -52,11 +54,19 @@ def fix(
         if finding.fixable:
             by_kind.setdefault(finding.kind, []).append(finding.subject)
     done = []
-    gone = by_kind.get("claim_of_gone_instance", [])
+    gone = [
+        d for d in by_kind.get("claim_of_gone_instance", []) if d in claims
+    ]
+    # a release is finished, not dropped: the host is changed as decided
+    # (and one in flight is left to the process carrying it out)
+    releases = [d for d in gone if claims[d]["purpose"] == RELEASE]
     for device_id in driver.binder.drop_claims(
-        {d: claims[d] for d in gone if d in claims}
+        {d: claims[d] for d in gone if d not in releases}
     ):
         done.append(f"dropped the claim on {device_id}")
+    if releases:
+        for device_id in driver.binder.finish_releases():
+            done.append(f"finished the release of {device_id}")
     current = {
         vf.address: vf.current_type for pf in inventory.pfs for vf in pf.vfs
     }

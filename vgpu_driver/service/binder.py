@@ -266,6 +266,10 @@ class DeviceBinder:
     ) -> list[str]:
         return repairs.drop_claims(self.ledger, expected)
 
+    def finish_releases(self) -> list[str]:
+        """Releases cut short, finished (those in flight left)."""
+        return release.finish_interrupted(self.ledger)
+
     def record_vf_types(self, types: Mapping[str, int]) -> list[str]:
         return repairs.record_vf_types(self.ledger, types)
 

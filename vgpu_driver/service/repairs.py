@@ -16,6 +16,7 @@ from vgpu_driver.exception import VgpuDriverError
 from vgpu_driver.model.binding import BoundDevice
 from vgpu_driver.model.claims import (
     MIGRATION,
+    RELEASE,
     SPAWN,
     claim_of,
     deal_in_flight,
@@ -45,6 +46,7 @@ def drop_claims(
             for device_id, claim in sorted(expected.items())
             if ledger.claims.get(device_id) == dict(claim)
             and claim["instance"] not in guests
+            and claim["purpose"] != RELEASE  # finished, never dropped
         ]
         for device_id in dropped:
             del ledger.claims[device_id]
