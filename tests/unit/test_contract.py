@@ -92,6 +92,11 @@ def test_agreement_survives_kernel_changes(tmp_path_factory, data, name):
     directory = tmp_path_factory.mktemp("host")
     through_libvirt = helpers.libvirt_host(host.description, directory)
     assert through_libvirt.discover() == host.discover()
+    # a VF's type read alone (restore's check before it types one)
+    for pf in host.discover().pfs:
+        for vf in pf.vfs:
+            assert host.vf_type(vf.address) == vf.current_type
+            assert through_libvirt.vf_type(vf.address) == vf.current_type
 
 
 def test_creating_an_mdev_lowers_available_and_blocks_other_types():

@@ -252,3 +252,98 @@ def test_a_release_claim_is_never_dropped_as_a_gone_instance_s(
     assert n.driver.binder.drop_claims({vf.id: claim}) == []
     assert n.driver.binder.claims()[vf.id] == claim
     finish()
+
+
+def _typed_then_lost(make_conf, state, count: int):
+    """The l40-sriov host, ``count`` instances each bound to a VF this
+    library typed, then every type lost (the driver reloaded): the
+    records still give them. Returns the node and instance -> VF."""
+    n = Node(make_conf, state, "l40-sriov")
+    made = {}
+    k = 0
+    while len(made) < count:
+        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
+        if vf.created:
+            made[f"i{k}"] = vf.id
+        k += 1
+    for address in made.values():
+        n.host.set_vf_type(address, 0)  # behind the library's back
+    return n, made
+
+
+def test_restore_leaves_a_vf_released_since_it_read_the_records(
+    make_conf, tmp_path, monkeypatch
+):
+    """``restore`` read two VFs' recorded types, and once it typed the
+    first the service releases the second's instance (the release drops
+    its recorded type and clears it). Restore then leaves the second:
+    typed again, it would be a typed VF no record names (another
+    manager's to the service, reserved and never reused)."""
+    from vgpu_driver.service import recovery
+
+    n, made = _typed_then_lost(make_conf, tmp_path, 2)
+    first, second = sorted(made.values())
+    owner = next(i for i, a in made.items() if a == second)
+    restorer = _auditor(n, make_conf)
+    inventory = restorer.discover(rescan_guests=True)
+    restore, raced = recovery._restore, []
+
+    def released_after_the_first(ledger, address, number):
+        if raced:
+            return restore(ledger, address, number)
+        done = restore(ledger, address, number)
+        raced.append(n.driver.release_mdevs(owner))
+        return done
+
+    monkeypatch.setattr(recovery, "_restore", released_after_the_first)
+    assert restorer.binder.restore_vf_types(inventory) == [first]
+    assert raced == [[second]]  # the race happened
+    types = _vf_types(n)
+    assert types[first] != 0
+    assert types[second] == 0
+    assert second not in n.driver.binder.vf_types
+
+
+def test_a_bind_takes_the_vf_restore_typed_for_it_meanwhile(
+    make_conf, tmp_path
+):
+    """A bind recorded a VF's type and, before it types the VF,
+    ``restore`` (reading that record) types it: the bind finds the VF
+    typed as it wants and goes on, where a refusal would undo it."""
+    n = Node(make_conf, tmp_path, "l40-sriov")
+    restorer = _auditor(n, make_conf)
+    set_vf_type = n.host.set_vf_type
+    raced = []
+
+    def restored_first(address, number):
+        n.host.set_vf_type = set_vf_type  # once
+        inventory = restorer.discover(rescan_guests=True)
+        raced.extend(restorer.binder.restore_vf_types(inventory))
+        set_vf_type(address, number)
+
+    k = 0
+    while True:
+        n.host.set_vf_type = restored_first
+        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
+        if vf.created:
+            break
+        k += 1
+    assert raced == [vf.id]
+    assert _vf_types(n)[vf.id] != 0
+    assert n.driver.binder.claims()[vf.id]["instance"] == f"i{k}"
+
+
+def test_two_restores_at_once_type_each_vf_once(make_conf, tmp_path):
+    """Two ``restore`` runs read the host before either typed a VF (the
+    boot unit and an operator's): the second finds the VF typed when it
+    comes to it and leaves it, reporting no failure."""
+    n, made = _typed_then_lost(make_conf, tmp_path, 1)
+    [address] = made.values()
+    first, second = _auditor(n, make_conf), _auditor(n, make_conf)
+    read_first = first.discover(rescan_guests=True)
+    read_second = second.discover(rescan_guests=True)
+    assert first.binder.restore_vf_types(read_first) == [address]
+    failed = []
+    assert second.binder.restore_vf_types(read_second, failed) == []
+    assert failed == []
+    assert _vf_types(n)[address] != 0

@@ -134,3 +134,19 @@ def test_an_mdevs_parent_is_named_by_its_sysfs_link(tmp_path):
     assert (
         tree.mdev_parent_name("0c8e2d1a-3b4f-4e5a-8c6d-7e8f9a0b1c2d") is None
     )
+
+
+def test_a_vf_type_is_read_from_its_file_alone(tmp_path):
+    """A VF's type now, read from its ``current_vgpu_type``: None for a
+    VF without one, and for a name that is not a PCI address (nothing
+    read outside ``bus/pci/devices``)."""
+    vf = tmp_path / "bus/pci/devices/0000:41:00.4/nvidia"
+    vf.mkdir(parents=True)
+    (vf / "current_vgpu_type").write_text("1150\n")
+    elsewhere = tmp_path / "bus/elsewhere/nvidia"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "current_vgpu_type").write_text("7\n")
+    tree = SysfsTree(tmp_path)
+    assert tree.vf_type("0000:41:00.4") == 1150
+    assert tree.vf_type("0000:41:00.5") is None
+    assert tree.vf_type("../../elsewhere") is None

@@ -334,3 +334,6 @@ class LibvirtHost:
 
     def set_vf_type(self, vf_address: str, type_id: int) -> None:
         self.sysfs.set_vf_type(vf_address, type_id)
+
+    def vf_type(self, vf_address: str) -> int | None:
+        return self.sysfs.vf_type(vf_address)

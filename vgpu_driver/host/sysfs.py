@@ -30,6 +30,7 @@ from vgpu_driver.host import privileged
 from vgpu_driver.host import sysfs_files as files
 from vgpu_driver.host.nvidia_sriov import NVIDIA_DRIVER, NvidiaSriovScan
 from vgpu_driver.host.sysfs_files import parse_creatable
+from vgpu_driver.host.vf_types import TYPE_FILE
 from vgpu_driver.model import naming
 from vgpu_driver.model.device import (
     MdevType,
@@ -226,6 +227,13 @@ class SysfsTree:
             str(type_id),
             f"set vGPU type {type_id}",
             vf_address,
+        )
+
+    def vf_type(self, vf_address: str) -> int | None:
+        if naming.normalize_pci_address(vf_address) is None:
+            return None  # nothing outside bus/pci/devices is read
+        return files.read_int(
+            self.root / "bus/pci/devices" / vf_address / TYPE_FILE
         )
 
 

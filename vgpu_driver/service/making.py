@@ -38,7 +38,13 @@ def make(
     for device in chosen:
         if device.kind == "vf" and device.created:
             number = naming.sriov_type_number(device.type_id)
-            ledger.host.set_vf_type(device.id, number)
+            try:
+                ledger.host.set_vf_type(device.id, number)
+            except VgpuDriverError:
+                # refused as typed already: ``restore`` gave it the type
+                # recorded for this bind meanwhile, as wanted
+                if ledger.host.vf_type(device.id) != number:
+                    raise
             done.append(device)
         elif device.kind == "mdev" and device.created:
             parent = view.parent_objects[device.parent]

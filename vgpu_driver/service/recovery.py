@@ -126,7 +126,13 @@ def restore_vf_types(
     ledger: Ledger, inventory: HostInventory, failed: list[str] | None = None
 ) -> list[str]:
     """Re-apply the VF types this library set. A VF that refuses its type
-    is logged and added to ``failed``; the others are still restored."""
+    is logged and added to ``failed``; the others are still restored.
+
+    ``restore`` runs beside the service, so each VF is typed under the
+    records' lock, and only if the record still gives it that type (a
+    release drops it before clearing the VF) and the VF, read again,
+    has none: what was read before is only a plan. (A bind typing it
+    recorded that type first, and takes the VF as typed.)"""
     current = {
         vf.address: vf.current_type for pf in inventory.pfs for vf in pf.vfs
     }
@@ -148,16 +154,30 @@ def restore_vf_types(
             )
             continue
         try:
-            ledger.host.set_vf_type(address, number)
+            if _restore(ledger, address, number):
+                restored.append(address)
         except VgpuDriverError as exc:
             LOG.error("Could not restore the type of VF %s: %s", address, exc)
             if failed is not None:
                 failed.append(f"{address}: {exc}")
-            continue
-        restored.append(address)
     if restored:
         LOG.info("Restored vGPU types of VFs %s", ", ".join(restored))
     return restored
+
+
+def _restore(ledger: Ledger, address: str, number: int) -> bool:
+    """Type the VF, under the lock, if all still says so (compare and
+    act). False: the service changed it meanwhile, left as it is."""
+    with ledger.locked(view=False):
+        if ledger.vf_types.get(address) != number:
+            why = "its recorded type changed"
+        elif ledger.host.vf_type(address) != 0:
+            why = "it has a type now"
+        else:
+            ledger.host.set_vf_type(address, number)
+            return True
+    LOG.info("VF %s not restored: %s since it was read", address, why)
+    return False
 
 
 def write_snapshots(ledger: Ledger) -> list[str]:

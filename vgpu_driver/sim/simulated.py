@@ -256,6 +256,13 @@ class SimulatedHost:
                 )
             pf.vf_types[vf_address] = type_id
 
+    def vf_type(self, vf_address: str) -> int | None:
+        with self._lock:
+            for pf in self._state.pfs:
+                if vf_address in pf.vf_addresses:
+                    return pf.vf_types.get(vf_address, 0)
+            return None
+
     def unplug(self, device_name: str) -> None:
         """A device vanishes (hot-unplug, driver unbound, failure): the
         parent and its mdevs, or the SR-IOV card, are gone; guests stay
