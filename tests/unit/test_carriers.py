@@ -22,6 +22,7 @@ def test_a_release_is_in_flight_while_its_carrier_lives(tmp_path):
     assert (tmp_path / CARRIERS / carrier.token).exists()
     assert other.in_flight(claim)
     carrier.let_go()  # as its process's end does
+    carrier.let_go()  # once is enough: a second does nothing
     assert not other.in_flight(claim)
     # the one that found it gone took its file away
     assert not (tmp_path / CARRIERS / carrier.token).exists()
@@ -85,3 +86,15 @@ def test_without_records_nothing_is_made(tmp_path):
     claim = release_claim(VF, "i1", carrier.held())
     assert not (tmp_path / CARRIERS).exists()
     assert not Carrier(None).in_flight(claim)
+
+
+def test_a_carrier_that_cannot_be_told_is_taken_as_alive(tmp_path):
+    """A carrier's file that cannot be opened (here a link to itself):
+    whether its process lives cannot be told, so its release is left to
+    it, never done twice."""
+    carrier, other = Carrier(tmp_path), Carrier(tmp_path)
+    claim = release_claim(VF, "i1", carrier.held())
+    path = tmp_path / CARRIERS / carrier.token
+    path.unlink()
+    path.symlink_to(path)
+    assert other.in_flight(claim)

@@ -27,7 +27,6 @@ change) and is finished like a dead carrier's.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import uuid
@@ -130,9 +129,9 @@ def _alive(path: Path) -> bool:
         return True
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
     except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return True
         LOG.warning("Cannot lock %s (%s); taken as alive", path, exc)
         return True
     else:
