@@ -40,9 +40,10 @@ def make(
             number = naming.sriov_type_number(device.type_id)
             try:
                 ledger.host.set_vf_type(device.id, number)
-            except VgpuDriverError:
-                # refused as typed already: ``restore`` gave it the type
-                # recorded for this bind meanwhile, as wanted
+            except DeviceNoRoom:
+                # refused as typed already (a typed VF lists no type as
+                # creatable): ``restore`` gave it the type recorded for
+                # this bind meanwhile, as wanted
                 if ledger.host.vf_type(device.id) != number:
                     raise
             done.append(device)
