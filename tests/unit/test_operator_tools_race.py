@@ -347,3 +347,30 @@ def test_two_restores_at_once_type_each_vf_once(make_conf, tmp_path):
     assert second.binder.restore_vf_types(read_second, failed) == []
     assert failed == []
     assert _vf_types(n)[address] != 0
+
+
+def test_restore_leaves_the_mdev_of_a_guest_deleted_since_it_read(
+    make_conf, tmp_path
+):
+    """After a reboot that kept no mdev, ``restore`` read a guest that
+    needs its mdev made again; before it comes to it the service deletes
+    that instance. The mdev is not made again (an mdev no guest needs,
+    which unused mdevs removed would never have kept); the other guests'
+    are."""
+    n = Node(make_conf, tmp_path / "state")
+    [device] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_85_00_0", 1)))
+    n.host.note_guest(Guest("i1", "instance-1", (device.id,)))
+    n.driver.discover()
+    n.host.reboot(keep_persistent=False)  # no mdev survives
+    restorer = _auditor(n, make_conf)
+    inventory = restorer.discover(rescan_guests=True)
+    others = {u for g in inventory.guests for u in g.mdevs} - {device.id}
+    assert others  # the host's own guests need theirs made again too
+    n.host.forget_guest("i1")  # the service deletes the instance
+    n.driver.guest_undefined("i1")
+    n.driver.release_mdevs("i1")
+    done = restorer.binder.recover(inventory, restorer.seen_mdevs())
+    assert set(done["recreated"]) == others
+    assert done["failed"] == []
+    assert device.id not in n.mdevs()
+    assert others <= set(n.mdevs())

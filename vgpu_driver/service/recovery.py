@@ -18,7 +18,7 @@ from oslo_log import log as logging
 
 from vgpu_driver.exception import VgpuDriverError
 from vgpu_driver.model.claims import SPAWN
-from vgpu_driver.model.device import HostInventory
+from vgpu_driver.model.device import Guest, HostInventory, Parent
 from vgpu_driver.records.store import StateStoreError
 from vgpu_driver.service import release
 from vgpu_driver.service.ledger import Ledger
@@ -75,7 +75,9 @@ def recover(
                 done,
                 "recreated",
                 uuid,
-                host.create_mdev,
+                _recreate,
+                ledger,
+                guest,
                 parents[parent],
                 type_id,
                 uuid,
@@ -114,12 +116,33 @@ def _try(
     *args: Any,
 ) -> None:
     try:
-        fn(*args)
+        if fn(*args) is False:
+            return  # nothing to do any more
         done[key].append(name)
         LOG.info("Recovery: %s %s", key, name)
     except VgpuDriverError as exc:
         LOG.error("Recovery of %s failed: %s", name, exc)
         done["failed"].append(name)
+
+
+def _recreate(
+    ledger: Ledger, guest: Guest, parent: Parent, type_id: str, uuid: str
+) -> bool:
+    """Recreate ``guest``'s gone mdev ``uuid``, under the lock, if its
+    domain, read again, still names it: ``restore`` runs beside the
+    service, which may have deleted the guest since the reading this
+    plan came from. False: no longer needed, left."""
+    with ledger.locked(view=False):
+        now = ledger.host.refresh_guest(guest.uuid)
+        if now is not None and uuid in now.mdevs:
+            ledger.host.create_mdev(parent, type_id, uuid)
+            return True
+    LOG.info(
+        "mdev %s not recreated: guest %s no longer has it",
+        uuid,
+        guest.name,
+    )
+    return False
 
 
 def restore_vf_types(
