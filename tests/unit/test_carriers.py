@@ -98,3 +98,22 @@ def test_a_carrier_that_cannot_be_told_is_taken_as_alive(tmp_path):
     path.unlink()
     path.symlink_to(path)
     assert other.in_flight(claim)
+
+
+def test_two_asking_at_once_do_not_take_each_other_for_the_carrier(
+    tmp_path,
+):
+    """A carrier gone, and another process in the middle of asking
+    about it (its lock on the file taken to ask) when this one asks: the
+    carrier is gone to both."""
+    import fcntl
+
+    carrier, other = Carrier(tmp_path), Carrier(tmp_path)
+    claim = release_claim(VF, "i1", carrier.held())
+    carrier.let_go()
+    asking = os.open(tmp_path / CARRIERS / carrier.token, os.O_RDONLY)
+    try:
+        fcntl.flock(asking, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        assert not other.in_flight(claim)
+    finally:
+        os.close(asking)

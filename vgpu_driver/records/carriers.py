@@ -13,10 +13,10 @@ from its first release until it ends. The kernel lets go of a lock when
 its process dies, however it dies, and a lock holds across PID
 namespaces (a kolla container beside an operator's shell), where a
 process id would not. Another process asks whether a carrier is alive
-by trying that lock without waiting: held, the release is in flight;
-taken, its carrier is gone and the file is removed. The file is made
-under a temporary name and renamed once locked, so no process ever
-finds a live carrier's file unlocked.
+by trying a shared lock on it without waiting: refused, the release is
+in flight; taken, its carrier is gone and the file is removed. The file
+is made under a temporary name and renamed once locked, so no process
+ever finds a live carrier's file unlocked.
 
 Within one process, the releases in flight are those a thread of it is
 carrying out (:attr:`Carrier.carrying`); one of its own claims that no
@@ -128,7 +128,9 @@ def _alive(path: Path) -> bool:
         )
         return True
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # shared: two processes asking at once do not take each other
+        # for the carrier (only its exclusive lock refuses this one)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     except OSError as exc:
