@@ -161,6 +161,8 @@ def render_sysfs(description: HostDescription, root: Path) -> None:
                 _write(tdir / "description", spec.description)
             _write(tdir / "create", "")
     for mdev in description.mdevs:
+        if not mdev.active:
+            continue  # only defined in libvirt: the kernel has no device
         parent = description.parent(mdev.parent)
         mdir = root / parent.sysfs_path / mdev.uuid
         mdir.mkdir(parents=True, exist_ok=True)
