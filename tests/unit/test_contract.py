@@ -92,6 +92,11 @@ def test_agreement_survives_kernel_changes(tmp_path_factory, data, name):
     directory = tmp_path_factory.mktemp("host")
     through_libvirt = helpers.libvirt_host(host.description, directory)
     assert through_libvirt.discover() == host.discover()
+    # an mdev looked for alone (restore's check before it makes one)
+    for mdev in host.discover().mdevs:
+        assert host.has_mdev(mdev.uuid) == mdev.active
+        assert through_libvirt.has_mdev(mdev.uuid) == mdev.active
+    assert not through_libvirt.has_mdev(str(uuid.uuid4()))
     # a VF's type read alone (restore's check before it types one)
     for pf in host.discover().pfs:
         for vf in pf.vfs:
@@ -162,3 +167,22 @@ def test_a_reading_s_generation_changes_iff_its_content_does(kind, tmp_path):
     host.note_guest(guest)
     back = host.discover()
     assert back == first and back.generation != changed.generation
+
+
+def test_an_mdev_only_defined_is_not_on_the_host(tmp_path):
+    """An mdev libvirt keeps defined but that is not made (a reboot
+    without autostart) is not on the host to either adapter: made, it
+    is."""
+    host = helpers.simulated_host("m10")
+    parent = host.discover().parent("pci_0000_87_00_0")
+    made = host.create_mdev(parent, "nvidia-35", str(uuid.uuid4()))
+    host.reboot(autostart=False)
+    [defined] = [m for m in host.discover().mdevs if m.uuid == made.uuid]
+    assert not defined.active
+    through_libvirt = helpers.libvirt_host(host.description, tmp_path)
+    assert not host.has_mdev(made.uuid)
+    assert not through_libvirt.has_mdev(made.uuid)
+    host.start_mdev(defined)
+    assert host.has_mdev(made.uuid)
+    again = helpers.libvirt_host(host.description, tmp_path / "again")
+    assert again.has_mdev(made.uuid)

@@ -374,3 +374,22 @@ def test_restore_leaves_the_mdev_of_a_guest_deleted_since_it_read(
     assert done["failed"] == []
     assert device.id not in n.mdevs()
     assert others <= set(n.mdevs())
+
+
+def test_two_recoveries_at_once_make_each_gone_mdev_once(make_conf, tmp_path):
+    """After a reboot that kept no mdev, two recoveries read the host
+    before either made anything (a start and ``restore``): the second
+    finds each mdev made again when it comes to it and leaves it,
+    reporting no failure."""
+    n = Node(make_conf, tmp_path / "state")
+    first, second = _auditor(n, make_conf), _auditor(n, make_conf)
+    n.host.reboot(keep_persistent=False)  # no mdev survives
+    read_first = first.discover(rescan_guests=True)
+    read_second = second.discover(rescan_guests=True)
+    needed = {u for g in read_first.guests for u in g.mdevs}
+    assert needed
+    done = first.binder.recover(read_first, first.seen_mdevs())
+    assert set(done["recreated"]) == needed
+    again = second.binder.recover(read_second, second.seen_mdevs())
+    assert (again["recreated"], again["failed"]) == ([], [])
+    assert needed <= set(n.mdevs())

@@ -69,6 +69,11 @@ class Host(Protocol):
 
     def set_vf_type(self, vf_address: str, type_id: int) -> None: ...
 
+    def has_mdev(self, uuid: str) -> bool:
+        """Is an mdev of this uuid on the host now (made and started),
+        read from the host, not from the last discovery?"""
+        ...
+
     def vf_type(self, vf_address: str) -> int | None:
         """An NVIDIA VF's vGPU type now (0: none; None: no such VF), read
         from the host, not from the last discovery."""

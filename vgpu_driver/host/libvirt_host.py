@@ -335,5 +335,8 @@ class LibvirtHost:
     def set_vf_type(self, vf_address: str, type_id: int) -> None:
         self.sysfs.set_vf_type(vf_address, type_id)
 
+    def has_mdev(self, uuid: str) -> bool:
+        return self.sysfs.mdev_parent_name(uuid) is not None
+
     def vf_type(self, vf_address: str) -> int | None:
         return self.sysfs.vf_type(vf_address)

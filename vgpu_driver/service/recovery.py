@@ -128,20 +128,22 @@ def _try(
 def _recreate(
     ledger: Ledger, guest: Guest, parent: Parent, type_id: str, uuid: str
 ) -> bool:
-    """Recreate ``guest``'s gone mdev ``uuid``, under the lock, if its
-    domain, read again, still names it: ``restore`` runs beside the
-    service, which may have deleted the guest since the reading this
-    plan came from. False: no longer needed, left."""
+    """Recreate ``guest``'s gone mdev ``uuid``, under the lock, if it is
+    still gone and the guest's domain, read again, still names it:
+    ``restore`` runs beside the service (which may have deleted the
+    guest) and beside another recovery (which may have made it again)
+    since the reading this plan came from. False: left as it is."""
     with ledger.locked(view=False):
-        now = ledger.host.refresh_guest(guest.uuid)
-        if now is not None and uuid in now.mdevs:
+        if ledger.host.has_mdev(uuid):
+            why = "another made it again"
+        elif (now := ledger.host.refresh_guest(guest.uuid)) is None or (
+            uuid not in now.mdevs
+        ):
+            why = f"guest {guest.name} no longer has it"
+        else:
             ledger.host.create_mdev(parent, type_id, uuid)
             return True
-    LOG.info(
-        "mdev %s not recreated: guest %s no longer has it",
-        uuid,
-        guest.name,
-    )
+    LOG.info("mdev %s not recreated: %s", uuid, why)
     return False
 
 

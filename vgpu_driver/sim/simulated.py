@@ -256,6 +256,10 @@ class SimulatedHost:
                 )
             pf.vf_types[vf_address] = type_id
 
+    def has_mdev(self, uuid: str) -> bool:
+        with self._lock:
+            return any(m.uuid == uuid and m.active for m in self._state.mdevs)
+
     def vf_type(self, vf_address: str) -> int | None:
         with self._lock:
             for pf in self._state.pfs:
