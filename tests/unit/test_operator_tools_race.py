@@ -8,9 +8,7 @@ and releases hits sooner or later."""
 
 from __future__ import annotations
 
-import textwrap
-
-from tests.helpers import Node, new_tree
+from tests.helpers import Node, beside, new_tree, vf_types_of
 from vgpu_driver.cmd.audit import fix
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.model.audit import audit
@@ -45,19 +43,13 @@ def _read(driver: VgpuDriver, allocations=None):
     return inventory, claims, findings
 
 
-def _auditor(n: Node, make_conf, config: str | None = None) -> VgpuDriver:
-    conf = make_conf(textwrap.dedent(config or n.description.config))
-    conf.set_override("state_path", n.conf.devices.state_path, "devices")
-    return VgpuDriver(conf, n.host)
-
-
 def test_a_claim_given_to_another_instance_since_the_audit_is_kept(
     make_conf, tmp_path
 ):
     n = Node(make_conf, tmp_path / "state")
     [d] = n.driver.allocate_mdevs("gone", n.alloc((PARENT, 1)))
     assert d.id == FREE_ON_86  # the free mdev is reused
-    auditor = _auditor(n, make_conf)
+    auditor = beside(n, make_conf)
     inventory, claims, findings = _read(auditor)
     assert ("claim_of_gone_instance", FREE_ON_86) in {
         (f.kind, f.subject) for f in findings
@@ -75,7 +67,7 @@ def test_a_claim_whose_instance_has_a_guest_since_the_audit_is_kept(
 ):
     n = Node(make_conf, tmp_path / "state")
     n.driver.allocate_mdevs("late", n.alloc((PARENT, 1)))
-    auditor = _auditor(n, make_conf)
+    auditor = beside(n, make_conf)
     inventory, claims, findings = _read(auditor)
     # the instance's guest appears (defined without that device yet)
     n.host.note_guest(Guest("late", "instance-late", ()))
@@ -86,7 +78,7 @@ def test_a_claim_whose_instance_has_a_guest_since_the_audit_is_kept(
 def test_a_stale_claim_still_as_read_is_dropped(make_conf, tmp_path):
     n = Node(make_conf, tmp_path / "state")
     n.driver.allocate_mdevs("gone", n.alloc((PARENT, 1)))
-    auditor = _auditor(n, make_conf)
+    auditor = beside(n, make_conf)
     inventory, claims, findings = _read(auditor)
     assert fix(auditor, inventory, findings, claims) == [
         f"dropped the claim on {FREE_ON_86}"
@@ -98,7 +90,7 @@ def test_an_orphan_claimed_by_the_service_since_the_audit_stays(
     make_conf, tmp_path
 ):
     n = Node(make_conf, tmp_path / "state")
-    auditor = _auditor(n, make_conf, OTHER_TYPE)
+    auditor = beside(n, make_conf, OTHER_TYPE)
     inventory, claims, findings = _read(auditor)
     assert ("orphaned_free_mdev", FREE_ON_86) in {
         (f.kind, f.subject) for f in findings
@@ -111,7 +103,7 @@ def test_an_orphan_claimed_by_the_service_since_the_audit_stays(
 
 def test_an_orphan_a_guest_took_since_the_audit_stays(make_conf, tmp_path):
     n = Node(make_conf, tmp_path / "state")
-    auditor = _auditor(n, make_conf, OTHER_TYPE)
+    auditor = beside(n, make_conf, OTHER_TYPE)
     inventory, claims, findings = _read(auditor)
     n.host.note_guest(Guest("by-hand", "instance-by-hand", (FREE_ON_86,)))
     assert fix(auditor, inventory, findings, claims) == []
@@ -137,7 +129,7 @@ def test_a_free_mdev_a_tool_removed_is_not_reused_after_a_guest_defined(
     assert spawned.id == FREE_ON_86
     [made] = n.driver.allocate_mdevs("other", n.alloc((PARENT, 1)))
     n.driver.release_mdevs("other")  # made is a free mdev of ours now
-    auditor = _auditor(n, make_conf)
+    auditor = beside(n, make_conf)
     assert auditor.binder.remove_free_mdevs([made.id]) == [made.id]
     n.host.note_guest(Guest("spawned", "instance-spawned", (spawned.id,)))
     assert n.driver.guest_defined("spawned") == [spawned.id]
@@ -157,7 +149,7 @@ def test_a_failed_bind_undoes_only_the_claims_that_are_still_its_own(
     from vgpu_driver.exception import DeviceOperationFailed
 
     n = Node(make_conf, tmp_path / "state")
-    other = _auditor(n, make_conf)  # a second process on the same records
+    other = beside(n, make_conf)  # a second process on the same records
     other.update_provider_tree(new_tree(), "node1")
     given = []
 
@@ -200,10 +192,6 @@ def _vf_release(make_conf, state, monkeypatch, dies: bool):
     return n, vf, lambda: hand_back.finish_release(*step)
 
 
-def _vf_types(n: Node) -> dict[str, int]:
-    return {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
-
-
 def test_audit_fix_leaves_a_release_in_flight_to_its_process(
     make_conf, tmp_path, monkeypatch
 ):
@@ -212,16 +200,16 @@ def test_audit_fix_leaves_a_release_in_flight_to_its_process(
     would take the VF while its type is cleared) and the VF is left to
     the releasing thread, which finishes it."""
     n, vf, finish = _vf_release(make_conf, tmp_path, monkeypatch, False)
-    auditor = _auditor(n, make_conf)
+    auditor = beside(n, make_conf)
     inventory, claims, findings = _read(auditor)
     assert ("claim_of_gone_instance", vf.id) in {
         (f.kind, f.subject) for f in findings
     }
     assert fix(auditor, inventory, findings, claims) == []
     assert n.driver.binder.claims()[vf.id]["purpose"] == "release"
-    assert _vf_types(n)[vf.id] != 0
+    assert vf_types_of(n)[vf.id] != 0
     finish()
-    assert _vf_types(n)[vf.id] == 0
+    assert vf_types_of(n)[vf.id] == 0
     assert n.driver.binder.claims() == {}
 
 
@@ -232,12 +220,12 @@ def test_audit_fix_finishes_a_release_cut_short(
     as a start would (the VF's type cleared, the claim gone), where
     dropping the claim would leave the VF typed for a guest gone."""
     n, vf, _ = _vf_release(make_conf, tmp_path, monkeypatch, True)
-    auditor = _auditor(n, make_conf)
+    auditor = beside(n, make_conf)
     inventory, claims, findings = _read(auditor)
     assert fix(auditor, inventory, findings, claims) == [
         f"finished the release of {vf.id}"
     ]
-    assert _vf_types(n)[vf.id] == 0
+    assert vf_types_of(n)[vf.id] == 0
     assert auditor.binder.claims() == {}
 
 
@@ -252,144 +240,3 @@ def test_a_release_claim_is_never_dropped_as_a_gone_instance_s(
     assert n.driver.binder.drop_claims({vf.id: claim}) == []
     assert n.driver.binder.claims()[vf.id] == claim
     finish()
-
-
-def _typed_then_lost(make_conf, state, count: int):
-    """The l40-sriov host, ``count`` instances each bound to a VF this
-    library typed, then every type lost (the driver reloaded): the
-    records still give them. Returns the node and instance -> VF."""
-    n = Node(make_conf, state, "l40-sriov")
-    made = {}
-    k = 0
-    while len(made) < count:
-        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
-        if vf.created:
-            made[f"i{k}"] = vf.id
-        k += 1
-    for address in made.values():
-        n.host.set_vf_type(address, 0)  # behind the library's back
-    return n, made
-
-
-def test_restore_leaves_a_vf_released_since_it_read_the_records(
-    make_conf, tmp_path, monkeypatch
-):
-    """``restore`` read two VFs' recorded types, and once it typed the
-    first the service releases the second's instance (the release drops
-    its recorded type and clears it). Restore then leaves the second:
-    typed again, it would be a typed VF no record names (another
-    manager's to the service, reserved and never reused)."""
-    from vgpu_driver.service import recovery
-
-    n, made = _typed_then_lost(make_conf, tmp_path, 2)
-    first, second = sorted(made.values())
-    owner = next(i for i, a in made.items() if a == second)
-    restorer = _auditor(n, make_conf)
-    inventory = restorer.discover(rescan_guests=True)
-    restore, raced = recovery._restore, []
-
-    def released_after_the_first(ledger, address, number):
-        if raced:
-            return restore(ledger, address, number)
-        done = restore(ledger, address, number)
-        raced.append(n.driver.release_mdevs(owner))
-        return done
-
-    monkeypatch.setattr(recovery, "_restore", released_after_the_first)
-    assert restorer.binder.restore_vf_types(inventory) == [first]
-    assert raced == [[second]]  # the race happened
-    types = _vf_types(n)
-    assert types[first] != 0
-    assert types[second] == 0
-    assert second not in n.driver.binder.vf_types
-
-
-def test_a_bind_takes_the_vf_restore_typed_for_it_meanwhile(
-    make_conf, tmp_path
-):
-    """A bind recorded a VF's type and, before it types the VF,
-    ``restore`` (reading that record) types it: the bind finds the VF
-    typed as it wants and goes on, where a refusal would undo it."""
-    n = Node(make_conf, tmp_path, "l40-sriov")
-    restorer = _auditor(n, make_conf)
-    set_vf_type = n.host.set_vf_type
-    raced = []
-
-    def restored_first(address, number):
-        n.host.set_vf_type = set_vf_type  # once
-        inventory = restorer.discover(rescan_guests=True)
-        raced.extend(restorer.binder.restore_vf_types(inventory))
-        set_vf_type(address, number)
-
-    k = 0
-    while True:
-        n.host.set_vf_type = restored_first
-        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
-        if vf.created:
-            break
-        k += 1
-    assert raced == [vf.id]
-    assert _vf_types(n)[vf.id] != 0
-    assert n.driver.binder.claims()[vf.id]["instance"] == f"i{k}"
-
-
-def test_two_restores_at_once_type_each_vf_once(make_conf, tmp_path):
-    """Two ``restore`` runs read the host before either typed a VF (the
-    boot unit and an operator's): the second finds the VF typed when it
-    comes to it and leaves it, reporting no failure."""
-    n, made = _typed_then_lost(make_conf, tmp_path, 1)
-    [address] = made.values()
-    first, second = _auditor(n, make_conf), _auditor(n, make_conf)
-    read_first = first.discover(rescan_guests=True)
-    read_second = second.discover(rescan_guests=True)
-    assert first.binder.restore_vf_types(read_first) == [address]
-    failed = []
-    assert second.binder.restore_vf_types(read_second, failed) == []
-    assert failed == []
-    assert _vf_types(n)[address] != 0
-
-
-def test_restore_leaves_the_mdev_of_a_guest_deleted_since_it_read(
-    make_conf, tmp_path
-):
-    """After a reboot that kept no mdev, ``restore`` read a guest that
-    needs its mdev made again; before it comes to it the service deletes
-    that instance. The mdev is not made again (an mdev no guest needs,
-    which unused mdevs removed would never have kept); the other guests'
-    are."""
-    n = Node(make_conf, tmp_path / "state")
-    [device] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_85_00_0", 1)))
-    n.host.note_guest(Guest("i1", "instance-1", (device.id,)))
-    n.driver.discover()
-    n.host.reboot(keep_persistent=False)  # no mdev survives
-    restorer = _auditor(n, make_conf)
-    inventory = restorer.discover(rescan_guests=True)
-    others = {u for g in inventory.guests for u in g.mdevs} - {device.id}
-    assert others  # the host's own guests need theirs made again too
-    n.host.forget_guest("i1")  # the service deletes the instance
-    n.driver.guest_undefined("i1")
-    n.driver.release_mdevs("i1")
-    done = restorer.binder.recover(inventory, restorer.seen_mdevs())
-    assert set(done["recreated"]) == others
-    assert done["failed"] == []
-    assert device.id not in n.mdevs()
-    assert others <= set(n.mdevs())
-
-
-def test_two_recoveries_at_once_make_each_gone_mdev_once(make_conf, tmp_path):
-    """After a reboot that kept no mdev, two recoveries read the host
-    before either made anything (a start and ``restore``): the second
-    finds each mdev made again when it comes to it and leaves it,
-    reporting no failure."""
-    n = Node(make_conf, tmp_path / "state")
-    first, second = _auditor(n, make_conf), _auditor(n, make_conf)
-    n.host.reboot(keep_persistent=False)  # no mdev survives
-    read_first = first.discover(rescan_guests=True)
-    read_second = second.discover(rescan_guests=True)
-    needed = {u for g in read_first.guests for u in g.mdevs}
-    assert needed
-    done = first.binder.recover(read_first, first.seen_mdevs())
-    assert set(done["recreated"]) == needed
-    again = second.binder.recover(read_second, second.seen_mdevs())
-    assert (again["recreated"], again["failed"]) == ([], [])
-    assert needed <= set(n.mdevs())

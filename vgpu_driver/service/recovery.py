@@ -18,7 +18,7 @@ from oslo_log import log as logging
 
 from vgpu_driver.exception import VgpuDriverError
 from vgpu_driver.model.claims import SPAWN
-from vgpu_driver.model.device import Guest, HostInventory, Parent
+from vgpu_driver.model.device import Guest, HostInventory, Mdev, Parent
 from vgpu_driver.records.store import StateStoreError
 from vgpu_driver.service import release
 from vgpu_driver.service.ledger import Ledger
@@ -51,12 +51,11 @@ def recover(
         }
     present = {m.uuid: m for m in inventory.mdevs}
     parents = {p.name: p for p in inventory.parents}
-    host = ledger.host
     for guest in inventory.guests:
         for uuid in guest.mdevs:
             mdev = present.get(uuid)
             if mdev is not None and not mdev.active:
-                _try(done, "started", uuid, host.start_mdev, mdev)
+                _try(done, "started", uuid, _start, ledger, mdev)
                 continue
             if mdev is not None:
                 continue
@@ -123,6 +122,18 @@ def _try(
     except VgpuDriverError as exc:
         LOG.error("Recovery of %s failed: %s", name, exc)
         done["failed"].append(name)
+
+
+def _start(ledger: Ledger, mdev: Mdev) -> bool:
+    """Start an mdev only defined, under the lock, unless another (a
+    recovery beside this one) started it since the reading. False: left
+    as it is."""
+    with ledger.locked(view=False):
+        if not ledger.host.has_mdev(mdev.uuid):
+            ledger.host.start_mdev(mdev)
+            return True
+    LOG.info("mdev %s not started: another started it", mdev.uuid)
+    return False
 
 
 def _recreate(

@@ -1,0 +1,177 @@
+"""``vgpu-driver restore`` (and a start's recovery) beside the compute
+service and beside each other: what it read is its plan, and each act
+is checked again under the records' lock (compare-and-act) before the
+host is touched: a VF typed again, an mdev made again or started."""
+
+from __future__ import annotations
+
+from tests.helpers import Node, beside, vf_types_of
+from vgpu_driver.model.device import Guest
+
+L40_PF = "pci_0000_41_00_0"  # l40-sriov
+
+
+def _typed_then_lost(make_conf, state, count: int):
+    """The l40-sriov host, ``count`` instances each bound to a VF this
+    library typed, then every type lost (the driver reloaded): the
+    records still give them. Returns the node and instance -> VF."""
+    n = Node(make_conf, state, "l40-sriov")
+    made = {}
+    k = 0
+    while len(made) < count:
+        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
+        if vf.created:
+            made[f"i{k}"] = vf.id
+        k += 1
+    for address in made.values():
+        n.host.set_vf_type(address, 0)  # behind the library's back
+    return n, made
+
+
+def test_restore_leaves_a_vf_released_since_it_read_the_records(
+    make_conf, tmp_path, monkeypatch
+):
+    """``restore`` read two VFs' recorded types, and once it typed the
+    first the service releases the second's instance (the release drops
+    its recorded type and clears it). Restore then leaves the second:
+    typed again, it would be a typed VF no record names (another
+    manager's to the service, reserved and never reused)."""
+    from vgpu_driver.service import recovery
+
+    n, made = _typed_then_lost(make_conf, tmp_path, 2)
+    first, second = sorted(made.values())
+    owner = next(i for i, a in made.items() if a == second)
+    restorer = beside(n, make_conf)
+    inventory = restorer.discover(rescan_guests=True)
+    restore, raced = recovery._restore, []
+
+    def released_after_the_first(ledger, address, number):
+        if raced:
+            return restore(ledger, address, number)
+        done = restore(ledger, address, number)
+        raced.append(n.driver.release_mdevs(owner))
+        return done
+
+    monkeypatch.setattr(recovery, "_restore", released_after_the_first)
+    assert restorer.binder.restore_vf_types(inventory) == [first]
+    assert raced == [[second]]  # the race happened
+    types = vf_types_of(n)
+    assert types[first] != 0
+    assert types[second] == 0
+    assert second not in n.driver.binder.vf_types
+
+
+def test_a_bind_takes_the_vf_restore_typed_for_it_meanwhile(
+    make_conf, tmp_path
+):
+    """A bind recorded a VF's type and, before it types the VF,
+    ``restore`` (reading that record) types it: the bind finds the VF
+    typed as it wants and goes on, where a refusal would undo it."""
+    n = Node(make_conf, tmp_path, "l40-sriov")
+    restorer = beside(n, make_conf)
+    set_vf_type = n.host.set_vf_type
+    raced = []
+
+    def restored_first(address, number):
+        n.host.set_vf_type = set_vf_type  # once
+        inventory = restorer.discover(rescan_guests=True)
+        raced.extend(restorer.binder.restore_vf_types(inventory))
+        set_vf_type(address, number)
+
+    k = 0
+    while True:
+        n.host.set_vf_type = restored_first
+        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
+        if vf.created:
+            break
+        k += 1
+    assert raced == [vf.id]
+    assert vf_types_of(n)[vf.id] != 0
+    assert n.driver.binder.claims()[vf.id]["instance"] == f"i{k}"
+
+
+def test_two_restores_at_once_type_each_vf_once(make_conf, tmp_path):
+    """Two ``restore`` runs read the host before either typed a VF (the
+    boot unit and an operator's): the second finds the VF typed when it
+    comes to it and leaves it, reporting no failure."""
+    n, made = _typed_then_lost(make_conf, tmp_path, 1)
+    [address] = made.values()
+    first, second = beside(n, make_conf), beside(n, make_conf)
+    read_first = first.discover(rescan_guests=True)
+    read_second = second.discover(rescan_guests=True)
+    assert first.binder.restore_vf_types(read_first) == [address]
+    failed = []
+    assert second.binder.restore_vf_types(read_second, failed) == []
+    assert failed == []
+    assert vf_types_of(n)[address] != 0
+
+
+def test_restore_leaves_the_mdev_of_a_guest_deleted_since_it_read(
+    make_conf, tmp_path
+):
+    """After a reboot that kept no mdev, ``restore`` read a guest that
+    needs its mdev made again; before it comes to it the service deletes
+    that instance. The mdev is not made again (an mdev no guest needs,
+    which unused mdevs removed would never have kept); the other guests'
+    are."""
+    n = Node(make_conf, tmp_path / "state")
+    [device] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_85_00_0", 1)))
+    n.host.note_guest(Guest("i1", "instance-1", (device.id,)))
+    n.driver.discover()
+    n.host.reboot(keep_persistent=False)  # no mdev survives
+    restorer = beside(n, make_conf)
+    inventory = restorer.discover(rescan_guests=True)
+    others = {u for g in inventory.guests for u in g.mdevs} - {device.id}
+    assert others  # the host's own guests need theirs made again too
+    n.host.forget_guest("i1")  # the service deletes the instance
+    n.driver.guest_undefined("i1")
+    n.driver.release_mdevs("i1")
+    done = restorer.binder.recover(inventory, restorer.seen_mdevs())
+    assert set(done["recreated"]) == others
+    assert done["failed"] == []
+    assert device.id not in n.mdevs()
+    assert others <= set(n.mdevs())
+
+
+def test_two_recoveries_at_once_make_each_gone_mdev_once(make_conf, tmp_path):
+    """After a reboot that kept no mdev, two recoveries read the host
+    before either made anything (a start and ``restore``): the second
+    finds each mdev made again when it comes to it and leaves it,
+    reporting no failure."""
+    n = Node(make_conf, tmp_path / "state")
+    first, second = beside(n, make_conf), beside(n, make_conf)
+    n.host.reboot(keep_persistent=False)  # no mdev survives
+    read_first = first.discover(rescan_guests=True)
+    read_second = second.discover(rescan_guests=True)
+    needed = {u for g in read_first.guests for u in g.mdevs}
+    assert needed
+    done = first.binder.recover(read_first, first.seen_mdevs())
+    assert set(done["recreated"]) == needed
+    again = second.binder.recover(read_second, second.seen_mdevs())
+    assert (again["recreated"], again["failed"]) == ([], [])
+    assert needed <= set(n.mdevs())
+
+
+def test_two_recoveries_at_once_start_each_defined_mdev_once(
+    make_conf, tmp_path
+):
+    """After a reboot that left the guests' mdevs only defined, two
+    recoveries read the host before either started one: the second
+    finds each started when it comes to it and leaves it, reporting no
+    failure."""
+    n = Node(make_conf, tmp_path / "state")
+    for k, parent in enumerate(("pci_0000_85_00_0", "pci_0000_86_00_0")):
+        [made] = n.driver.allocate_mdevs(f"i{k}", n.alloc((parent, 1)))
+        n.host.note_guest(Guest(f"i{k}", f"instance-{k}", (made.id,)))
+    first, second = beside(n, make_conf), beside(n, make_conf)
+    n.host.reboot(autostart=False)  # persistent, but only defined now
+    read_first = first.discover(rescan_guests=True)
+    read_second = second.discover(rescan_guests=True)
+    stopped = {m.uuid for m in read_first.mdevs if not m.active}
+    needed = {u for g in read_first.guests for u in g.mdevs} & stopped
+    assert needed
+    done = first.binder.recover(read_first, first.seen_mdevs())
+    assert set(done["started"]) == needed
+    again = second.binder.recover(read_second, second.seen_mdevs())
+    assert (again["started"], again["failed"]) == ([], [])
+    assert all(n.mdevs()[u].active for u in needed)
