@@ -324,32 +324,6 @@ class Node:
         return {m.uuid: m for m in self.host.discover().mdevs}
 
 
-def beside(n: Node, make_conf, config: str | None = None) -> VgpuDriver:
-    """Another process of the library on ``n``'s host and records (an
-    operator's tool), with ``n``'s configuration or ``config``."""
-    conf = make_conf(textwrap.dedent(config or n.description.config))
-    conf.set_override("state_path", n.conf.devices.state_path, "devices")
-    return VgpuDriver(conf, n.host)
-
-
-def vf_types_of(n: Node) -> dict[str, int]:
-    """Each VF of the host's first PF and its vGPU type now."""
-    return {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
-
-
-@contextlib.contextmanager
-def dies_after_recording(driver, monkeypatch):
-    """Inside: the releases ``driver`` records are never carried out
-    (``finish_release`` does nothing); after: its process is dead, as
-    far as the records tell (its carrier's lock let go)."""
-    from vgpu_driver.service import hand_back
-
-    with monkeypatch.context() as patched:
-        patched.setattr(hand_back, "finish_release", lambda *a: None)
-        yield
-    driver.binder.ledger.carrier.let_go()
-
-
 def providers(driver, tree=None, nodename="node1", allocations=None):
     tree = tree or new_tree(nodename)
     driver.update_provider_tree(tree, nodename, allocations=allocations)

@@ -10,8 +10,9 @@ import uuid
 
 import pytest
 
-from tests.helpers import Node, dies_after_recording
+from tests.helpers import Node
 from tests.modelled_libvirt import modelled_host
+from tests.races import dies_after_recording
 from tests.records_helpers import claims_on_disk, seen_on_disk
 from vgpu_driver.model.device import Guest
 from vgpu_driver.records.store import StateStoreError

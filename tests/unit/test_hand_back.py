@@ -8,7 +8,8 @@ import json
 import pytest
 
 from tests import records_helpers
-from tests.helpers import Node, dies_after_recording
+from tests.helpers import Node
+from tests.races import dies_after_recording, vf_release_in_flight, vf_types_of
 from vgpu_driver.model.device import Guest
 from vgpu_driver.records.carriers import CARRIERS
 from vgpu_driver.service import guests, release
@@ -33,22 +34,6 @@ def _mdev_release_cut_short(make_conf, state, monkeypatch):
     claims = records_helpers.claims_on_disk(state)
     assert claims[made.id]["purpose"] == "release"
     return n, made
-
-
-def _vf_release_in_flight(make_conf, state, monkeypatch):
-    """The l40-sriov host, i1 bound to a VF and released: the release
-    recorded, the releasing thread not yet on to the host. Returns the
-    node, the VF and that thread's next step."""
-    from vgpu_driver.service import hand_back
-
-    n = Node(make_conf, state, "l40-sriov")
-    [vf] = n.driver.allocate_mdevs("i1", n.alloc((PF, 1)))
-    late = []
-    with monkeypatch.context() as patched:  # the first thread is slow
-        patched.setattr(hand_back, "finish_release", lambda *a: late.append(a))
-        n.driver.release_mdevs("i1")
-    [step] = late
-    return n, vf, lambda: hand_back.finish_release(*step)
 
 
 def test_a_vf_a_guest_let_go_of_is_cleared_outside_the_lock(
@@ -176,14 +161,14 @@ def test_a_release_in_flight_is_left_to_its_carrier(
     recovery sees the release's carrier alive and leaves it, and its
     binds take another VF. The first thread then finishes it."""
     state = tmp_path / "state"
-    n, vf, finish = _vf_release_in_flight(make_conf, state, monkeypatch)
+    n, vf, finish = vf_release_in_flight(make_conf, state, monkeypatch)
     other = Node(make_conf, state, "l40-sriov", host=n.host)
     assert other.driver.init_host([])["released"] == []
     [again] = other.driver.allocate_mdevs("i2", other.alloc((PF, 1)))
     assert again.id != vf.id
     assert records_helpers.claims_on_disk(state)[vf.id]["purpose"] == "release"
     finish()
-    typed = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    typed = vf_types_of(n)
     assert typed[vf.id] == 0
     assert vf.id not in records_helpers.claims_on_disk(state)
     assert vf.id not in records_helpers.made_on_disk(state)
@@ -197,13 +182,13 @@ def test_a_second_release_of_an_instance_leaves_the_one_in_flight(
     the second finds the first's release in flight and leaves it, so
     the host is changed once, by the first."""
     state = tmp_path / "state"
-    n, vf, finish = _vf_release_in_flight(make_conf, state, monkeypatch)
+    n, vf, finish = vf_release_in_flight(make_conf, state, monkeypatch)
     assert n.driver.release_mdevs("i1") == []
-    typed = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    typed = vf_types_of(n)
     assert typed[vf.id] != 0
     assert records_helpers.claims_on_disk(state)[vf.id]["purpose"] == "release"
     finish()
-    typed = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    typed = vf_types_of(n)
     assert typed[vf.id] == 0
     assert vf.id not in records_helpers.claims_on_disk(state)
 
@@ -260,11 +245,11 @@ def test_a_device_a_guest_let_go_of_is_not_released_twice(
         patched.setattr(hand_back, "finish_release", lambda *a: late.append(a))
         assert n.driver.guest_undefined("i1") == [vf.id]
     assert n.driver.release_mdevs("i1") == []
-    typed = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    typed = vf_types_of(n)
     assert typed[vf.id] != 0
     [step] = late
     hand_back.finish_release(*step)
-    typed = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    typed = vf_types_of(n)
     assert typed[vf.id] == 0
     assert vf.id not in records_helpers.claims_on_disk(state)
 
@@ -288,7 +273,7 @@ def test_a_release_cut_short_in_a_live_process_is_finished_there(
     assert records_helpers.claims_on_disk(state)[vf.id]["purpose"] == "release"
     assert ledger.carrier.carrying == set()
     assert release.finish_interrupted(ledger) == [vf.id]
-    typed = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    typed = vf_types_of(n)
     assert typed[vf.id] == 0
     assert vf.id not in records_helpers.claims_on_disk(state)
 
@@ -302,7 +287,7 @@ def test_a_release_another_finished_and_bound_again_is_left_alone(
     release claim is still there: the VF keeps the new instance's type,
     and the new claim stays."""
     state = tmp_path / "state"
-    n, vf, finish = _vf_release_in_flight(make_conf, state, monkeypatch)
+    n, vf, finish = vf_release_in_flight(make_conf, state, monkeypatch)
     _carrier_file_removed(n, state)
     other = Node(make_conf, state, "l40-sriov", host=n.host)
     assert other.driver.init_host([])["released"] == [vf.id]
@@ -311,7 +296,7 @@ def test_a_release_another_finished_and_bound_again_is_left_alone(
     typed = {v.address: v for v in n.host.discover().pfs[0].vfs}
     assert typed[vf.id].current_type != 0
     finish()  # it goes on
-    now = {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
+    now = vf_types_of(n)
     assert now[vf.id] == typed[vf.id].current_type
     assert records_helpers.claims_on_disk(state)[vf.id]["instance"] == "i2"
 
@@ -326,7 +311,7 @@ def test_a_release_finished_by_another_while_the_host_changes(
     nothing: the new claim stays, and so does the VF among the devices
     the library made (it was made again)."""
     state = tmp_path / "state"
-    n, vf, finish = _vf_release_in_flight(make_conf, state, monkeypatch)
+    n, vf, finish = vf_release_in_flight(make_conf, state, monkeypatch)
     _carrier_file_removed(n, state)
     other = Node(make_conf, state, "l40-sriov", host=n.host)
     clear = n.host.set_vf_type

@@ -8,14 +8,14 @@ and releases hits sooner or later."""
 
 from __future__ import annotations
 
-from tests.helpers import Node, beside, new_tree, vf_types_of
+from tests.helpers import Node, new_tree
+from tests.races import beside, vf_release_in_flight, vf_types_of
 from vgpu_driver.cmd.audit import fix
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.model.audit import audit
 from vgpu_driver.model.device import Guest
 
 PARENT = "pci_0000_86_00_0"  # m10: nvidia-36
-L40_PF = "pci_0000_41_00_0"  # l40-sriov
 FREE_ON_86 = "386818c0-9f18-5b12-8c04-386dbef1b1ab"
 # the auditor's configuration gives 86 another type: FREE_ON_86 is then
 # an orphan to it (a second configuration, or one just changed)
@@ -172,26 +172,6 @@ def test_a_failed_bind_undoes_only_the_claims_that_are_still_its_own(
     assert {k: c["instance"] for k, c in claims.items()} == {FREE_ON_86: "i2"}
 
 
-def _vf_release(make_conf, state, monkeypatch, dies: bool):
-    """The l40-sriov host, i1 bound to a VF and released: the release
-    recorded and not carried out yet (its thread slow), or cut short
-    (``dies``: its process gone). Returns the node, the VF and the slow
-    thread's next step (None when dead)."""
-    from vgpu_driver.service import hand_back
-
-    n = Node(make_conf, state, "l40-sriov")
-    [vf] = n.driver.allocate_mdevs("i1", n.alloc((L40_PF, 1)))
-    late = []
-    with monkeypatch.context() as patched:
-        patched.setattr(hand_back, "finish_release", lambda *a: late.append(a))
-        n.driver.release_mdevs("i1")
-    if dies:
-        n.driver.binder.ledger.carrier.let_go()
-        return n, vf, None
-    [step] = late
-    return n, vf, lambda: hand_back.finish_release(*step)
-
-
 def test_audit_fix_leaves_a_release_in_flight_to_its_process(
     make_conf, tmp_path, monkeypatch
 ):
@@ -199,7 +179,7 @@ def test_audit_fix_leaves_a_release_in_flight_to_its_process(
     finds its claim's instance gone: the claim is not dropped (a bind
     would take the VF while its type is cleared) and the VF is left to
     the releasing thread, which finishes it."""
-    n, vf, finish = _vf_release(make_conf, tmp_path, monkeypatch, False)
+    n, vf, finish = vf_release_in_flight(make_conf, tmp_path, monkeypatch)
     auditor = beside(n, make_conf)
     inventory, claims, findings = _read(auditor)
     assert ("claim_of_gone_instance", vf.id) in {
@@ -219,7 +199,8 @@ def test_audit_fix_finishes_a_release_cut_short(
     """The same release, its process dead: ``audit --fix`` finishes it
     as a start would (the VF's type cleared, the claim gone), where
     dropping the claim would leave the VF typed for a guest gone."""
-    n, vf, _ = _vf_release(make_conf, tmp_path, monkeypatch, True)
+    n, vf, _ = vf_release_in_flight(make_conf, tmp_path, monkeypatch)
+    n.driver.binder.ledger.carrier.let_go()  # its process is gone
     auditor = beside(n, make_conf)
     inventory, claims, findings = _read(auditor)
     assert fix(auditor, inventory, findings, claims) == [
@@ -235,7 +216,7 @@ def test_a_release_claim_is_never_dropped_as_a_gone_instance_s(
     """Asked to drop a release claim as it read it (its instance gone,
     as every release's is), the binder keeps it: a release is finished,
     by its process or a recovery."""
-    n, vf, finish = _vf_release(make_conf, tmp_path, monkeypatch, False)
+    n, vf, finish = vf_release_in_flight(make_conf, tmp_path, monkeypatch)
     claim = n.driver.binder.claims()[vf.id]
     assert n.driver.binder.drop_claims({vf.id: claim}) == []
     assert n.driver.binder.claims()[vf.id] == claim

@@ -5,7 +5,8 @@ host is touched: a VF typed again, an mdev made again or started."""
 
 from __future__ import annotations
 
-from tests.helpers import Node, beside, vf_types_of
+from tests.helpers import Node
+from tests.races import beside, vf_types_of
 from vgpu_driver.model.device import Guest
 
 L40_PF = "pci_0000_41_00_0"  # l40-sriov

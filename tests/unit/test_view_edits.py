@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers import M10_FREE_ON_86, Node
 from tests.modelled_libvirt import modelled_host
+from tests.races import vf_types_of
 from vgpu_driver.exception import DeviceOperationFailed
 from vgpu_driver.model import usage
 
@@ -199,10 +200,6 @@ def _done_but_timed_out(n, monkeypatch, meanwhile=lambda: None):
     monkeypatch.setattr(n.host, "set_vf_type", timed_out)
 
 
-def _vf_types(n):
-    return {v.address: v.current_type for v in n.host.discover().pfs[0].vfs}
-
-
 def test_a_vf_whose_clearing_was_told_failed_but_done_is_typed_again(
     vf_node, monkeypatch
 ):
@@ -217,11 +214,11 @@ def test_a_vf_whose_clearing_was_told_failed_but_done_is_typed_again(
     _done_but_timed_out(n, monkeypatch)
     n.driver.release_mdevs("i1")
     monkeypatch.undo()
-    assert _vf_types(n)[device.id] == 0
+    assert vf_types_of(n)[device.id] == 0
     n.update()
     [again] = n.driver.allocate_mdevs("i2", n.alloc((L40, 1)))
     assert again.id == device.id
-    assert _vf_types(n)[device.id] == 1150
+    assert vf_types_of(n)[device.id] == 1150
 
 
 def _view_types(n):
@@ -237,7 +234,7 @@ def test_a_vf_typed_by_a_bind_and_cleared_behind_it_is_read_so(vf_node):
     assert device.created and _view_types(n)[device.id] == 1150
     n.host.set_vf_type(device.id, 0)  # as another manager writes sysfs
     n.update()
-    assert _view_types(n) == _vf_types(n)
+    assert _view_types(n) == vf_types_of(n)
 
 
 def test_a_vf_typed_by_a_failed_bind_told_not_typed_is_read_so(
@@ -253,7 +250,7 @@ def test_a_vf_typed_by_a_failed_bind_told_not_typed_is_read_so(
         n.driver.allocate_mdevs("i1", n.alloc((L40, 1)))
     monkeypatch.undo()
     n.update()
-    assert _view_types(n) == _vf_types(n)
+    assert _view_types(n) == vf_types_of(n)
 
 
 def test_a_vf_clearing_told_done_that_was_not_done_is_read_so(
@@ -269,9 +266,9 @@ def test_a_vf_clearing_told_done_that_was_not_done_is_read_so(
     monkeypatch.setattr(n.host, "set_vf_type", lambda address, type_id: None)
     n.driver.release_mdevs("i1")
     monkeypatch.undo()
-    assert _vf_types(n)[device.id] == 1150
+    assert vf_types_of(n)[device.id] == 1150
     n.update()
-    assert _view_types(n) == _vf_types(n)
+    assert _view_types(n) == vf_types_of(n)
 
 
 def test_a_stale_mdev_whose_removal_was_told_done_is_read_back(
