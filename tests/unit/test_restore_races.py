@@ -176,3 +176,34 @@ def test_two_recoveries_at_once_start_each_defined_mdev_once(
     again = second.binder.recover(read_second, second.seen_mdevs())
     assert (again["started"], again["failed"]) == ([], [])
     assert all(n.mdevs()[u].active for u in needed)
+
+
+def test_restore_leaves_defined_the_mdev_of_a_guest_deleted_since_it_read(
+    make_conf, tmp_path
+):
+    """After a reboot that left the guests' mdevs only defined,
+    ``restore`` read a guest that needs its mdev started; before it comes
+    to it the service deletes that instance. That mdev is not started
+    (no guest needs it); the other guest's comes back."""
+    n = Node(make_conf, tmp_path / "state")
+    made = {}
+    for k, parent in enumerate(("pci_0000_85_00_0", "pci_0000_86_00_0")):
+        [device] = n.driver.allocate_mdevs(f"i{k}", n.alloc((parent, 1)))
+        n.host.note_guest(Guest(f"i{k}", f"instance-{k}", (device.id,)))
+        made[f"i{k}"] = device.id
+    n.driver.discover()
+    n.host.reboot(autostart=False)  # persistent, but only defined now
+    restorer = beside(n, make_conf)
+    inventory = restorer.discover(rescan_guests=True)
+    [stopped] = [m for m in inventory.mdevs if m.uuid == made["i0"]]
+    assert not stopped.active
+    n.host.forget_guest("i0")  # the service deletes the instance
+    n.driver.guest_undefined("i0")
+    n.driver.release_mdevs("i0")
+    done = restorer.binder.recover(inventory, restorer.seen_mdevs())
+    assert made["i0"] not in done["started"]
+    # (i1's mdev, free before its bind, was not persistent: made again)
+    assert made["i1"] in done["started"] + done["recreated"]
+    assert done["failed"] == []
+    assert n.mdevs()[made["i1"]].active
+    assert not n.mdevs()[made["i0"]].active

@@ -55,7 +55,7 @@ def recover(
         for uuid in guest.mdevs:
             mdev = present.get(uuid)
             if mdev is not None and not mdev.active:
-                _try(done, "started", uuid, _start, ledger, mdev)
+                _try(done, "started", uuid, _start, ledger, guest, mdev)
                 continue
             if mdev is not None:
                 continue
@@ -124,16 +124,27 @@ def _try(
         done["failed"].append(name)
 
 
-def _start(ledger: Ledger, mdev: Mdev) -> bool:
-    """Start an mdev only defined, under the lock, unless another (a
-    recovery beside this one) started it since the reading. False: left
-    as it is."""
+def _start(ledger: Ledger, guest: Guest, mdev: Mdev) -> bool:
+    """Start ``guest``'s mdev only defined, under the lock, unless
+    another (a recovery beside this one) started it since the reading,
+    or the guest's domain, read again, no longer names it (the service
+    deleted it meanwhile). False: left as it is."""
     with ledger.locked(view=False):
-        if not ledger.host.has_mdev(mdev.uuid):
+        if ledger.host.has_mdev(mdev.uuid):
+            why = "another started it"
+        elif not _still_needs(ledger, guest, mdev.uuid):
+            why = f"guest {guest.name} no longer has it"
+        else:
             ledger.host.start_mdev(mdev)
             return True
-    LOG.info("mdev %s not started: another started it", mdev.uuid)
+    LOG.info("mdev %s not started: %s", mdev.uuid, why)
     return False
+
+
+def _still_needs(ledger: Ledger, guest: Guest, uuid: str) -> bool:
+    """Does ``guest``'s domain, read again now, still name mdev ``uuid``?"""
+    now = ledger.host.refresh_guest(guest.uuid)
+    return now is not None and uuid in now.mdevs
 
 
 def _recreate(
@@ -147,9 +158,7 @@ def _recreate(
     with ledger.locked(view=False):
         if ledger.host.has_mdev(uuid):
             why = "another made it again"
-        elif (now := ledger.host.refresh_guest(guest.uuid)) is None or (
-            uuid not in now.mdevs
-        ):
+        elif not _still_needs(ledger, guest, uuid):
             why = f"guest {guest.name} no longer has it"
         else:
             ledger.host.create_mdev(parent, type_id, uuid)
