@@ -81,6 +81,38 @@ def test_the_files_of_carriers_gone_are_swept_at_the_next_hold(tmp_path):
     assert alive.token in left
 
 
+def test_a_carrier_file_being_made_is_left_by_the_sweep(tmp_path):
+    """Another process is making its carrier's file (not yet locked nor
+    renamed) when this one sweeps: the file is its maker's, left, so its
+    rename does not fail."""
+    Carrier(tmp_path).held()
+    making = tmp_path / CARRIERS / ".making-another"
+    making.touch()
+    Carrier(tmp_path).held()
+    assert making.exists()
+
+
+def test_a_carrier_whose_lock_cannot_be_asked_is_taken_as_alive(
+    tmp_path, monkeypatch
+):
+    """Asking for the lock fails for another reason than its being held
+    (``ENOLCK`` where locks run out): its release is left to it, never
+    done twice, and its file stays."""
+    import errno
+
+    from vgpu_driver.records import carriers
+
+    carrier, other = Carrier(tmp_path), Carrier(tmp_path)
+    claim = release_claim(VF, "i1", carrier.held())
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(carriers.fcntl, "flock", no_locks)
+    assert other.in_flight(claim)
+    assert (tmp_path / CARRIERS / carrier.token).exists()
+
+
 def test_without_records_nothing_is_made(tmp_path):
     carrier = Carrier(None)
     claim = release_claim(VF, "i1", carrier.held())
