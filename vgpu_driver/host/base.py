@@ -44,6 +44,12 @@ class Host(Protocol):
         it is not defined."""
         ...
 
+    def known_guest(self, uuid: str) -> Guest | None:
+        """The guest as last read, told or re-read, with every domain
+        event taken so far applied (no host call); None if it is not
+        defined. Only asked once guests were read."""
+        ...
+
     def domain_event(self, uuid: str, defined: bool) -> None:
         """libvirt reported a domain defined or undefined (by anyone):
         applied by the next discovery. Safe from libvirt's event thread."""

@@ -271,6 +271,11 @@ class LibvirtHost:
         with self._lock:
             return self.guests.refresh(uuid)
 
+    def known_guest(self, uuid: str) -> Guest | None:
+        with self._lock:
+            known = self.guests.known
+            return None if known is None else known.get(uuid)
+
     def domain_event(self, uuid: str, defined: bool) -> None:
         """libvirt reported the domain defined (or changed), started or
         stopped, or undefined (``defined`` False), by anyone: the next

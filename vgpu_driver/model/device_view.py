@@ -51,6 +51,9 @@ class DeviceView:
     # card -> nothing (it typed or cleared a VF), since the last reading
     # (one that finds the host as it was says nothing: resync_parents)
     edits: dict[str, set[str]] = dataclasses.field(default_factory=dict)
+    # guests whose devices the binder set from their events or the
+    # caller's calls, since the last reading (see guests.catch_up)
+    guests_ahead: set[str] = dataclasses.field(default_factory=set)
 
     @classmethod
     def empty(cls) -> DeviceView:

@@ -158,6 +158,7 @@ class DeviceBinder:
             # may have ended them already, and saved that
             read = self.ledger.view_ended.items()
             ended = [d for d, instance in read if instance == guest.uuid]
+            self.ledger.view.guests_ahead.add(guest.uuid)
             noted = guests.note(self.ledger, guest)
             if noted:
                 self.ledger.save()
@@ -168,6 +169,7 @@ class DeviceBinder:
         except those still claimed for it (e.g. held across a hard
         reboot). Returns the device ids freed."""
         with self.ledger.locked():
+            self.ledger.view.guests_ahead.add(instance)
             freed = guests.let_go(self.ledger, instance, keep=set())
         self.host.forget_guest(instance)
         return freed

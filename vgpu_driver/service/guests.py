@@ -122,12 +122,52 @@ def apply_changes(ledger: Ledger) -> None:
     :meth:`Ledger.locked`)."""
     ended = []
     for uuid, guest in ledger.host.take_guest_changes():
+        ledger.view.guests_ahead.add(uuid)
         if guest is None:
             let_go(ledger, uuid, keep=set())
         else:
             ended += note(ledger, guest)
     if ended:
         ledger.save()
+
+
+def catch_up(ledger: Ledger, uuids: Iterable[str]) -> None:
+    """After a reading: the guests ``uuids``, whose devices the view set
+    ahead of it (from their events, :func:`apply_changes`, or the
+    caller's ``guest_defined`` and ``guest_undefined``), as the host
+    knows them now. That reading compares each guest with the reading
+    before, not with the view: a guest defined and undefined again in
+    between, or undefined and defined again as it was, reads as no
+    change there, and the view would keep its devices in use (or free
+    while it uses them). Those set ahead since are left to the next
+    reading; only a guest the view holds otherwise takes the records'
+    lock."""
+    host = ledger.host
+    with ledger.lock:  # (the thread lock alone, for the usual case:
+        used = ledger.view.used  # the view set them as the host has them)
+        if all(
+            used.of_guest(uuid) == _devices(host.known_guest(uuid))
+            for uuid in uuids
+        ):
+            return
+    with ledger.locked(view=False):
+        ended = []
+        for uuid in uuids:
+            if uuid in ledger.view.guests_ahead:
+                continue  # set again since: the next reading's
+            guest = host.known_guest(uuid)
+            if guest is None:
+                let_go(ledger, uuid, keep=set())
+            else:
+                ended += note(ledger, guest)
+        if ended:
+            ledger.save()
+
+
+def _devices(guest: Guest | None) -> frozenset[str]:
+    if guest is None:
+        return frozenset()
+    return frozenset((*guest.mdevs, *guest.pci_devices))
 
 
 def let_go(

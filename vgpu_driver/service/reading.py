@@ -33,6 +33,7 @@ from vgpu_driver.records.merged import keep
 from vgpu_driver.records.seen import SeenMdevs
 from vgpu_driver.service import devices
 from vgpu_driver.service.binder import DeviceBinder
+from vgpu_driver.service.guests import catch_up as guest_catch_up
 from vgpu_driver.service.guests import changes as guest_changes
 from vgpu_driver.service.guests import follow as follow_guests
 from vgpu_driver.service.settings import Settings
@@ -95,10 +96,13 @@ class HostReading:
         ledger = self.binder.ledger
         edits: dict[str, set[str]] = {}
         marked: dict[str, object] = {}
-        if ledger.view.edits:  # (one made after this look: the next one)
-            with ledger.lock:  # what the binder changed before this reading
-                view = ledger.view
+        ahead: set[str] = set()
+        view = ledger.view
+        if view.edits or view.guests_ahead:  # (one made after this look:
+            with ledger.lock:  # the next one) what the binder changed
+                view = ledger.view  # before this reading
                 edits, view.edits = view.edits, {}
+                ahead, view.guests_ahead = view.guests_ahead, set()
                 marked = view_edits.marks(view, edits)
         inventory = self.host.discover(
             rescan_guests=rescan, guests=guests, again=again
@@ -106,13 +110,25 @@ class HostReading:
         try:
             taken = self._take_in(inventory, rescan)
         except BaseException:
-            with ledger.lock:  # still to be set by a reading
-                for name, uuids in edits.items():
-                    ledger.view.edits.setdefault(name, set()).update(uuids)
+            self._put_back(edits, ahead)
             raise
         if edits:
             self._resync(inventory, edits, marked)
+        if ahead:
+            if inventory.guests_known:
+                guest_catch_up(ledger, ahead)
+            else:
+                self._put_back({}, ahead)
         return taken
+
+    def _put_back(self, edits: dict[str, set[str]], ahead: set[str]) -> None:
+        """What the binder changed, still to be set by a reading."""
+        ledger = self.binder.ledger
+        with ledger.lock:
+            view = ledger.view
+            for name, uuids in edits.items():
+                view.edits.setdefault(name, set()).update(uuids)
+            view.guests_ahead |= ahead
 
     def _take_in(
         self, inventory: HostInventory, rescan: bool

@@ -126,6 +126,9 @@ class SimulatedHost:
     def take_guest_changes(self) -> list[tuple[str, Guest | None]]:
         return []
 
+    def known_guest(self, uuid: str) -> Guest | None:
+        return self.refresh_guest(uuid)  # (always current: no call)
+
     def refresh_guest(self, uuid: str) -> Guest | None:
         """The guest as defined now (guests here are always current)."""
         with self._lock:

@@ -1,0 +1,117 @@
+"""Guest events the binder takes in between two readings of the host.
+
+An operation on the view (a bind, a look at the free mdevs) first takes
+in the domain events waiting, so it never hands out a device a guest
+just took. The reading after it compares each guest with the last
+reading, not with what the view took in: a guest defined and undefined
+again between two readings (or undefined and defined again as it was)
+reads as no change there. The view must still end as the host is."""
+
+from __future__ import annotations
+
+import random
+
+from tests.random_host import RandomHost
+from vgpu_driver.sim import guest_xml
+
+
+def _host(tmp_path) -> RandomHost:
+    host = RandomHost(random.Random(0), tmp_path)
+    host.driver.update_provider_tree(host.service.tree, "bench")
+    return host
+
+
+def _refresh(host: RandomHost) -> None:
+    host.driver.update_provider_tree(host.service.tree, "bench")
+
+
+def test_a_guest_defined_and_undefined_between_readings_leaves_its_mdev_free(
+    tmp_path,
+):
+    """A guest defined by hand on a free mdev; a look at the free mdevs
+    takes its event in (the mdev in use); the guest is undefined before
+    the next reading: after it the mdev is free again."""
+    host = _host(tmp_path)
+    driver = host.driver
+    host.by_hand_define()
+    [(guest, mdev)] = host.by_hand.items()
+    assert mdev not in driver.free_mdevs()  # its event taken in
+    host.by_hand_undefine()
+    _refresh(host)
+    assert guest not in driver.instance_devices()
+    assert mdev in driver.free_mdevs()
+
+
+def test_a_guest_undefined_and_defined_again_between_readings_keeps_its_mdev(
+    tmp_path,
+):
+    """A guest defined by hand on an mdev, read; it is undefined, a look
+    at the free mdevs takes that in (the mdev free), and it is defined
+    again as it was before the next reading: after it the mdev is in use,
+    never handed out."""
+    host = _host(tmp_path)
+    driver = host.driver
+    host.by_hand_define()
+    [(guest, mdev)] = host.by_hand.items()
+    _refresh(host)
+    assert mdev not in driver.free_mdevs()
+    domain = host.conn.lookupByUUIDString(guest)
+    xml = domain.XMLDesc(0)
+    guest_xml.delete(domain)
+    driver.domain_event(guest, False)
+    assert mdev in driver.free_mdevs()  # its event taken in
+    host.conn.defineXML(xml)
+    driver.domain_event(guest, True)
+    _refresh(host)
+    assert mdev not in driver.free_mdevs()
+    assert guest in driver.instance_devices()
+
+
+def _spawned(host: RandomHost) -> tuple[str, str]:
+    """An instance spawned as Nova spawns (bound, its guest defined and
+    told by ``guest_defined``): its uuid and its mdev."""
+    host.spawn()
+    [(instance, [mdev])] = host.bound.items()
+    assert instance in host.defined
+    return instance, mdev
+
+
+def test_a_guest_gone_behind_nova_after_guest_defined_frees_its_mdev(
+    tmp_path,
+):
+    """``guest_defined`` set the instance's mdev in use; its guest is
+    undefined behind Nova's back (``virsh undefine``) before the next
+    reading: after it the mdev is as a reading of the whole host has it,
+    free."""
+    host = _host(tmp_path)
+    driver = host.driver
+    instance, mdev = _spawned(host)
+    guest_xml.delete(host.conn.lookupByUUIDString(instance))
+    driver.domain_event(instance, False)
+    _refresh(host)
+    assert instance not in driver.instance_devices()
+    assert mdev in driver.free_mdevs()
+
+
+def test_a_guest_defined_again_after_guest_undefined_keeps_its_mdev(
+    tmp_path,
+):
+    """``guest_undefined`` freed the instance's mdev; its guest is
+    defined again as it was before the next reading, and libvirt's
+    events of both come after that: after it the mdev is in use again,
+    never handed out."""
+    host = _host(tmp_path)
+    driver = host.driver
+    instance, mdev = _spawned(host)
+    _refresh(host)
+    domain = host.conn.lookupByUUIDString(instance)
+    xml = domain.XMLDesc(0)
+    guest_xml.delete(domain)
+    driver.guest_undefined(instance)
+    assert mdev in driver.free_mdevs()
+    host.conn.defineXML(xml)
+    driver.domain_event(instance, False)
+    driver.domain_event(instance, True)
+    _refresh(host)
+    assert mdev not in driver.free_mdevs()
+    assert driver.instance_devices()[instance]["in_use"] == [mdev]
