@@ -16,6 +16,7 @@ from benchmarks.common import conf_for, dense
 from benchmarks.service import FREE, Service
 from tests.domains import hand_made_domain_xml
 from vgpu_driver.exception import DeviceCapacityExhausted
+from vgpu_driver.host.domain_xml import parse_guest
 from vgpu_driver.sim import description as hostdesc
 from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.mdev_devices import mdev_xml
@@ -146,6 +147,26 @@ class RandomHost:
             self.driver.domain_event(guest, False)
             del self.by_hand[guest]
             self.done["by_hand_undefine"] += 1
+
+
+def in_use(host: RandomHost) -> dict[str, set[str]]:
+    """Guest uuid -> the mdevs its domain names, read from libvirt
+    itself (no code of the library's)."""
+    found = {}
+    for domain in host.conn.listAllDomains():
+        guest = parse_guest(domain.XMLDesc(0))
+        if guest is not None and guest.mdevs:
+            found[guest.uuid] = set(guest.mdevs)
+    return found
+
+
+def view_in_use(driver) -> dict[str, set[str]]:
+    """Guest uuid -> the mdevs the driver's view has it use."""
+    return {
+        instance: set(held["in_use"])
+        for instance, held in driver.instance_devices().items()
+        if held["in_use"]
+    }
 
 
 def view_agrees(driver):
