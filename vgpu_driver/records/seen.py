@@ -49,26 +49,27 @@ class SeenMdevs:
         """Put ``changes`` on disk (uuid -> where it is, or None: no
         longer seen), with those noted in memory alone so far, merged
         with what other processes saved. Raises StateStoreError if it
-        cannot be written (nothing changes)."""
-        with self._lock:
-            pending = {**self._pending, **changes}
-            if self.file is None:
+        cannot be written (nothing changes). The records' lock is taken
+        before this record's own, as by every thread: a bind holds it
+        when it saves the mdevs seen."""
+        if self.file is None:
+            with self._lock:
+                pending = {**self._pending, **changes}
                 self._pending = {}
                 apply(self._known, changes)
                 apply(self._written, pending)
-                return
-            with self.file.state.locked():
-                self._take_others()
-                written = self._written
-                for uuid in [
-                    u for u, w in pending.items() if written.get(u) == w
-                ]:
-                    del pending[uuid]  # on disk so already
-                if pending:
-                    self.file.write(pending, lambda: _after(written, pending))
-                apply(written, pending)
-                apply(self._known, changes)
-                self._pending = {}
+            return
+        with self.file.state.locked(), self._lock:
+            pending = {**self._pending, **changes}
+            self._take_others()
+            written = self._written
+            for uuid in [u for u, w in pending.items() if written.get(u) == w]:
+                del pending[uuid]  # on disk so already
+            if pending:
+                self.file.write(pending, lambda: _after(written, pending))
+            apply(written, pending)
+            apply(self._known, changes)
+            self._pending = {}
 
     def compact(self) -> bool:
         """Write the record whole as a new snapshot, its journal emptied,
@@ -76,19 +77,18 @@ class SeenMdevs:
         (at a clean stop: a release without the journal then reads it
         all). False: nothing to write. Raises StateStoreError if it
         cannot be written (nothing changes)."""
-        with self._lock:
-            if self.file is None:
+        if self.file is None:
+            return False
+        with self.file.state.locked(), self._lock:  # (as save takes them)
+            self._take_others()
+            pending = self._pending
+            if not pending and self.file.journal.is_empty():
                 return False
-            with self.file.state.locked():
-                self._take_others()
-                pending = self._pending
-                if not pending and self.file.journal.is_empty():
-                    return False
-                written = self._written
-                after = _after(written, pending)
-                self.file.write(pending, lambda: after, compact=True)
-                self._written = after
-                self._pending = {}
+            written = self._written
+            after = _after(written, pending)
+            self.file.write(pending, lambda: after, compact=True)
+            self._written = after
+            self._pending = {}
         return True
 
     def note(self, new: Mapping[str, Where], needed: Iterable[str]) -> None:
