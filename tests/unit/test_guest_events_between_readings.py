@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from tests.random_host import RandomHost
 from vgpu_driver.sim import guest_xml
 
@@ -115,3 +117,43 @@ def test_a_guest_defined_again_after_guest_undefined_keeps_its_mdev(
     _refresh(host)
     assert mdev not in driver.free_mdevs()
     assert driver.instance_devices()[instance]["in_use"] == [mdev]
+
+
+def _undefined_while_read(host: RandomHost, instance: str, monkeypatch):
+    """The instance's guest undefined and ``guest_undefined`` called (as
+    Nova's delete does, in another thread) while a refresh is between
+    reading the host and taking that reading in."""
+    driver, real = host.driver, host.driver.host.discover
+
+    def read_then_delete(**kwargs):
+        reading = real(**kwargs)
+        monkeypatch.setattr(driver.host, "discover", real)
+        guest_xml.delete(host.conn.lookupByUUIDString(instance))
+        driver.domain_event(instance, False)
+        driver.guest_undefined(instance)
+        return reading
+
+    monkeypatch.setattr(driver.host, "discover", read_then_delete)
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_reading_taken_before_guest_undefined_does_not_bring_it_back(
+    tmp_path, monkeypatch, whole
+):
+    """A spawn, then a refresh whose reading (the guest defined) is taken
+    just before Nova's delete undefines the guest and calls
+    ``guest_undefined``, and taken in after: the guest's mdev stays free
+    (were it set in use by the older reading, ``release_mdevs`` would
+    free it again later, whoever had it by then). ``whole``: the reading
+    builds the view whole instead of following it."""
+    host = _host(tmp_path)
+    driver = host.driver
+    instance, mdev = _spawned(host)
+    if whole:  # (the spawn read already: only the view built whole
+        _refresh(host)  # from that reading has the guest again; another
+        host.make()  # manager's mdev makes the reading a new one)
+        driver._refresher.reading._taken = None
+    _undefined_while_read(host, instance, monkeypatch)
+    _refresh(host)
+    assert instance not in driver.instance_devices()
+    assert mdev in driver.free_mdevs()

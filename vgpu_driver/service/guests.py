@@ -105,9 +105,15 @@ def changes(taken: HostInventory, now: HostInventory) -> Diff:
 
 
 def _apply(ledger: Ledger, diff: Diff) -> list[str]:
-    """Guests defined or redefined, and gone: the spawn claims ended."""
+    """Guests defined or redefined, and gone: the spawn claims ended.
+    One the view set since the reading of ``diff`` was taken (its event
+    taken in by a bind, ``guest_defined``...) is newer there than in the
+    reading: left as it is (the next reading catches it up)."""
     ended = []
+    ahead = ledger.view.guests_ahead
     for uuid, before, guest in diff:
+        if uuid in ahead:
+            continue
         had = before.mdevs if before is not None else ()
         if guest is not None:
             ended += note(ledger, guest, had)
@@ -151,17 +157,22 @@ def catch_up(ledger: Ledger, uuids: Iterable[str]) -> None:
         ):
             return
     with ledger.locked(view=False):
-        ended = []
-        for uuid in uuids:
-            if uuid in ledger.view.guests_ahead:
-                continue  # set again since: the next reading's
-            guest = host.known_guest(uuid)
-            if guest is None:
-                let_go(ledger, uuid, keep=set())
-            else:
-                ended += note(ledger, guest)
-        if ended:
-            ledger.save()
+        ahead = ledger.view.guests_ahead
+        if set_as_known(ledger, [u for u in uuids if u not in ahead]):
+            ledger.save()  # (those set again since: the next reading's)
+
+
+def set_as_known(ledger: Ledger, uuids: Iterable[str]) -> list[str]:
+    """The guests ``uuids`` as the host knows them now (inside
+    :meth:`Ledger.locked`, the caller saves): the spawn claims ended."""
+    ended = []
+    for uuid in uuids:
+        guest = ledger.host.known_guest(uuid)
+        if guest is None:
+            let_go(ledger, uuid, keep=set())
+        else:
+            ended += note(ledger, guest)
+    return ended
 
 
 def _devices(guest: Guest | None) -> frozenset[str]:

@@ -199,7 +199,7 @@ class Ledger:
         no claim and records no VF type, nothing is written: the records'
         lock is not taken."""
         with self.peeked():
-            if self.record.made_known:
+            if self.record.made_known and not self.view.guests_ahead:
                 view = DeviceView.of(inventory, self.record.made)
                 if not ended_by_guests(
                     self.claims, view.used
@@ -210,7 +210,14 @@ class Ledger:
                     return
         with self.locked(view=False):
             self.targets = dict(targets)
+            # guests the view set since the reading was taken are newer
+            # than it: set again as the host knows them now
+            ahead = self.view.guests_ahead
             self.take_view(inventory)
+            if ahead:
+                self.view.guests_ahead = ahead
+                if guests.set_as_known(self, ahead):
+                    self.save()
 
     def rebuild_view(self, why: str) -> tuple[Guest, ...]:
         """Read the host again, guests too (inside :meth:`locked`).
