@@ -4,7 +4,7 @@ guest uses what (pure)."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import Any
 
 from vgpu_driver.model import naming
@@ -45,9 +45,8 @@ def held_devices(
         if known is not None:  # an mdev never seen: counted nowhere
             held[known[0]][known[1]] += n
     pci_users = inventory.pci_users()
-    for device_id, parent, type_id in claims:
-        if device_id not in users and device_id not in pci_users:
-            held[parent][type_id] += 1
+    for parent, type_id in claims_holding(inventory, claims, users, pci_users):
+        held[parent][type_id] += 1
     if inventory.has_vf_parents:  # regrouped once per parent
         grouped: dict[str, Counter[str]] = defaultdict(Counter)
         for parent, counts in held.items():
@@ -66,6 +65,42 @@ def held_devices(
         elif address in plain:
             held[plain[address].name][plain[address].type_id] += 1
     return dict(held)
+
+
+def claims_holding(
+    inventory: HostInventory,
+    claims: Iterable[tuple[str, str, str]],
+    users: Container[str],
+    pci_users: Container[str],
+) -> list[tuple[str, str]]:
+    """(parent, type id) of each claim that holds a unit: one whose
+    device no guest uses yet, and that is a device of the host or an
+    mdev its parent still has room for (a bind's claim is recorded
+    before its mdev is made). A claim past that room is a bind whose
+    mdev cannot be made (its view was behind another manager's mdevs):
+    it holds nothing, so no total is raised above what the card holds
+    while it lasts."""
+    holding = []
+    making: Counter[tuple[str, str]] = Counter()
+    present: dict[str, set[str]] = {}  # parent -> its mdevs' uuids
+
+    def made(parent: str, uuid: str) -> bool:
+        if parent not in present:
+            present[parent] = {m.uuid for m in inventory.mdevs_of(parent)}
+        return uuid in present[parent]
+
+    for device_id, parent, type_id in claims:
+        if device_id in users or device_id in pci_users:
+            continue
+        found = inventory.parent(parent)
+        if found is not None and not made(parent, device_id):
+            known = found.type(type_id)
+            room = known.available if known is not None else 0
+            if making[parent, type_id] >= room:
+                continue
+            making[parent, type_id] += 1
+        holding.append((parent, type_id))
+    return holding
 
 
 def guests_matter(

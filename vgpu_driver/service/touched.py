@@ -42,6 +42,7 @@ from vgpu_driver.model.device_changes import touched_parents
 from vgpu_driver.model.foreign import Busy, foreign_on, outside_nova
 from vgpu_driver.model.inventory import ProviderPlan, plan_providers
 from vgpu_driver.model.made import changed
+from vgpu_driver.model.usage import claims_holding
 from vgpu_driver.service.fingerprint import Claimed, RefreshFingerprint
 from vgpu_driver.service.tree_writer import ConfiguredTraits, TreeWriter
 
@@ -219,9 +220,9 @@ def held_on(
         where = seen(uuid)
         if where is not None and where[0] in held:
             held[where[0]][where[1]] += 1
-    for device, parent, type_id in claims:
-        if parent in held and device not in users and device not in pci_users:
-            held[parent][type_id] += 1
+    here = [c for c in claims if c[1] in held]
+    for parent, type_id in claims_holding(now, here, users, pci_users):
+        held[parent][type_id] += 1
     return held
 
 
