@@ -1,0 +1,126 @@
+"""Spawns and deletes in several threads beside the periodic refresh, as
+nova-compute runs them: no thread waits on another for ever, no mdev is
+handed to two live instances, and once all is quiet the view has each
+guest use what its domain names (read from libvirt itself) and a plan of
+the whole host is the plan the refreshes kept. Each failure it found
+(a lock-order hang, an older reading undoing a delete, a claim raising a
+total past the card) has a deterministic test of its own; this one is
+the net for the next."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import traceback
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.domains import hand_made_domain_xml
+from tests.random_host import RandomHost, in_use, tree_figures, view_in_use
+from vgpu_driver.exception import DeviceCapacityExhausted
+from vgpu_driver.sim import guest_xml
+
+WORKERS, ROUNDS = 3, 120
+
+
+class Stress:
+    def __init__(self, host: RandomHost, seed: int) -> None:
+        self.host, self.seed = host, seed
+        self.driver, self.tree = host.driver, host.service.tree
+        self.providers = {
+            p.name: self.tree.data(p.name).uuid for p in self.driver.last_plans
+        }
+        self.lock = threading.Lock()
+        self.live: dict[str, list[str]] = {}  # instance -> its devices
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+
+    def refresher(self) -> None:
+        with self.failing():
+            while not self.stop.is_set():
+                self.driver.update_provider_tree(self.tree, "bench")
+
+    def worker(self, k: int) -> None:
+        rng = random.Random(self.seed * 100 + k)
+        mine: list[str] = []
+        with self.failing():
+            for _round in range(ROUNDS):
+                if mine and rng.random() < 0.45:
+                    self.delete(mine.pop(rng.randrange(len(mine))))
+                else:
+                    self.spawn(rng, mine)
+
+    @contextlib.contextmanager
+    def failing(self) -> Iterator[None]:
+        """A thread's error is the test's."""
+        try:
+            yield
+        except Exception:
+            self.errors.append(traceback.format_exc())
+
+    def spawn(self, rng: random.Random, mine: list[str]) -> None:
+        plans = [p for p in self.driver.last_plans if p.total > p.reserved]
+        if not plans:
+            return
+        plan = rng.choice(plans)
+        instance = str(uuid.UUID(int=rng.getrandbits(128)))
+        wanted = {
+            self.providers[plan.name]: {"resources": {plan.resource_class: 1}}
+        }
+        try:  # (asked past what Placement would allocate, at times)
+            devices = [
+                d.id for d in self.driver.allocate_mdevs(instance, wanted)
+            ]
+        except DeviceCapacityExhausted:
+            return
+        with self.lock:
+            for other, theirs in self.live.items():
+                if set(theirs) & set(devices):
+                    self.errors.append(
+                        f"{devices} bound to {other} and {instance}"
+                    )
+            self.live[instance] = devices
+        mine.append(instance)
+        xml = hand_made_domain_xml(instance, instance[:8], devices, nova=True)
+        self.host.conn.defineXML(xml)
+        self.driver.domain_event(instance, True)
+        self.driver.guest_defined(instance)
+
+    def delete(self, instance: str) -> None:
+        with self.lock:  # its devices may go to another from here on
+            del self.live[instance]
+        guest_xml.delete(self.host.conn.lookupByUUIDString(instance))
+        self.driver.domain_event(instance, False)
+        self.driver.guest_undefined(instance)
+        self.driver.release_mdevs(instance)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_spawns_and_deletes_in_threads_beside_the_refresh(tmp_path, seed):
+    host = RandomHost(random.Random(seed), tmp_path)
+    stress = Stress(host, seed)
+    refresher = threading.Thread(target=stress.refresher, daemon=True)
+    workers = [
+        threading.Thread(target=stress.worker, args=(k,), daemon=True)
+        for k in range(WORKERS)
+    ]
+    refresher.start()
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join(timeout=60)
+    stress.stop.set()
+    refresher.join(timeout=60)
+    assert not any(t.is_alive() for t in [refresher, *workers]), "hung"
+    assert stress.errors == []
+    driver, tree = stress.driver, stress.tree
+    driver.update_provider_tree(tree, "bench")
+    assert view_in_use(driver) == in_use(host)
+    plans, providers = list(driver.last_plans), tree_figures(tree)
+    driver._refresher._fingerprint = None  # plan the whole host
+    driver.update_provider_tree(tree, "bench")
+    assert driver.last_plans == plans
+    assert tree_figures(tree) == providers
