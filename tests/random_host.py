@@ -55,6 +55,19 @@ class RandomHost:
         self.by_hand: dict[str, str] = {}  # guest defined by hand -> mdev
         self.done: Counter[str] = Counter()  # what happened, how often
 
+    def happenings(self) -> list:
+        """What may happen next, each as likely."""
+        return [
+            self.make,
+            self.gone,
+            self.bind,
+            self.define,
+            self.release,
+            self.spawn,
+            self.by_hand_define,
+            self.by_hand_undefine,
+        ]
+
     def uuid(self) -> str:
         return str(uuid.UUID(int=self.rng.getrandbits(128)))
 

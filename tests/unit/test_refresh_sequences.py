@@ -28,16 +28,7 @@ def test_a_refresh_of_the_parents_changed_is_a_refresh_of_the_host(
     rng = random.Random(seed)
     host = RandomHost(rng, tmp_path, making)
     driver, tree = host.driver, host.service.tree
-    happenings = [
-        host.make,
-        host.gone,
-        host.bind,
-        host.define,
-        host.release,
-        host.spawn,
-        host.by_hand_define,
-        host.by_hand_undefine,
-    ]
+    happenings = host.happenings()
     compared = 0
     for _step in range(60):
         happening = rng.choice(happenings)

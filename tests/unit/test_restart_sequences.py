@@ -52,16 +52,7 @@ def _restored(host: RandomHost) -> None:
 def test_the_view_is_the_host_s_through_restarts_and_restores(tmp_path, seed):
     rng = random.Random(seed)
     host = RandomHost(rng, tmp_path, making=seed % 2 == 1)
-    happenings = [
-        host.make,
-        host.gone,
-        host.bind,
-        host.define,
-        host.release,
-        host.spawn,
-        host.by_hand_define,
-        host.by_hand_undefine,
-    ]
+    happenings = host.happenings()
     if rng.random() < 0.5:
         happenings.append(lambda: _restored(host))
     refreshes = 0
