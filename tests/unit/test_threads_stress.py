@@ -10,6 +10,7 @@ the net for the next."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import threading
 import traceback
@@ -22,6 +23,12 @@ from tests.domains import hand_made_domain_xml
 from tests.random_host import RandomHost, in_use, tree_figures, view_in_use
 from vgpu_driver.exception import DeviceCapacityExhausted
 from vgpu_driver.sim import guest_xml
+from vgpu_driver.sim.mdev_devices import (
+    ExistingMdev,
+    ModelledMdev,
+    ModelledParent,
+)
+from vgpu_driver.sim.mdev_libvirt import MdevConnection
 
 WORKERS, ROUNDS = 3, 120
 
@@ -98,9 +105,38 @@ class Stress:
         self.driver.release_mdevs(instance)
 
 
-@pytest.mark.parametrize("seed", range(8))
-def test_spawns_and_deletes_in_threads_beside_the_refresh(tmp_path, seed):
-    host = RandomHost(random.Random(seed), tmp_path)
+def _thread_safe_model(monkeypatch) -> None:
+    """libvirt answers calls from many threads; the model of its mdev
+    calls (:mod:`vgpu_driver.sim.mdev_libvirt`) does so under one lock."""
+    lock = threading.RLock()
+
+    def locked(call):
+        @functools.wraps(call)
+        def under_lock(*args, **kwargs):
+            with lock:
+                return call(*args, **kwargs)
+
+        return under_lock
+
+    for cls in (MdevConnection, ModelledMdev, ExistingMdev, ModelledParent):
+        for name, member in list(vars(cls).items()):
+            if callable(member) and (
+                not name.startswith("__") or name == "__getattr__"
+            ):
+                monkeypatch.setattr(cls, name, locked(member))
+
+
+@pytest.mark.parametrize(
+    ("seed", "making"),
+    [(s, False) for s in range(6)] + [(s, True) for s in range(4)],
+)
+def test_spawns_and_deletes_in_threads_beside_the_refresh(
+    tmp_path, monkeypatch, seed, making
+):
+    """``making``: no free mdev; each bind makes its mdev, each release
+    removes it."""
+    _thread_safe_model(monkeypatch)
+    host = RandomHost(random.Random(seed), tmp_path, making)
     stress = Stress(host, seed)
     refresher = threading.Thread(target=stress.refresher, daemon=True)
     workers = [
