@@ -13,6 +13,7 @@ import random
 
 import pytest
 
+from tests.domains import hand_made_domain_xml
 from tests.random_host import RandomHost
 from vgpu_driver.sim import guest_xml
 
@@ -157,3 +158,39 @@ def test_a_reading_taken_before_guest_undefined_does_not_bring_it_back(
     _refresh(host)
     assert instance not in driver.instance_devices()
     assert mdev in driver.free_mdevs()
+
+
+def test_a_view_built_from_a_newer_reading_is_not_replaced_by_an_older_one(
+    tmp_path, monkeypatch
+):
+    """A refresh reads the host; before it takes that reading in, a
+    spawn's guest is defined, another process writes the records, and a
+    bind in another thread builds the view again from a newer reading
+    (the spawn's guest using its mdev, its claim ended there). The
+    refresh's older reading (no such guest, no claim) must not replace
+    that view: the mdev would be free, and handed out again."""
+    host = _host(tmp_path)
+    driver = host.driver
+    host.bind()
+    [(instance, [mdev])] = host.bound.items()
+    host.make()  # (another manager's mdev: a new reading, taken whole)
+    driver._refresher.reading._taken = None
+    real = driver.host.discover
+
+    def read_then_spawn_beside(**kwargs):
+        reading = real(**kwargs)
+        monkeypatch.setattr(driver.host, "discover", real)
+        xml = hand_made_domain_xml(instance, instance[:8], [mdev], nova=True)
+        host.conn.defineXML(xml)
+        driver.domain_event(instance, True)
+        other = host.service._new(None, host.conn)[0].binder.ledger
+        with other.locked(view=False):
+            other.save()  # another process wrote the records
+        other.carrier.let_go()
+        host.bind()  # builds the view again: the guest has the mdev
+        return reading
+
+    monkeypatch.setattr(driver.host, "discover", read_then_spawn_beside)
+    _refresh(host)
+    assert mdev not in driver.free_mdevs()
+    assert driver.instance_devices()[instance]["in_use"] == [mdev]

@@ -110,9 +110,10 @@ class DeviceBinder:
 
     def refresh(
         self, inventory: HostInventory, targets: Mapping[str, Target]
-    ) -> None:
-        """Take a new reading of the host and of the providers."""
-        self.ledger.refresh(inventory, targets)
+    ) -> bool:
+        """Take a new reading of the host and of the providers (False:
+        the view is from a newer one, and stays)."""
+        return self.ledger.refresh(inventory, targets)
 
     def set_targets(self, targets: Mapping[str, Target]) -> None:
         """What each provider stands for (after the tree is updated)."""

@@ -72,6 +72,8 @@ class Ledger:
         self.targets: dict[str, Target] = {}
         self.lock = threading.RLock()
         self._has_view = False  # a reading with guests was taken
+        # the generation of the reading the view was last built from
+        self.view_generation = -1
         self._depth = 0  # nested locked() of this thread
         # per thread: None outside a pass (see one_look), else whether a
         # read in it found the records current
@@ -193,12 +195,17 @@ class Ledger:
 
     def refresh(
         self, inventory: HostInventory, targets: Mapping[str, Target]
-    ) -> None:
+    ) -> bool:
         """Take a new reading of the host and of the providers. When the
         records are as this process last read them and the reading ends
         no claim and records no VF type, nothing is written: the records'
-        lock is not taken."""
+        lock is not taken. False: the view was built meanwhile from a
+        newer reading (another thread's, after another process changed
+        the records), which is kept."""
         with self.peeked():
+            if inventory.generation < self.view_generation:
+                self.targets = dict(targets)
+                return False
             if self.record.made_known and not self.view.guests_ahead:
                 view = DeviceView.of(inventory, self.record.made)
                 if not ended_by_guests(
@@ -207,9 +214,12 @@ class Ledger:
                     self.targets = dict(targets)
                     self._has_view, self.record.stale = True, False
                     self.view = view
-                    return
+                    self.view_generation = inventory.generation
+                    return True
         with self.locked(view=False):
             self.targets = dict(targets)
+            if inventory.generation < self.view_generation:
+                return False
             # guests the view set since the reading was taken are newer
             # than it: set again as the host knows them now
             ahead = self.view.guests_ahead
@@ -218,6 +228,7 @@ class Ledger:
                 self.view.guests_ahead = ahead
                 if guests.set_as_known(self, ahead):
                     self.save()
+        return True
 
     def rebuild_view(self, why: str) -> tuple[Guest, ...]:
         """Read the host again, guests too (inside :meth:`locked`).
@@ -239,7 +250,10 @@ class Ledger:
                 "manager makes from now on is left alone",
                 len(self.record.made),
             )
+        ahead = self.view.guests_ahead  # (kept: see guests.catch_up)
         self.view = DeviceView.of(inventory, self.record.made)
+        self.view.guests_ahead = ahead
+        self.view_generation = inventory.generation
         # a spawn claim ends when the guest's domain has the device
         ended = self.where_kept(ended_by_guests(self.claims, self.view.used))
         for device_id in ended:

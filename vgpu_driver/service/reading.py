@@ -169,10 +169,11 @@ class HostReading:
             )
             if not saved:
                 self._last_generation = None  # the next discovery retries
-            self.binder.refresh(inventory, self.targets())
+            took = self.binder.refresh(inventory, self.targets())
             # what the view was built from (none: the next reading builds
-            # it again, as it retries the save)
-            self._taken = inventory if saved else None
+            # it again, as it retries the save, or as the view is from a
+            # newer reading another thread took)
+            self._taken = inventory if saved and took else None
         return inventory
 
     def _resync(
@@ -209,6 +210,9 @@ class HostReading:
         names, then the guests it says changed with them (a spawn whose
         bind made its mdev), or its guests alone. False: take ``now``
         whole."""
+        if now.generation < self.binder.ledger.view_generation:
+            return False  # the view is from a newer reading (another
+            # thread's): this one is not followed into it
         touched = touched_parents(taken, now)
         if touched is not None:
             if not devices.follow(
