@@ -10,6 +10,7 @@ reads as no change there. The view must still end as the host is."""
 from __future__ import annotations
 
 import random
+import uuid
 
 import pytest
 
@@ -194,3 +195,40 @@ def test_a_view_built_from_a_newer_reading_is_not_replaced_by_an_older_one(
     _refresh(host)
     assert mdev not in driver.free_mdevs()
     assert driver.instance_devices()[instance]["in_use"] == [mdev]
+
+
+def test_a_reading_older_than_a_claim_another_process_ended_is_not_taken(
+    tmp_path, monkeypatch
+):
+    """A refresh reads the host; before it takes that reading in, a
+    spawn's guest is defined (its event not come yet) and another process
+    (``restore``) reads the host and ends the spawn's claim, as the guest
+    now has the mdev. The older reading has no such guest: taken in with
+    the claims as they are now, the mdev would be neither in use nor
+    claimed, and free for the next bind."""
+    host = _host(tmp_path)
+    driver = host.driver
+    host.bind()
+    [(instance, [mdev])] = host.bound.items()
+    host.make()  # (another manager's mdev: a new reading, taken whole)
+    driver._refresher.reading._taken = None
+    real = driver.host.discover
+
+    def read_then_restore_beside(**kwargs):
+        reading = real(**kwargs)
+        monkeypatch.setattr(driver.host, "discover", real)
+        xml = hand_made_domain_xml(instance, instance[:8], [mdev], nova=True)
+        host.conn.defineXML(xml)
+        driver.guest_undefined(str(uuid.uuid4()))  # (a call on another
+        # instance: the reading is then taken in under the records' lock)
+        tool = host.service._new(None, host.conn)[0]
+        tool.discover(rescan_guests=True)  # ends the claim: the guest has it
+        tool.binder.ledger.carrier.let_go()
+        return reading
+
+    monkeypatch.setattr(driver.host, "discover", read_then_restore_beside)
+    _refresh(host)
+    assert instance not in [
+        c["instance"] for c in driver.binder.claims().values()
+    ]
+    assert mdev not in driver.free_mdevs()

@@ -206,7 +206,11 @@ class Ledger:
             if inventory.generation < self.view_generation:
                 self.targets = dict(targets)
                 return False
-            if self.record.made_known and not self.view.guests_ahead:
+            if (
+                self.record.made_known
+                and not self.view.guests_ahead
+                and not self.record.stale
+            ):
                 view = DeviceView.of(inventory, self.record.made)
                 if not ended_by_guests(
                     self.claims, view.used
@@ -219,6 +223,13 @@ class Ledger:
         with self.locked(view=False):
             self.targets = dict(targets)
             if inventory.generation < self.view_generation:
+                return False
+            if self.record.stale:
+                # another process wrote the records since the view: they
+                # may be newer than the reading (a claim it ended for a
+                # guest the reading does not have yet), so the host is
+                # read again under their lock
+                self.rebuild_view("another process changed the claims")
                 return False
             # guests the view set since the reading was taken are newer
             # than it: set again as the host knows them now
