@@ -126,19 +126,41 @@ def _thread_safe_model(monkeypatch) -> None:
                 monkeypatch.setattr(cls, name, locked(member))
 
 
+def _restoring(stress: Stress) -> None:
+    """``vgpu-driver restore`` run again and again beside the service
+    (another process on the same records and host)."""
+    host = stress.host
+    with stress.failing():
+        while not stress.stop.is_set():
+            tool = host.service._new(None, host.conn)[0]
+            reading = tool.discover(rescan_guests=True)
+            done = tool.binder.recover(reading, tool.seen_mdevs())
+            tool.binder.ledger.carrier.let_go()
+            if done["failed"]:
+                stress.errors.append(f"restore failed: {done}")
+
+
 @pytest.mark.parametrize(
-    ("seed", "making"),
-    [(s, False) for s in range(6)] + [(s, True) for s in range(4)],
+    ("seed", "making", "restore"),
+    [(s, False, False) for s in range(6)]
+    + [(s, True, False) for s in range(4)]
+    + [(s, False, True) for s in range(6)],
 )
 def test_spawns_and_deletes_in_threads_beside_the_refresh(
-    tmp_path, monkeypatch, seed, making
+    tmp_path, monkeypatch, seed, making, restore
 ):
     """``making``: no free mdev; each bind makes its mdev, each release
-    removes it."""
+    removes it. ``restore``: run again and again beside it all."""
     _thread_safe_model(monkeypatch)
     host = RandomHost(random.Random(seed), tmp_path, making)
     stress = Stress(host, seed)
     refresher = threading.Thread(target=stress.refresher, daemon=True)
+    others = [refresher]
+    if restore:
+        others.append(
+            threading.Thread(target=_restoring, args=(stress,), daemon=True)
+        )
+        others[-1].start()
     workers = [
         threading.Thread(target=stress.worker, args=(k,), daemon=True)
         for k in range(WORKERS)
@@ -149,8 +171,9 @@ def test_spawns_and_deletes_in_threads_beside_the_refresh(
     for thread in workers:
         thread.join(timeout=60)
     stress.stop.set()
-    refresher.join(timeout=60)
-    assert not any(t.is_alive() for t in [refresher, *workers]), "hung"
+    for thread in others:
+        thread.join(timeout=60)
+    assert not any(t.is_alive() for t in [*others, *workers]), "hung"
     assert stress.errors == []
     driver, tree = stress.driver, stress.tree
     driver.update_provider_tree(tree, "bench")
