@@ -161,6 +161,32 @@ def test_a_reading_taken_before_guest_undefined_does_not_bring_it_back(
     assert mdev in driver.free_mdevs()
 
 
+def _read_then(host: RandomHost, monkeypatch, beside) -> tuple[str, str]:
+    """An instance bound (its claim recorded), then a refresh that reads
+    the host (a new reading, taken whole) and, before it takes that
+    reading in, has the instance's guest defined and ``beside()`` run
+    (as other threads and processes would meanwhile). Returns the
+    instance and its mdev."""
+    driver = host.driver
+    host.bind()
+    [(instance, [mdev])] = host.bound.items()
+    host.make()  # (another manager's mdev: a new reading, taken whole)
+    driver._refresher.reading._taken = None
+    real = driver.host.discover
+
+    def read_then_beside(**kwargs):
+        reading = real(**kwargs)
+        monkeypatch.setattr(driver.host, "discover", real)
+        xml = hand_made_domain_xml(instance, instance[:8], [mdev], nova=True)
+        host.conn.defineXML(xml)
+        beside(instance)
+        return reading
+
+    monkeypatch.setattr(driver.host, "discover", read_then_beside)
+    _refresh(host)
+    return instance, mdev
+
+
 def test_a_view_built_from_a_newer_reading_is_not_replaced_by_an_older_one(
     tmp_path, monkeypatch
 ):
@@ -172,27 +198,16 @@ def test_a_view_built_from_a_newer_reading_is_not_replaced_by_an_older_one(
     that view: the mdev would be free, and handed out again."""
     host = _host(tmp_path)
     driver = host.driver
-    host.bind()
-    [(instance, [mdev])] = host.bound.items()
-    host.make()  # (another manager's mdev: a new reading, taken whole)
-    driver._refresher.reading._taken = None
-    real = driver.host.discover
 
-    def read_then_spawn_beside(**kwargs):
-        reading = real(**kwargs)
-        monkeypatch.setattr(driver.host, "discover", real)
-        xml = hand_made_domain_xml(instance, instance[:8], [mdev], nova=True)
-        host.conn.defineXML(xml)
+    def spawn_beside(instance: str) -> None:
         driver.domain_event(instance, True)
         other = host.service._new(None, host.conn)[0].binder.ledger
         with other.locked(view=False):
             other.save()  # another process wrote the records
         other.carrier.let_go()
         host.bind()  # builds the view again: the guest has the mdev
-        return reading
 
-    monkeypatch.setattr(driver.host, "discover", read_then_spawn_beside)
-    _refresh(host)
+    instance, mdev = _read_then(host, monkeypatch, spawn_beside)
     assert mdev not in driver.free_mdevs()
     assert driver.instance_devices()[instance]["in_use"] == [mdev]
 
@@ -208,27 +223,16 @@ def test_a_reading_older_than_a_claim_another_process_ended_is_not_taken(
     claimed, and free for the next bind."""
     host = _host(tmp_path)
     driver = host.driver
-    host.bind()
-    [(instance, [mdev])] = host.bound.items()
-    host.make()  # (another manager's mdev: a new reading, taken whole)
-    driver._refresher.reading._taken = None
-    real = driver.host.discover
 
-    def read_then_restore_beside(**kwargs):
-        reading = real(**kwargs)
-        monkeypatch.setattr(driver.host, "discover", real)
-        xml = hand_made_domain_xml(instance, instance[:8], [mdev], nova=True)
-        host.conn.defineXML(xml)
-        driver.guest_undefined(str(uuid.uuid4()))  # (a call on another
-        # instance: the reading is then taken in under the records' lock)
+    def restore_beside(_instance: str) -> None:
+        # a call on another instance: the reading is then taken in under
+        # the records' lock
+        driver.guest_undefined(str(uuid.uuid4()))
         tool = host.service._new(None, host.conn)[0]
         tool.discover(rescan_guests=True)  # ends the claim: the guest has it
         tool.binder.ledger.carrier.let_go()
-        return reading
 
-    monkeypatch.setattr(driver.host, "discover", read_then_restore_beside)
-    _refresh(host)
-    assert instance not in [
-        c["instance"] for c in driver.binder.claims().values()
-    ]
+    instance, mdev = _read_then(host, monkeypatch, restore_beside)
+    claimed_for = [c["instance"] for c in driver.binder.claims().values()]
+    assert instance not in claimed_for
     assert mdev not in driver.free_mdevs()
