@@ -231,14 +231,12 @@ class Ledger:
                 # read again under their lock
                 self.rebuild_view("another process changed the claims")
                 return False
-            # guests the view set since the reading was taken are newer
+            self.take_view(inventory)  # (the guests set ahead kept)
+            # those the view set since the reading was taken are newer
             # than it: set again as the host knows them now
             ahead = self.view.guests_ahead
-            self.take_view(inventory)
-            if ahead:
-                self.view.guests_ahead = ahead
-                if guests.set_as_known(self, ahead):
-                    self.save()
+            if ahead and guests.set_as_known(self, ahead):
+                self.save()
         return True
 
     def rebuild_view(self, why: str) -> tuple[Guest, ...]:
