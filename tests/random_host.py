@@ -35,15 +35,20 @@ class RandomHost:
     """What happens on the host, at random."""
 
     def __init__(
-        self, rng: random.Random, tmp: Path, making: bool = False
+        self,
+        rng: random.Random,
+        tmp: Path,
+        making: bool = False,
+        remove_unused: bool = False,
     ) -> None:
         """``making``: no free mdev, and those released removed (each
-        bind makes its mdev, each release removes it)."""
+        bind makes its mdev, each release removes it). ``remove_unused``:
+        the free mdevs there, those released removed."""
         description = dense(2, 4 if making else 6 + FREE, 4)
         uri, sysfs = hostdesc.materialize(description, tmp)
         self.conn = MdevConnection(uri, description, sysfs=Path(sysfs))
         conf = conf_for(description.config, tmp)
-        if making:
+        if making or remove_unused:
             conf.set_override("remove_unused_mdevs", True, "devices")
         self.service = Service(uri, sysfs, conf, tmp, conn=self.conn)
         self.driver = self.service.driver

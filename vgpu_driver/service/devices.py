@@ -20,6 +20,7 @@ from vgpu_driver.model.view_follow import (
 )
 from vgpu_driver.records.merged import keep
 from vgpu_driver.records.seen import SeenMdevs, Where
+from vgpu_driver.service.guests import may_follow
 
 if TYPE_CHECKING:
     from vgpu_driver.service.ledger import Ledger
@@ -40,8 +41,9 @@ def follow(
     host said changed with them are followed after, by the caller).
     False, with nothing done, for an mdev whose parent is not listed, a
     typed VF a guest uses whose type is not recorded (the full path
-    records it), before the library took stock of the host, and when the
-    mdevs seen cannot be saved."""
+    records it), before the library took stock of the host, when the
+    mdevs seen cannot be saved, and when the view is from a newer
+    reading than ``now`` (see :func:`~.guests.may_follow`)."""
     parents = [name for name in touched if now.parent(name) is not None]
     cards = [name for name in touched if now.pf(name) is not None]
     if len(parents) + len(cards) != len(touched):
@@ -66,6 +68,8 @@ def follow(
     if not keep("the mdevs seen", lambda: seen.change(added, gone, users)):
         return False  # the full path retries the save
     with ledger.peeked():
+        if not may_follow(ledger, now.generation):
+            return False
         made = ledger.record.made
         follow_parents(ledger.view, taken, now, parents, made)
         follow_cards(ledger.view, now, cards, made)

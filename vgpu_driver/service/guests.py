@@ -58,19 +58,34 @@ def note(
     return ended
 
 
-def follow(ledger: Ledger, diff: Diff) -> bool:
+def may_follow(ledger: Ledger, generation: int) -> bool:
+    """May the view follow a reading of ``generation`` (inside the
+    ledger's lock, in the same hold as the view is changed)? Not when
+    the view is from a newer reading: one another thread read later and
+    took in first, or one a bind built the view again from meanwhile.
+    If it may, the view is from that reading from then on."""
+    if generation < ledger.view_generation:
+        return False
+    ledger.view_generation = generation
+    return True
+
+
+def follow(ledger: Ledger, diff: Diff, generation: int) -> bool:
     """The view, built from or following a reading of the host, follows
     a reading of the same devices whose guests changed (``diff``, from
-    :func:`changes`): each guest defined, redefined or gone is applied
-    alone (as its domain event would be). False, with nothing done, when
-    a changed guest has a PCI device (its VF's type is recorded by a full
-    rebuild)."""
+    :func:`changes`; ``generation``, the reading's): each guest defined,
+    redefined or gone is applied alone (as its domain event would be).
+    False, with nothing done, when a changed guest has a PCI device (its
+    VF's type is recorded by a full rebuild), and when the view is from
+    a newer reading (see :func:`may_follow`)."""
     if any(
         g.pci_devices for _uuid, *pair in diff for g in pair if g is not None
     ):
         return False
     touched = {uuid for uuid, _before, _now in diff}
     with ledger.peeked():
+        if not may_follow(ledger, generation):
+            return False
         # nothing to record (no claim of theirs ends or is made, no
         # device to remove): the view follows under the thread lock alone
         if not ledger.remove_unused and not any(
@@ -79,6 +94,8 @@ def follow(ledger: Ledger, diff: Diff) -> bool:
             _apply(ledger, diff)
             return True
     with ledger.locked():
+        if not may_follow(ledger, generation):
+            return False
         if _apply(ledger, diff):
             ledger.save()
     return True

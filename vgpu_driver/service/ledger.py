@@ -72,7 +72,8 @@ class Ledger:
         self.targets: dict[str, Target] = {}
         self.lock = threading.RLock()
         self._has_view = False  # a reading with guests was taken
-        # the generation of the reading the view was last built from
+        # the generation of the reading the view was last built from or
+        # followed (see guests.may_follow)
         self.view_generation = -1
         self._depth = 0  # nested locked() of this thread
         # per thread: None outside a pass (see one_look), else whether a

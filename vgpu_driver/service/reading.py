@@ -144,6 +144,12 @@ class HostReading:
                 # current by its own binds, stays (but for those the
                 # host undid since: see _resync)
                 return inventory
+            if inventory.generation < self.binder.ledger.view_generation:
+                # read before the one the view is from (another thread's,
+                # taken in first): nothing of it is newer. (A first look:
+                # the view changes only where it is looked again, under
+                # the ledger's lock; see guests.may_follow.)
+                return inventory
             self._last_generation = inventory.generation
             if not inventory.guests_known:
                 return inventory
@@ -210,9 +216,6 @@ class HostReading:
         names, then the guests it says changed with them (a spawn whose
         bind made its mdev), or its guests alone. False: take ``now``
         whole."""
-        if now.generation < self.binder.ledger.view_generation:
-            return False  # the view is from a newer reading (another
-            # thread's): this one is not followed into it
         touched = touched_parents(taken, now)
         if touched is not None:
             if not devices.follow(
@@ -236,4 +239,4 @@ class HostReading:
         }
         if not keep("the mdevs seen", lambda: seen.remember(where)):
             return False  # the full path retries the save
-        return follow_guests(self.binder.ledger, diff)
+        return follow_guests(self.binder.ledger, diff, now.generation)
