@@ -45,7 +45,10 @@ def held_devices(
         if known is not None:  # an mdev never seen: counted nowhere
             held[known[0]][known[1]] += n
     pci_users = inventory.pci_users()
-    for parent, type_id in claims_holding(inventory, claims, users, pci_users):
+    absent = [seen[u] for u in inventory.absent_in_use() if u in seen]
+    for parent, type_id in claims_holding(
+        inventory, claims, users, pci_users, absent
+    ):
         held[parent][type_id] += 1
     if inventory.has_vf_parents:  # regrouped once per parent
         grouped: dict[str, Counter[str]] = defaultdict(Counter)
@@ -72,6 +75,7 @@ def claims_holding(
     claims: Iterable[tuple[str, str, str]],
     users: Container[str],
     pci_users: Container[str],
+    absent: Iterable[tuple[str, str]] = (),
 ) -> list[tuple[str, str]]:
     """(parent, type id) of each claim that holds a unit: one whose
     device no guest uses yet, and that is a device of the host or an
@@ -79,9 +83,11 @@ def claims_holding(
     before its mdev is made). A claim past that room is a bind whose
     mdev cannot be made (its view was behind another manager's mdevs):
     it holds nothing, so no total is raised above what the card holds
-    while it lasts."""
+    while it lasts. ``absent``: (parent, type id) of each mdev a guest
+    uses that the host does not have (gone in a reboot, made again when
+    the guest starts): counted in use, it takes its room first."""
     holding = []
-    making: Counter[tuple[str, str]] = Counter()
+    making = tally(absent)
     present: dict[str, set[str]] = {}  # parent -> its mdevs' uuids
 
     def made(parent: str, uuid: str) -> bool:

@@ -216,12 +216,14 @@ def held_on(
             for vf in pf.vfs:
                 if vf.current_type and vf.address in pci_users:
                     counts[naming.sriov_type_id(vf.current_type)] += 1
+    absent = []
     for uuid in now.absent_in_use():
         where = seen(uuid)
         if where is not None and where[0] in held:
             held[where[0]][where[1]] += 1
+            absent.append(where)
     here = [c for c in claims if c[1] in held]
-    for parent, type_id in claims_holding(now, here, users, pci_users):
+    for parent, type_id in claims_holding(now, here, users, pci_users, absent):
         held[parent][type_id] += 1
     return held
 
