@@ -21,7 +21,9 @@ import pytest
 
 from tests.domains import hand_made_domain_xml
 from tests.random_host import RandomHost, in_use, tree_figures, view_in_use
+from vgpu_driver.cmd.audit import device_ids_on, fix
 from vgpu_driver.exception import DeviceCapacityExhausted
+from vgpu_driver.model.audit import audit
 from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.mdev_devices import (
     ExistingMdev,
@@ -42,6 +44,10 @@ class Stress:
         }
         self.lock = threading.Lock()
         self.live: dict[str, list[str]] = {}  # instance -> its devices
+        # the instances Placement has allocations of: from before their
+        # bind to after their release (see _auditing)
+        self.allocated: set[str] = set()
+        self.dying = 0.0  # how often a spawn dies after its bind
         self.errors: list[str] = []
         self.stop = threading.Event()
 
@@ -77,11 +83,15 @@ class Stress:
         wanted = {
             self.providers[plan.name]: {"resources": {plan.resource_class: 1}}
         }
+        with self.lock:
+            self.allocated.add(instance)
         try:  # (asked past what Placement would allocate, at times)
             devices = [
                 d.id for d in self.driver.allocate_mdevs(instance, wanted)
             ]
         except DeviceCapacityExhausted:
+            with self.lock:
+                self.allocated.discard(instance)
             return
         with self.lock:
             for other, theirs in self.live.items():
@@ -90,6 +100,12 @@ class Stress:
                         f"{devices} bound to {other} and {instance}"
                     )
             self.live[instance] = devices
+            if rng.random() < self.dying:
+                # the spawn died after its bind and Nova deleted the
+                # instance (its allocation gone): nothing released
+                del self.live[instance]
+                self.allocated.discard(instance)
+                return
         mine.append(instance)
         xml = hand_made_domain_xml(instance, instance[:8], devices, nova=True)
         self.host.conn.defineXML(xml)
@@ -103,6 +119,8 @@ class Stress:
         self.driver.domain_event(instance, False)
         self.driver.guest_undefined(instance)
         self.driver.release_mdevs(instance)
+        with self.lock:
+            self.allocated.discard(instance)
 
 
 def _thread_safe_model(monkeypatch) -> None:
@@ -140,25 +158,59 @@ def _restoring(stress: Stress) -> None:
                 stress.errors.append(f"restore failed: {done}")
 
 
+def _auditing(stress: Stress, once: bool = False) -> None:
+    """``vgpu-driver audit --fix`` run again and again beside the
+    service, with Placement's allocations as the stress has them (read
+    after the claims, as the tool reads them): it drops the claims of
+    spawns that died."""
+    host = stress.host
+    with stress.failing():
+        while once or not stress.stop.is_set():
+            tool = host.service._new(None, host.conn)[0]
+            inventory = tool.discover(rescan_guests=True)
+            claims = tool.binder.claims()
+            with stress.lock:
+                allocations = {i: {} for i in stress.allocated}
+            findings = audit(
+                inventory,
+                claims=claims,
+                vf_types=tool.binder.vf_types,
+                configured=tool.configured_types(inventory),
+                device_of={},
+                parent_of=device_ids_on(tool, inventory),
+                allocations=allocations,
+                ours=tool.binder.owned(),
+            )
+            fix(tool, inventory, findings, claims)
+            tool.binder.ledger.carrier.let_go()
+            if once:
+                return
+
+
 @pytest.mark.parametrize(
-    ("seed", "making", "restore"),
-    [(s, False, False) for s in range(6)]
-    + [(s, True, False) for s in range(4)]
-    + [(s, False, True) for s in range(6)],
+    ("seed", "making", "beside"),
+    [(s, False, None) for s in range(6)]
+    + [(s, True, None) for s in range(4)]
+    + [(s, False, _restoring) for s in range(6)]
+    + [(s, making, _auditing) for s in range(3) for making in (False, True)],
 )
 def test_spawns_and_deletes_in_threads_beside_the_refresh(
-    tmp_path, monkeypatch, seed, making, restore
+    tmp_path, monkeypatch, seed, making, beside
 ):
     """``making``: no free mdev; each bind makes its mdev, each release
-    removes it. ``restore``: run again and again beside it all."""
+    removes it. ``beside``: a tool run again and again beside it all
+    (``restore``; ``audit --fix``, with one spawn in ten dying after its
+    bind: their claims must all be dropped, none of a live one)."""
     _thread_safe_model(monkeypatch)
     host = RandomHost(random.Random(seed), tmp_path, making)
     stress = Stress(host, seed)
     refresher = threading.Thread(target=stress.refresher, daemon=True)
     others = [refresher]
-    if restore:
+    if beside is not None:
+        if beside is _auditing:
+            stress.dying = 0.1
         others.append(
-            threading.Thread(target=_restoring, args=(stress,), daemon=True)
+            threading.Thread(target=beside, args=(stress,), daemon=True)
         )
         others[-1].start()
     workers = [
@@ -183,3 +235,7 @@ def test_spawns_and_deletes_in_threads_beside_the_refresh(
     driver.update_provider_tree(tree, "bench")
     assert driver.last_plans == plans
     assert tree_figures(tree) == providers
+    if beside is _auditing:  # the claims of spawns that died, dropped
+        _auditing(stress, once=True)
+        driver.update_provider_tree(tree, "bench")
+        assert driver.binder.claims() == {}
