@@ -215,6 +215,6 @@ def test_an_mdev_on_a_parent_not_listed_takes_the_reading_whole(node):
     assert now is not None and now.device_changes[1] == {mdev.parent}
     assert reading._follow(taken, now) is False
     assert mdev.uuid not in n.driver.seen_mdevs()
-    reading._take_in(now, rescan=False)
+    reading._take_in(now, whole=False)
     assert reading._taken is now
     assert n.driver.seen_mdevs()[mdev.uuid] == (mdev.parent, mdev.type_id)

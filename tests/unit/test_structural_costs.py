@@ -113,6 +113,31 @@ def test_an_idle_refresh_takes_no_records_lock_until_another_writes(
     assert locks[0] >= 1
 
 
+def test_the_guests_are_read_again_once_after_another_process_wrote(
+    tmp_path,
+):
+    """Another process (``restore``, ``audit --fix``) wrote the records:
+    the refresh after reads every guest again, once (under the records'
+    lock: what it wrote may be newer than any reading), and the refreshes
+    after it are idle again, making the idle refresh's calls (they read
+    every guest at each pass while nothing else changed on the host)."""
+    host, driver, tree, guests = service(tmp_path, (2, 24, 16))
+    host.calls.clear()
+    driver.update_provider_tree(tree, "n")
+    idle = Counter(host.calls)
+    other = ClaimsRecord(records_store.StateStore(driver.state.directory))
+    with other.locked():
+        other.save()
+    host.calls.clear()
+    driver.update_provider_tree(tree, "n")
+    assert host.calls["listAllDomains"] == 1
+    assert host.calls["domain.XMLDesc"] == len(guests)
+    for _ in range(2):
+        host.calls.clear()
+        driver.update_provider_tree(tree, "n")
+        assert Counter(host.calls) == idle
+
+
 @pytest.mark.parametrize("event", [False, True])
 def test_a_refresh_looks_at_the_records_once(tmp_path, monkeypatch, event):
     """A pass reads the records once (one look: a stat of the claims

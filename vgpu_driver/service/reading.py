@@ -90,9 +90,12 @@ class HostReading:
         """Read the host and take the reading in (the binder's view, the
         mdevs seen). ``again``: right after the last, for what taking it
         in changed (see :meth:`Host.discover`)."""
-        # Guests defined by another process are re-read when that process
-        # changed the claims (it ended a claim because the guest has it).
-        rescan = rescan_guests or self.binder.view_is_stale()
+        # When another process changed the records (it ended a claim
+        # because the guest has it, dropped one...), the reading is taken
+        # in whole: the ledger reads every guest again under the records'
+        # lock, and the view is built from that (once: the records are
+        # then as this process last read them)
+        whole = rescan_guests or self.binder.view_is_stale()
         ledger = self.binder.ledger
         edits: dict[str, set[str]] = {}
         marked: dict[str, object] = {}
@@ -105,10 +108,10 @@ class HostReading:
                 ahead, view.guests_ahead = view.guests_ahead, set()
                 marked = view_edits.marks(view, edits)
         inventory = self.host.discover(
-            rescan_guests=rescan, guests=guests, again=again
+            rescan_guests=rescan_guests, guests=guests, again=again
         )
         try:
-            taken = self._take_in(inventory, rescan)
+            taken = self._take_in(inventory, whole)
         except BaseException:
             self._put_back(edits, ahead)
             raise
@@ -130,16 +133,16 @@ class HostReading:
                 view.edits.setdefault(name, set()).update(uuids)
             view.guests_ahead |= ahead
 
-    def _take_in(
-        self, inventory: HostInventory, rescan: bool
-    ) -> HostInventory:
+    def _take_in(self, inventory: HostInventory, whole: bool) -> HostInventory:
+        """``whole``: taken in whole (not followed), even when the host
+        says nothing changed since the last reading."""
         with self.lock:
             if not self.warned_addresses:
                 config = self.settings.config
                 for problem in host_problems(config, inventory):
                     LOG.warning("Configuration: %s", problem)
                 self.warned_addresses = True
-            if inventory.generation == self._last_generation:
+            if inventory.generation == self._last_generation and not whole:
                 # the adapter saw no change: the binder's view, kept
                 # current by its own binds, stays (but for those the
                 # host undid since: see _resync)
@@ -156,7 +159,7 @@ class HostReading:
             taken, self._taken = self._taken, None
             if (
                 taken is not None
-                and not rescan
+                and not whole
                 and self._follow(taken, inventory)
             ):
                 self._taken = inventory
