@@ -32,7 +32,12 @@ service (records on, as a service runs it).
   the kernel do (the mdev listed and looked up, its directory in sysfs,
   its parent's ``availableInstances``); the adapter reads the rest from
   the test driver, as it reads the guests' hosts. Its answers are in
-  both figures, as libvirt's are in the guest rows.
+  both figures, as libvirt's are in the guest rows;
+* **records written** (libvirt's test driver, dense mdev hosts):
+  another process (``restore``, ``audit --fix``) writes the records, the
+  host unchanged, then a refresh: it reads every guest again, once
+  (:mod:`benchmarks.other_process`). One kind of change: every
+  refresh after one is in the row.
 
 The guest, spawn+make and mdev rows run at 64/2048/2048 and
 64/4096/4096 too (but with ``--quick``): the sizes at which issue 24
@@ -89,6 +94,7 @@ from benchmarks.changes import (
     vf_churn,
 )
 from benchmarks.common import libvirt_daemon, machine, spread
+from benchmarks.other_process import records_churn
 
 SHAPES = [(1, 16, 16), (4, 128, 128), (16, 512, 512)]
 # the sizes issue 24 measured a guest's event and an mdev's at (its cost
@@ -197,7 +203,7 @@ def main() -> None:
         print_calls(over_daemon(shapes))
         return
     # (the two kinds of change of a case, the host, how to run it)
-    cases: list[tuple[tuple[str, str], str, Runner]] = []
+    cases: list[tuple[tuple[str, ...], str, Runner]] = []
     for shape in shapes + large:
         label = "/".join(map(str, shape))
         cases.append(
@@ -223,10 +229,18 @@ def main() -> None:
         cases.append(
             (("mdev made", "mdev gone"), label, partial(mdev_churn, shape))
         )
+    for shape in shapes + large:
+        label = "/".join(map(str, shape))
+        cases.append(
+            (("records written",), label, partial(records_churn, shape))
+        )
     spawns: list[str] = []
     for kinds, label, run in cases:
         with tempfile.TemporaryDirectory() as tmp:
             found = run(Path(tmp))
+        if len(kinds) == 1:  # one kind of change: every refresh after one
+            print(row(f"{kinds[0]} {label}", found), flush=True)
+            continue
         for half, kind in enumerate(kinds):
             print(row(f"{kind} {label}", found, half), flush=True)
             if "calls" in found:

@@ -110,7 +110,7 @@ def test_churn_benchmark_prints_every_change_beside_idle():
     found = rows(
         out,
         r"\s*(guest gone|guest back|spawn|delete|VF typed|VF cleared"
-        r"|mdev made|mdev gone) (\S+) \| +[\d.]+/([\d.]+)/[\d.]+ +[\d.]+/([\d.]+)/[\d.]+"
+        r"|mdev made|mdev gone|records written) (\S+) \| +[\d.]+/([\d.]+)/[\d.]+ +[\d.]+/([\d.]+)/[\d.]+"
         r" +([\d.]+)x +([+-][\d.]+) +([\d.]+) \|",
     )
     kinds = Counter(m[1] for m in found)
@@ -125,6 +125,7 @@ def test_churn_benchmark_prints_every_change_beside_idle():
             "VF cleared",
             "mdev made",
             "mdev gone",
+            "records written",
         ],
         2,
     )
@@ -136,8 +137,9 @@ def test_churn_benchmark_prints_every_change_beside_idle():
         # libvirt's calls are part of the refresh, never more
         assert 0 <= inside <= changed
     # a guest back is read from libvirt (its domain's XML), an mdev made
-    # too (its parent's XML, the mdev's lookup)
-    for kind in ("guest back", "mdev made"):
+    # too (its parent's XML, the mdev's lookup), every guest after
+    # another process wrote the records
+    for kind in ("guest back", "mdev made", "records written"):
         assert all(float(m[7]) > 0 for m in found if m[1] == kind)
 
 
