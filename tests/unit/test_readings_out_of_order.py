@@ -10,6 +10,7 @@ mdev, and the next bind hand that mdev out again."""
 from __future__ import annotations
 
 import random
+import threading
 
 from tests.domains import hand_made_domain_xml
 from tests.random_host import RandomHost, in_use, view_in_use
@@ -227,4 +228,42 @@ def test_an_older_reading_taken_in_after_a_newer_one_keeps_the_mdevs_seen(
     driver.discover()
     assert fired
     assert seen.get(mdev) == where
+    assert driver.instance_devices()[instance]["in_use"] == [mdev]
+
+
+def test_a_reading_taken_in_beside_another_keeps_guests_set_ahead(
+    tmp_path, monkeypatch
+):
+    """Two threads read the host at once (the periodic refresh, a metrics
+    scrape). A spawn's guest is set in the view by ``guest_defined``
+    (ahead of any reading); the refresh, reading the host, holds that
+    mark to set the guest from its own reading. The scrape read the host
+    before the spawn and takes its reading in meanwhile: it must not
+    build the view from it without the spawn's guest (its mdev free, its
+    claim ended: handed out again)."""
+    host = _host(tmp_path)
+    driver = host.driver
+    host.make()  # (the scrape's reading is a new one)
+    older = driver.host.discover()  # the scrape's, before the spawn
+    driver._refresher.reading._taken = None  # (taken whole)
+    host.spawn()
+    [(instance, [mdev])] = host.bound.items()
+    real, freed = driver.host.discover, []
+    scraper = threading.Thread(target=driver.discover)
+
+    def reading_beside(**kwargs):
+        if threading.current_thread() is scraper:
+            return older
+        if not freed:  # the refresh's reading; the scrape takes its own in
+            scraper.start()
+            scraper.join(timeout=0.5)  # (done, or waiting for this one)
+            freed.append(mdev in driver.free_mdevs())
+        return real(**kwargs)
+
+    monkeypatch.setattr(driver.host, "discover", reading_beside)
+    driver.discover()
+    scraper.join(timeout=10)
+    assert not scraper.is_alive()
+    assert freed == [False]
+    assert mdev not in driver.free_mdevs()
     assert driver.instance_devices()[instance]["in_use"] == [mdev]

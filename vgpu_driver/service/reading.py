@@ -89,7 +89,17 @@ class HostReading:
     ) -> HostInventory:
         """Read the host and take the reading in (the binder's view, the
         mdevs seen). ``again``: right after the last, for what taking it
-        in changed (see :meth:`Host.discover`)."""
+        in changed (see :meth:`Host.discover`). One reading at a time (a
+        metrics scrape beside the periodic refresh waits): what the
+        binder set ahead of readings is held by the one that took it
+        until that reading sets it again, and another taken in meanwhile
+        would build the view without it."""
+        with self.lock:
+            return self._read_and_take(rescan_guests, guests, again)
+
+    def _read_and_take(
+        self, rescan_guests: bool, guests: bool, again: bool
+    ) -> HostInventory:
         # When another process changed the records (it ended a claim
         # because the guest has it, dropped one...), the reading is taken
         # in whole: the ledger reads every guest again under the records'
