@@ -158,6 +158,16 @@ def _restoring(stress: Stress) -> None:
                 stress.errors.append(f"restore failed: {done}")
 
 
+def _scraping(stress: Stress) -> None:
+    """A metrics scrape (``vgpu-driver metrics`` in the service's
+    process) run again and again beside it all: readings of the host
+    taken in beside the refresh's."""
+    driver = stress.driver
+    with stress.failing():
+        while not stress.stop.is_set():
+            driver.held_devices(driver.discover(guests=True))
+
+
 def _auditing(stress: Stress, once: bool = False) -> None:
     """``vgpu-driver audit --fix`` run again and again beside the
     service, with Placement's allocations as the stress has them (read
@@ -192,7 +202,8 @@ def _auditing(stress: Stress, once: bool = False) -> None:
     [(s, False, None) for s in range(6)]
     + [(s, True, None) for s in range(4)]
     + [(s, False, _restoring) for s in range(6)]
-    + [(s, making, _auditing) for s in range(3) for making in (False, True)],
+    + [(s, making, _auditing) for s in range(3) for making in (False, True)]
+    + [(s, False, _scraping) for s in range(4)],
 )
 def test_spawns_and_deletes_in_threads_beside_the_refresh(
     tmp_path, monkeypatch, seed, making, beside
@@ -200,7 +211,8 @@ def test_spawns_and_deletes_in_threads_beside_the_refresh(
     """``making``: no free mdev; each bind makes its mdev, each release
     removes it. ``beside``: a tool run again and again beside it all
     (``restore``; ``audit --fix``, with one spawn in ten dying after its
-    bind: their claims must all be dropped, none of a live one)."""
+    bind: their claims must all be dropped, none of a live one; a
+    metrics scrape)."""
     _thread_safe_model(monkeypatch)
     host = RandomHost(random.Random(seed), tmp_path, making)
     stress = Stress(host, seed)
