@@ -148,3 +148,37 @@ def test_check_config_says_which_vfs_a_gpu_address_means(tmp_path, capsys):
     [row] = report["types"]
     vfs = row["vfs_meant"][A2_GPU]
     assert len(vfs) == 16 and vfs[0] == "0000:08:00.4"
+
+
+def test_a_reading_torn_by_a_change_offers_no_more_than_the_gpu_holds():
+    """An M10 pGPU's mdevs listed just before one was removed and its
+    room read just after (another process changed the host between the
+    two reads, as ``sync --periodic`` beside the compute service sees
+    it): the mdevs and the room add up to one more than the type
+    description's max_instance. The provider offers what the GPU holds,
+    and says why."""
+    inventory = helpers.simulated_host("m10").discover()
+    parent = next(p for p in inventory.parents if p.type("nvidia-35"))
+    torn = dataclasses.replace(
+        parent,
+        types=tuple(
+            dataclasses.replace(t, available=t.available + 1)
+            if t.id == "nvidia-35"
+            else t
+            for t in parent.types
+        ),
+    )
+    reading = dataclasses.replace(
+        inventory,
+        parents=tuple(torn if p is parent else p for p in inventory.parents),
+    )
+    plans = plan_providers("cn", enabled("nvidia-35"), reading, held={})
+    [plan] = [p for p in plans if p.device == parent.name]
+    assert plan.total == 16
+    assert "above the 16" in plan.limit
+    [whole] = [
+        p
+        for p in plan_providers("cn", enabled("nvidia-35"), inventory, held={})
+        if p.device == parent.name
+    ]
+    assert (whole.total, whole.limit) == (16, None)

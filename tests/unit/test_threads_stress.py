@@ -2,10 +2,11 @@
 nova-compute runs them: no thread waits on another for ever, no mdev is
 handed to two live instances, and once all is quiet the view has each
 guest use what its domain names (read from libvirt itself) and a plan of
-the whole host is the plan the refreshes kept. Each failure it found
+the whole host is the plan the refreshes kept; no refresh reports a
+total above what the pGPU holds. Each failure it found
 (a lock-order hang, an older reading undoing a delete, a claim raising a
-total past the card) has a deterministic test of its own; this one is
-the net for the next."""
+total past the card, two readings taken in at once) has a deterministic
+test of its own; this one is the net for the next."""
 
 from __future__ import annotations
 
@@ -50,11 +51,23 @@ class Stress:
         self.dying = 0.0  # how often a spawn dies after its bind
         self.errors: list[str] = []
         self.stop = threading.Event()
+        # what each pGPU holds of its one type: its mdevs and its room
+        reading = self.driver.discover()
+        self.holds = {
+            parent.name: len(reading.mdevs_of(parent.name))
+            + sum(t.available for t in parent.types)
+            for parent in reading.parents
+        }
 
     def refresher(self) -> None:
+        """The periodic refresh; no total it reports is above what the
+        pGPU holds."""
         with self.failing():
             while not self.stop.is_set():
                 self.driver.update_provider_tree(self.tree, "bench")
+                for plan in self.driver.last_plans:
+                    if plan.total > self.holds[plan.device]:
+                        self.errors.append(f"{plan} above the card")
 
     def worker(self, k: int) -> None:
         rng = random.Random(self.seed * 100 + k)
@@ -168,6 +181,29 @@ def _scraping(stress: Stress) -> None:
             driver.held_devices(driver.discover(guests=True))
 
 
+def _syncing(stress: Stress) -> None:
+    """``vgpu-driver sync --periodic`` beside it all (another process
+    reporting the same host from the same records, started again every
+    tenth pass): no total it reports is above what the pGPU holds."""
+    host = stress.host
+    with stress.failing():
+        tool, tree = host.service._new(None, host.conn)
+        passes = 0
+        while not stress.stop.is_set():
+            if passes and passes % 10 == 0:  # (the process started again)
+                tool.binder.ledger.carrier.let_go()
+                tool, tree = host.service._new(None, host.conn)
+            tool.update_provider_tree(tree, "bench")
+            passes += 1
+            for plan in tool.last_plans:
+                if plan.total > stress.holds[plan.device]:
+                    stress.errors.append(
+                        f"sync: {plan.name} total {plan.total} above the"
+                        f" card ({stress.holds[plan.device]})"
+                    )
+        tool.binder.ledger.carrier.let_go()
+
+
 def _auditing(stress: Stress, once: bool = False) -> None:
     """``vgpu-driver audit --fix`` run again and again beside the
     service, with Placement's allocations as the stress has them (read
@@ -203,7 +239,8 @@ def _auditing(stress: Stress, once: bool = False) -> None:
     + [(s, True, None) for s in range(4)]
     + [(s, False, _restoring) for s in range(6)]
     + [(s, making, _auditing) for s in range(3) for making in (False, True)]
-    + [(s, False, _scraping) for s in range(4)],
+    + [(s, False, _scraping) for s in range(4)]
+    + [(s, making, _syncing) for s in range(2) for making in (False, True)],
 )
 def test_spawns_and_deletes_in_threads_beside_the_refresh(
     tmp_path, monkeypatch, seed, making, beside
@@ -212,7 +249,7 @@ def test_spawns_and_deletes_in_threads_beside_the_refresh(
     removes it. ``beside``: a tool run again and again beside it all
     (``restore``; ``audit --fix``, with one spawn in ten dying after its
     bind: their claims must all be dropped, none of a live one; a
-    metrics scrape)."""
+    metrics scrape; ``sync --periodic``)."""
     _thread_safe_model(monkeypatch)
     host = RandomHost(random.Random(seed), tmp_path, making)
     stress = Stress(host, seed)

@@ -108,6 +108,17 @@ def _total(
     total = device.existing[type_id] + device.available.get(type_id, 0)
     reason = None
     limit = device.limits.get(type_id)
+    most = device.capabilities(type_id).max_instance
+    if not device.gpu and most is not None and total > most:
+        # the mdevs were listed and the room read as another process
+        # made or removed one: the two disagree, the card does not
+        limit = (
+            f"the host listed {device.existing[type_id]} and room for "
+            f"{device.available.get(type_id, 0)} more, above the "
+            f"{most} the type's description says its GPU holds (read "
+            "while they changed): it offers what the GPU holds"
+        )
+        total = most
     if device.gpu:
         # its VFs hold one vGPU each, the GPU what the type says, less
         # the vGPUs of other types of its size (the driver lets them
