@@ -233,11 +233,6 @@ class Ledger:
                 self.rebuild_view("another process changed the claims")
                 return False
             self.take_view(inventory)  # (the guests set ahead kept)
-            # those the view set since the reading was taken are newer
-            # than it: set again as the host knows them now
-            ahead = self.view.guests_ahead
-            if ahead and guests.set_as_known(self, ahead):
-                self.save()
         return True
 
     def rebuild_view(self, why: str) -> tuple[Guest, ...]:
@@ -264,6 +259,11 @@ class Ledger:
         self.view = DeviceView.of(inventory, self.record.made)
         self.view.guests_ahead = ahead
         self.view_generation = inventory.generation
+        # those the view set since the reading was taken are newer than
+        # it: set as the host knows them now, before anything is judged
+        # from the view (a VF of a guest deleted since would have its
+        # type recorded again)
+        noted = guests.set_as_known(self, ahead) if ahead else []
         # a spawn claim ends when the guest's domain has the device
         ended = self.where_kept(ended_by_guests(self.claims, self.view.used))
         for device_id in ended:
@@ -271,7 +271,7 @@ class Ledger:
         # every VF a guest uses keeps its type across reboots
         in_use = vf_types_in_use(inventory, self.view.used, self.vf_types)
         self.vf_types.update(in_use)
-        if ended or in_use or adopting:
+        if noted or ended or in_use or adopting:
             # ending claims the domains now hold and recording VF types in
             # use can wait for a later reading: never stop one for it
             try:

@@ -85,6 +85,12 @@ def undo(
         for device in chosen:
             if device.created and device not in done:
                 ledger.record.made.discard(device.id)  # never made
+                if device.kind == "vf" and ledger.vf_types.get(
+                    device.id
+                ) == naming.sriov_type_number(device.type_id):
+                    # never typed: the type this bind recorded goes too
+                    # (``restore`` would type a VF nobody uses)
+                    del ledger.vf_types[device.id]
         for device in unmade:
             ledger.record.made.discard(device.id)  # unmade again
             if device.kind == "vf":

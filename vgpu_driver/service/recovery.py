@@ -16,7 +16,7 @@ from typing import Any
 
 from oslo_log import log as logging
 
-from vgpu_driver.exception import VgpuDriverError
+from vgpu_driver.exception import DeviceNoRoom, VgpuDriverError
 from vgpu_driver.model.claims import SPAWN
 from vgpu_driver.model.device import Guest, HostInventory, Mdev, Parent
 from vgpu_driver.records.store import StateStoreError
@@ -212,15 +212,24 @@ def restore_vf_types(
 
 def _restore(ledger: Ledger, address: str, number: int) -> bool:
     """Type the VF, under the lock, if all still says so (compare and
-    act). False: the service changed it meanwhile, left as it is."""
+    act). False: the service changed it meanwhile, left as it is; or a
+    bind is typing it and the card has no room for it (the bind finds
+    none either: its failure, which it reports and undoes)."""
     with ledger.locked(view=False):
         if ledger.vf_types.get(address) != number:
             why = "its recorded type changed"
         elif ledger.host.vf_type(address) != 0:
             why = "it has a type now"
         else:
-            ledger.host.set_vf_type(address, number)
-            return True
+            try:
+                ledger.host.set_vf_type(address, number)
+            except DeviceNoRoom:
+                claim = ledger.claims.get(address)
+                if claim is None or claim["purpose"] != SPAWN:
+                    raise
+                why = "no room for its type, and a bind typing it"
+            else:
+                return True
     LOG.info("VF %s not restored: %s since it was read", address, why)
     return False
 
