@@ -338,3 +338,41 @@ def test_a_bind_whose_vf_could_not_be_typed_leaves_no_type_recorded(
     assert vf_types_of(n)[address] == 0
     assert address not in n.driver.binder.vf_types
     assert address not in beside(n, make_conf).binder.vf_types  # on disk
+
+
+def test_a_tool_s_reading_taken_before_a_delete_records_no_type_for_its_vf(
+    make_conf, tmp_path, monkeypatch
+):
+    """``restore`` (another process) reads the host while a guest uses a
+    VF this library typed; the service then deletes the instance and
+    finishes its release (the VF cleared, its recorded type dropped)
+    before the tool takes its reading in. The tool must not record the
+    VF's type again from its reading: it would type the VF again for
+    nobody."""
+    n = Node(make_conf, tmp_path, "l40-sriov")
+    k = 0
+    while True:
+        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
+        if vf.created:
+            break
+        k += 1
+    instance = f"i{k}"
+    n.host.note_guest(Guest(instance, "guest", pci_devices=(vf.id,)))
+    n.driver.guest_defined(instance)
+    n.update()
+    tool = beside(n, make_conf)
+    real = n.host.discover
+
+    def read_then_deleted(**kwargs):
+        reading = real(**kwargs)
+        monkeypatch.setattr(n.host, "discover", real)
+        n.host.forget_guest(instance)
+        n.driver.domain_event(instance, False)
+        n.driver.guest_undefined(instance)
+        n.driver.release_mdevs(instance)
+        return reading
+
+    monkeypatch.setattr(n.host, "discover", read_then_deleted)
+    tool.discover(rescan_guests=True)
+    assert vf_types_of(n)[vf.id] == 0
+    assert vf.id not in beside(n, make_conf).binder.vf_types  # on disk

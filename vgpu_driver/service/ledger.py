@@ -36,6 +36,7 @@ from vgpu_driver.host.base import Host
 from vgpu_driver.model import binding
 from vgpu_driver.model.binding import BoundDevice, Target
 from vgpu_driver.model.claims import (
+    RELEASE,
     Claims,
     ended_by_guests,
 )
@@ -269,7 +270,7 @@ class Ledger:
         for device_id in ended:
             self.view_ended[device_id] = self.claims.pop(device_id)["instance"]
         # every VF a guest uses keeps its type across reboots
-        in_use = vf_types_in_use(inventory, self.view.used, self.vf_types)
+        in_use = vf_types_to_record(self, inventory)
         self.vf_types.update(in_use)
         if noted or ended or in_use or adopting:
             # ending claims the domains now hold and recording VF types in
@@ -357,3 +358,23 @@ def _vanished(
         and not d.created
         and (d.id not in view.mdevs or not host.mdev_exists(view.mdevs[d.id]))
     ]
+
+
+def vf_types_to_record(
+    ledger: Ledger, inventory: HostInventory
+) -> dict[str, int]:
+    """VF address -> type of each typed VF a guest uses in the view taken
+    from ``inventory`` whose type the records do not list (inside
+    :meth:`Ledger.locked`): only if, looked at again now, the VF still
+    has that type and no release of it is under way. The reading may be
+    older than a delete another process (or thread) finished since: its
+    VF, recorded again, would be typed again by ``restore`` for
+    nobody."""
+    return {
+        address: number
+        for address, number in vf_types_in_use(
+            inventory, ledger.view.used, ledger.vf_types
+        ).items()
+        if ledger.claims.get(address, {}).get("purpose") != RELEASE
+        and ledger.host.vf_type(address) == number
+    }
