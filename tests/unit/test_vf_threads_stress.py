@@ -1,0 +1,185 @@
+"""Spawns and deletes in several threads beside the periodic refresh on
+NVIDIA SR-IOV cards (each vGPU a VF the bind types through sysfs), as
+nova-compute runs them: an L40 (one type), an RTX PRO 6000 in mixed-size
+mode (two types sharing the card), and a host with mdev parents beside a
+card, with ``restore`` run again and again beside it. No VF or mdev goes
+to two live instances; once all is quiet the view has each instance use
+what its guest has, a plan of the whole host is the plan the refreshes
+kept, and every VF type the records keep is one the VF has or a claim
+is making (a type recorded for a VF nobody uses, ``restore`` would type
+again)."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import threading
+import traceback
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from benchmarks.common import sriov
+from tests.helpers import Node, load
+from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.exception import DeviceCapacityExhausted
+from vgpu_driver.model.device import Guest
+from vgpu_driver.sim.simulated import SimulatedHost
+
+WORKERS, ROUNDS = 3, 80
+HOSTS = {
+    "l40": lambda: sriov(2, used_per_card=4),
+    "mixed": lambda: load("rtx6000-mixed"),
+    "demo": lambda: load("demo"),
+}
+
+
+class VfStress:
+    def __init__(self, node: Node, seed: int) -> None:
+        self.node, self.seed = node, seed
+        self.driver, self.host = node.driver, node.host
+        self.providers = {
+            p.name: node.tree.data(p.name).uuid for p in self.driver.last_plans
+        }
+        self.lock = threading.Lock()
+        self.live: dict[str, list[str]] = {}  # instance -> its devices
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+
+    @contextlib.contextmanager
+    def failing(self) -> Iterator[None]:
+        try:
+            yield
+        except Exception:
+            self.errors.append(traceback.format_exc())
+
+    def refresher(self) -> None:
+        with self.failing():
+            while not self.stop.is_set():
+                self.node.update()
+
+    def restorer(self, make_conf) -> None:
+        """``vgpu-driver restore`` again and again (another process on
+        the same records and host)."""
+        with self.failing():
+            while not self.stop.is_set():
+                conf = make_conf(self.node.description.config)
+                state = self.node.conf.devices.state_path
+                conf.set_override("state_path", state, "devices")
+                tool = VgpuDriver(conf, self.host)
+                reading = tool.discover(rescan_guests=True)
+                tool.binder.recover(reading, tool.seen_mdevs())
+                tool.binder.ledger.carrier.let_go()
+
+    def worker(self, k: int) -> None:
+        rng = random.Random(self.seed * 100 + k)
+        mine: list[str] = []
+        with self.failing():
+            for _round in range(ROUNDS):
+                if mine and rng.random() < 0.45:
+                    self.delete(mine.pop(rng.randrange(len(mine))))
+                else:
+                    self.spawn(rng, mine)
+
+    def spawn(self, rng: random.Random, mine: list[str]) -> None:
+        plans = [p for p in self.driver.last_plans if p.total > p.reserved]
+        if not plans:
+            return
+        plan = rng.choice(plans)
+        instance = str(uuid.UUID(int=rng.getrandbits(128)))
+        wanted = {
+            self.providers[plan.name]: {"resources": {plan.resource_class: 1}}
+        }
+        try:
+            devices = self.driver.allocate_mdevs(instance, wanted)
+        except DeviceCapacityExhausted:
+            return
+        ids = [d.id for d in devices]
+        with self.lock:
+            for other, theirs in self.live.items():
+                if set(theirs) & set(ids):
+                    self.errors.append(
+                        f"{ids} bound to {other} and {instance}"
+                    )
+            self.live[instance] = ids
+        mine.append(instance)
+        self.host.note_guest(
+            Guest(
+                instance,
+                instance[:8],
+                mdevs=tuple(d.id for d in devices if d.kind == "mdev"),
+                pci_devices=tuple(d.id for d in devices if d.kind != "mdev"),
+            )
+        )
+        self.driver.domain_event(instance, True)
+        self.driver.guest_defined(instance)
+
+    def delete(self, instance: str) -> None:
+        with self.lock:
+            del self.live[instance]
+        self.host.forget_guest(instance)
+        self.driver.domain_event(instance, False)
+        self.driver.guest_undefined(instance)
+        self.driver.release_mdevs(instance)
+
+
+@pytest.mark.parametrize(
+    ("host", "seed", "restore"),
+    [
+        ("l40", 0, False),
+        ("l40", 1, False),
+        ("mixed", 0, False),
+        ("mixed", 1, False),
+        ("demo", 0, True),
+        ("demo", 1, True),
+    ],
+)
+def test_spawns_and_deletes_of_vfs_in_threads_beside_the_refresh(
+    make_conf, tmp_path, host, seed, restore
+):
+    description = HOSTS[host]()
+    node = Node(
+        make_conf,
+        tmp_path,
+        config=description.config,
+        host=SimulatedHost(description),
+    )
+    stress = VfStress(node, seed)
+    others = [threading.Thread(target=stress.refresher, daemon=True)]
+    if restore:
+        others.append(
+            threading.Thread(
+                target=stress.restorer, args=(make_conf,), daemon=True
+            )
+        )
+    workers = [
+        threading.Thread(target=stress.worker, args=(k,), daemon=True)
+        for k in range(WORKERS)
+    ]
+    for thread in [*others, *workers]:
+        thread.start()
+    for thread in workers:
+        thread.join(timeout=60)
+    stress.stop.set()
+    for thread in others:
+        thread.join(timeout=60)
+    assert not any(t.is_alive() for t in [*others, *workers]), "hung"
+    assert stress.errors == []
+    driver = node.driver
+    node.update()
+    # (the host's own guests, there before the stress, left out)
+    before = {g.uuid for g in description.guests}
+    in_use = {
+        instance: sorted(held["in_use"])
+        for instance, held in driver.instance_devices().items()
+        if held["in_use"] and instance not in before
+    }
+    assert in_use == {i: sorted(ids) for i, ids in stress.live.items()}
+    claims = driver.binder.claims()
+    for address, number in driver.binder.vf_types.items():
+        assert node.host.vf_type(address) == number or address in claims
+    plans = list(driver.last_plans)
+    driver._refresher._fingerprint = None  # plan the whole host
+    node.update()
+    assert driver.last_plans == plans
