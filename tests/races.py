@@ -9,6 +9,7 @@ import textwrap
 
 from tests.helpers import Node
 from vgpu_driver.driver import VgpuDriver
+from vgpu_driver.exception import DeviceNoRoom
 
 
 def beside(n: Node, make_conf, config: str | None = None) -> VgpuDriver:
@@ -51,3 +52,8 @@ def dies_after_recording(driver, monkeypatch):
         patched.setattr(hand_back, "finish_release", lambda *a: None)
         yield
     driver.binder.ledger.carrier.let_go()
+
+
+def card_full(address: str, number: int) -> None:
+    """A ``set_vf_type`` the card refuses: no room left for the type."""
+    raise DeviceNoRoom(f"Cannot set vGPU type {number} on {address}: full")

@@ -5,11 +5,8 @@ host is touched: a VF typed again, an mdev made again or started."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.helpers import Node
-from tests.races import beside, vf_types_of
-from vgpu_driver.exception import DeviceCapacityExhausted, DeviceNoRoom
+from tests.races import beside, card_full, vf_types_of
 from vgpu_driver.model.device import Guest
 
 L40_PF = "pci_0000_41_00_0"  # l40-sriov
@@ -212,10 +209,6 @@ def test_restore_leaves_defined_the_mdev_of_a_guest_deleted_since_it_read(
     assert not n.mdevs()[made["i0"]].active
 
 
-def _card_full(address, number):
-    raise DeviceNoRoom(f"Cannot set vGPU type {number} on {address}: full")
-
-
 def test_restore_leaves_a_bind_s_vf_it_cannot_type_to_the_bind(
     make_conf, tmp_path
 ):
@@ -228,7 +221,7 @@ def test_restore_leaves_a_bind_s_vf_it_cannot_type_to_the_bind(
     set_vf_type, failed = n.host.set_vf_type, []
 
     def restore_finds_no_room(address, number):
-        n.host.set_vf_type = _card_full  # (restore's attempt)
+        n.host.set_vf_type = card_full  # (restore's attempt)
         inventory = restorer.discover(rescan_guests=True)
         restorer.binder.restore_vf_types(inventory, failed)
         n.host.set_vf_type = set_vf_type
@@ -256,123 +249,9 @@ def test_restore_reports_a_guest_s_vf_it_cannot_type(make_conf, tmp_path):
         c["instance"] for c in n.driver.binder.claims().values()
     }
     restorer = beside(n, make_conf)
-    n.host.set_vf_type = _card_full
+    n.host.set_vf_type = card_full
     failed = []
     restorer.binder.restore_vf_types(
         restorer.discover(rescan_guests=True), failed
     )
     assert len(failed) == 1 and failed[0].startswith(f"{address}: ")
-
-
-def test_a_reading_taken_before_a_delete_records_no_type_for_its_vf(
-    make_conf, tmp_path, monkeypatch
-):
-    """A refresh reads the host (a guest using a VF this library typed)
-    just before Nova deletes the instance: the guest undefined, told,
-    and its release recorded (the VF's recorded type dropped) but not yet
-    carried out when the refresh takes that reading in, whole. It must
-    not record the VF's type again from it: once the release clears the
-    VF, ``restore`` would type a VF nobody uses (and report a failure
-    where the card has no room left for it)."""
-    from vgpu_driver.service import hand_back
-
-    n = Node(make_conf, tmp_path, "l40-sriov")
-    k = 0
-    while True:
-        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
-        if vf.created:
-            break
-        k += 1
-    instance = f"i{k}"
-    n.host.note_guest(Guest(instance, "guest", pci_devices=(vf.id,)))
-    n.driver.guest_defined(instance)
-    n.update()
-    assert n.driver.binder.vf_types[vf.id]
-    # (another manager types a free VF: the reading is a new one)
-    free = next(v for v, t in vf_types_of(n).items() if not t and v != vf.id)
-    n.host.set_vf_type(free, vf_types_of(n)[vf.id])
-    n.driver._refresher.reading._taken = None  # (taken whole)
-    real, finish, carried = n.host.discover, hand_back.finish_release, []
-
-    def read_then_deleted(**kwargs):
-        reading = real(**kwargs)
-        monkeypatch.setattr(n.host, "discover", real)
-        n.host.forget_guest(instance)
-        n.driver.domain_event(instance, False)
-        n.driver.guest_undefined(instance)
-        n.driver.release_mdevs(instance)  # (recorded, not carried out)
-        return reading
-
-    monkeypatch.setattr(
-        hand_back, "finish_release", lambda *a: carried.append(a)
-    )
-    monkeypatch.setattr(n.host, "discover", read_then_deleted)
-    n.update()
-    assert carried  # the release in flight while the reading was taken in
-    monkeypatch.setattr(hand_back, "finish_release", finish)
-    for args in carried:
-        finish(*args)
-    assert vf_types_of(n)[vf.id] == 0
-    assert vf.id not in n.driver.binder.vf_types
-
-
-def test_a_bind_whose_vf_could_not_be_typed_leaves_no_type_recorded(
-    make_conf, tmp_path
-):
-    """A bind records a VF's type before it types it; the card refuses
-    (no room: another VF took it). The bind is undone, and with it the
-    type it recorded: ``restore`` would type a VF nobody uses."""
-    n = Node(make_conf, tmp_path, "l40-sriov")
-    set_vf_type, tried = n.host.set_vf_type, []
-
-    def full(address, number):
-        tried.append(address)
-        _card_full(address, number)
-
-    n.host.set_vf_type = full
-    with pytest.raises(DeviceCapacityExhausted):
-        for k in range(40):  # (the VFs typed already are reused first)
-            n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
-    n.host.set_vf_type = set_vf_type
-    [address] = tried
-    assert vf_types_of(n)[address] == 0
-    assert address not in n.driver.binder.vf_types
-    assert address not in beside(n, make_conf).binder.vf_types  # on disk
-
-
-def test_a_tool_s_reading_taken_before_a_delete_records_no_type_for_its_vf(
-    make_conf, tmp_path, monkeypatch
-):
-    """``restore`` (another process) reads the host while a guest uses a
-    VF this library typed; the service then deletes the instance and
-    finishes its release (the VF cleared, its recorded type dropped)
-    before the tool takes its reading in. The tool must not record the
-    VF's type again from its reading: it would type the VF again for
-    nobody."""
-    n = Node(make_conf, tmp_path, "l40-sriov")
-    k = 0
-    while True:
-        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
-        if vf.created:
-            break
-        k += 1
-    instance = f"i{k}"
-    n.host.note_guest(Guest(instance, "guest", pci_devices=(vf.id,)))
-    n.driver.guest_defined(instance)
-    n.update()
-    tool = beside(n, make_conf)
-    real = n.host.discover
-
-    def read_then_deleted(**kwargs):
-        reading = real(**kwargs)
-        monkeypatch.setattr(n.host, "discover", real)
-        n.host.forget_guest(instance)
-        n.driver.domain_event(instance, False)
-        n.driver.guest_undefined(instance)
-        n.driver.release_mdevs(instance)
-        return reading
-
-    monkeypatch.setattr(n.host, "discover", read_then_deleted)
-    tool.discover(rescan_guests=True)
-    assert vf_types_of(n)[vf.id] == 0
-    assert vf.id not in beside(n, make_conf).binder.vf_types  # on disk

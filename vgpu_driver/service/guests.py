@@ -181,14 +181,18 @@ def catch_up(ledger: Ledger, uuids: Iterable[str]) -> None:
 
 def set_as_known(ledger: Ledger, uuids: Iterable[str]) -> list[str]:
     """The guests ``uuids`` as the host knows them now (inside
-    :meth:`Ledger.locked`, the caller saves): the spawn claims ended."""
+    :meth:`Ledger.locked`, the caller saves): the spawn claims ended.
+    Those defined are set first: a view from an older reading may have
+    a device one of them has now with a guest gone since, and letting
+    that one go first would hand the device back from under it."""
+    known = {uuid: ledger.host.known_guest(uuid) for uuid in uuids}
     ended = []
-    for uuid in uuids:
-        guest = ledger.host.known_guest(uuid)
+    for guest in known.values():
+        if guest is not None:
+            ended += note(ledger, guest)
+    for uuid, guest in known.items():
         if guest is None:
             let_go(ledger, uuid, keep=set())
-        else:
-            ended += note(ledger, guest)
     return ended
 
 
