@@ -37,6 +37,21 @@ def _another_process_writes(host: RandomHost) -> None:
     other.carrier.let_go()
 
 
+def _taken_in_late(driver, older, monkeypatch) -> None:
+    """``older``, a reading a slow thread took, taken in now (the next
+    reading of the host is that one)."""
+    real, fired = driver.host.discover, []
+
+    def slow_thread(**kwargs):
+        fired.append(True)
+        monkeypatch.setattr(driver.host, "discover", real)
+        return older
+
+    monkeypatch.setattr(driver.host, "discover", slow_thread)
+    driver.discover()
+    assert fired
+
+
 def test_an_older_reading_taken_in_after_a_newer_one_is_not_followed(
     tmp_path, monkeypatch
 ):
@@ -50,16 +65,7 @@ def test_an_older_reading_taken_in_after_a_newer_one_is_not_followed(
     [(instance, [mdev])] = host.bound.items()
     _refresh(host)
     assert driver.instance_devices()[instance]["in_use"] == [mdev]
-    real, fired = driver.host.discover, []
-
-    def slow_thread(**kwargs):
-        fired.append(True)
-        monkeypatch.setattr(driver.host, "discover", real)
-        return older
-
-    monkeypatch.setattr(driver.host, "discover", slow_thread)
-    driver.discover()
-    assert fired
+    _taken_in_late(driver, older, monkeypatch)
     assert mdev not in driver.free_mdevs()
     assert driver.instance_devices()[instance]["in_use"] == [mdev]
 
@@ -217,16 +223,7 @@ def test_an_older_reading_taken_in_after_a_newer_one_keeps_the_mdevs_seen(
     where = seen.get(mdev)
     assert where is not None
     driver._refresher.reading._taken = None  # (taken whole)
-    real, fired = driver.host.discover, []
-
-    def slow_thread(**kwargs):
-        fired.append(True)
-        monkeypatch.setattr(driver.host, "discover", real)
-        return older
-
-    monkeypatch.setattr(driver.host, "discover", slow_thread)
-    driver.discover()
-    assert fired
+    _taken_in_late(driver, older, monkeypatch)
     assert seen.get(mdev) == where
     assert driver.instance_devices()[instance]["in_use"] == [mdev]
 

@@ -29,6 +29,19 @@ def _typed_then_lost(make_conf, state, count: int):
     return n, made
 
 
+def _bind_typing(n, set_vf_type):
+    """Instances bound until one is given a VF this library types, with
+    ``set_vf_type`` as the host's for each bind (the ones before reuse a
+    typed VF). Returns that VF and the number of its instance."""
+    k = 0
+    while True:
+        n.host.set_vf_type = set_vf_type
+        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
+        if vf.created:
+            return vf, k
+        k += 1
+
+
 def test_restore_leaves_a_vf_released_since_it_read_the_records(
     make_conf, tmp_path, monkeypatch
 ):
@@ -79,13 +92,7 @@ def test_a_bind_takes_the_vf_restore_typed_for_it_meanwhile(
         raced.extend(restorer.binder.restore_vf_types(inventory))
         set_vf_type(address, number)
 
-    k = 0
-    while True:
-        n.host.set_vf_type = restored_first
-        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
-        if vf.created:
-            break
-        k += 1
+    vf, k = _bind_typing(n, restored_first)
     assert raced == [vf.id]
     assert vf_types_of(n)[vf.id] != 0
     assert n.driver.binder.claims()[vf.id]["instance"] == f"i{k}"
@@ -227,13 +234,7 @@ def test_restore_leaves_a_bind_s_vf_it_cannot_type_to_the_bind(
         n.host.set_vf_type = set_vf_type
         set_vf_type(address, number)
 
-    k = 0
-    while True:
-        n.host.set_vf_type = restore_finds_no_room
-        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
-        if vf.created:
-            break
-        k += 1
+    _bind_typing(n, restore_finds_no_room)
     assert n.host.set_vf_type is set_vf_type  # restore came to it
     assert failed == []
 

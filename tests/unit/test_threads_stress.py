@@ -10,18 +10,15 @@ test of its own; this one is the net for the next."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import random
 import threading
-import traceback
-import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from tests.domains import hand_made_domain_xml
 from tests.random_host import RandomHost, in_use, tree_figures, view_in_use
+from tests.stress import Threads, a_spawn, bound, run
 from vgpu_driver.cmd.audit import device_ids_on, fix
 from vgpu_driver.exception import DeviceCapacityExhausted
 from vgpu_driver.model.audit import audit
@@ -36,21 +33,20 @@ from vgpu_driver.sim.mdev_libvirt import MdevConnection
 WORKERS, ROUNDS = 3, 120
 
 
-class Stress:
+class Stress(Threads):
+    rounds = ROUNDS
+
     def __init__(self, host: RandomHost, seed: int) -> None:
-        self.host, self.seed = host, seed
+        super().__init__(seed)
+        self.host = host
         self.driver, self.tree = host.driver, host.service.tree
         self.providers = {
             p.name: self.tree.data(p.name).uuid for p in self.driver.last_plans
         }
-        self.lock = threading.Lock()
-        self.live: dict[str, list[str]] = {}  # instance -> its devices
         # the instances Placement has allocations of: from before their
         # bind to after their release (see _auditing)
         self.allocated: set[str] = set()
         self.dying = 0.0  # how often a spawn dies after its bind
-        self.errors: list[str] = []
-        self.stop = threading.Event()
         # what each pGPU holds of its one type: its mdevs and its room
         reading = self.driver.discover()
         self.holds = {
@@ -69,33 +65,11 @@ class Stress:
                     if plan.total > self.holds[plan.device]:
                         self.errors.append(f"{plan} above the card")
 
-    def worker(self, k: int) -> None:
-        rng = random.Random(self.seed * 100 + k)
-        mine: list[str] = []
-        with self.failing():
-            for _round in range(ROUNDS):
-                if mine and rng.random() < 0.45:
-                    self.delete(mine.pop(rng.randrange(len(mine))))
-                else:
-                    self.spawn(rng, mine)
-
-    @contextlib.contextmanager
-    def failing(self) -> Iterator[None]:
-        """A thread's error is the test's."""
-        try:
-            yield
-        except Exception:
-            self.errors.append(traceback.format_exc())
-
     def spawn(self, rng: random.Random, mine: list[str]) -> None:
-        plans = [p for p in self.driver.last_plans if p.total > p.reserved]
-        if not plans:
+        chosen = a_spawn(self, rng)
+        if chosen is None:
             return
-        plan = rng.choice(plans)
-        instance = str(uuid.UUID(int=rng.getrandbits(128)))
-        wanted = {
-            self.providers[plan.name]: {"resources": {plan.resource_class: 1}}
-        }
+        instance, wanted = chosen
         with self.lock:
             self.allocated.add(instance)
         try:  # (asked past what Placement would allocate, at times)
@@ -107,12 +81,7 @@ class Stress:
                 self.allocated.discard(instance)
             return
         with self.lock:
-            for other, theirs in self.live.items():
-                if set(theirs) & set(devices):
-                    self.errors.append(
-                        f"{devices} bound to {other} and {instance}"
-                    )
-            self.live[instance] = devices
+            bound(self, instance, devices)
             if rng.random() < self.dying:
                 # the spawn died after its bind and Nova deleted the
                 # instance (its allocation gone): nothing released
@@ -253,29 +222,12 @@ def test_spawns_and_deletes_in_threads_beside_the_refresh(
     _thread_safe_model(monkeypatch)
     host = RandomHost(random.Random(seed), tmp_path, making)
     stress = Stress(host, seed)
-    refresher = threading.Thread(target=stress.refresher, daemon=True)
-    others = [refresher]
+    tools = []
     if beside is not None:
         if beside is _auditing:
             stress.dying = 0.1
-        others.append(
-            threading.Thread(target=beside, args=(stress,), daemon=True)
-        )
-        others[-1].start()
-    workers = [
-        threading.Thread(target=stress.worker, args=(k,), daemon=True)
-        for k in range(WORKERS)
-    ]
-    refresher.start()
-    for thread in workers:
-        thread.start()
-    for thread in workers:
-        thread.join(timeout=60)
-    stress.stop.set()
-    for thread in others:
-        thread.join(timeout=60)
-    assert not any(t.is_alive() for t in [*others, *workers]), "hung"
-    assert stress.errors == []
+        tools.append(functools.partial(beside, stress))
+    run(stress, [*tools, stress.refresher], WORKERS)
     driver, tree = stress.driver, stress.tree
     driver.update_provider_tree(tree, "bench")
     assert view_in_use(driver) == in_use(host)

@@ -11,17 +11,14 @@ again)."""
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import random
-import threading
-import traceback
-import uuid
-from collections.abc import Iterator
 
 import pytest
 
 from benchmarks.common import sriov
 from tests.helpers import Node, load
+from tests.stress import Threads, a_spawn, bound, run
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.exception import DeviceCapacityExhausted
 from vgpu_driver.model.device import Guest
@@ -35,24 +32,16 @@ HOSTS = {
 }
 
 
-class VfStress:
+class VfStress(Threads):
+    rounds = ROUNDS
+
     def __init__(self, node: Node, seed: int) -> None:
-        self.node, self.seed = node, seed
+        super().__init__(seed)
+        self.node = node
         self.driver, self.host = node.driver, node.host
         self.providers = {
             p.name: node.tree.data(p.name).uuid for p in self.driver.last_plans
         }
-        self.lock = threading.Lock()
-        self.live: dict[str, list[str]] = {}  # instance -> its devices
-        self.errors: list[str] = []
-        self.stop = threading.Event()
-
-    @contextlib.contextmanager
-    def failing(self) -> Iterator[None]:
-        try:
-            yield
-        except Exception:
-            self.errors.append(traceback.format_exc())
 
     def refresher(self) -> None:
         with self.failing():
@@ -72,37 +61,18 @@ class VfStress:
                 tool.binder.recover(reading, tool.seen_mdevs())
                 tool.binder.ledger.carrier.let_go()
 
-    def worker(self, k: int) -> None:
-        rng = random.Random(self.seed * 100 + k)
-        mine: list[str] = []
-        with self.failing():
-            for _round in range(ROUNDS):
-                if mine and rng.random() < 0.45:
-                    self.delete(mine.pop(rng.randrange(len(mine))))
-                else:
-                    self.spawn(rng, mine)
-
     def spawn(self, rng: random.Random, mine: list[str]) -> None:
-        plans = [p for p in self.driver.last_plans if p.total > p.reserved]
-        if not plans:
+        chosen = a_spawn(self, rng)
+        if chosen is None:
             return
-        plan = rng.choice(plans)
-        instance = str(uuid.UUID(int=rng.getrandbits(128)))
-        wanted = {
-            self.providers[plan.name]: {"resources": {plan.resource_class: 1}}
-        }
+        instance, wanted = chosen
         try:
             devices = self.driver.allocate_mdevs(instance, wanted)
         except DeviceCapacityExhausted:
             return
         ids = [d.id for d in devices]
         with self.lock:
-            for other, theirs in self.live.items():
-                if set(theirs) & set(ids):
-                    self.errors.append(
-                        f"{ids} bound to {other} and {instance}"
-                    )
-            self.live[instance] = ids
+            bound(self, instance, ids)
         mine.append(instance)
         self.host.note_guest(
             Guest(
@@ -146,26 +116,10 @@ def test_spawns_and_deletes_of_vfs_in_threads_beside_the_refresh(
         host=SimulatedHost(description),
     )
     stress = VfStress(node, seed)
-    others = [threading.Thread(target=stress.refresher, daemon=True)]
+    beside = [stress.refresher]
     if restore:
-        others.append(
-            threading.Thread(
-                target=stress.restorer, args=(make_conf,), daemon=True
-            )
-        )
-    workers = [
-        threading.Thread(target=stress.worker, args=(k,), daemon=True)
-        for k in range(WORKERS)
-    ]
-    for thread in [*others, *workers]:
-        thread.start()
-    for thread in workers:
-        thread.join(timeout=60)
-    stress.stop.set()
-    for thread in others:
-        thread.join(timeout=60)
-    assert not any(t.is_alive() for t in [*others, *workers]), "hung"
-    assert stress.errors == []
+        beside.append(functools.partial(stress.restorer, make_conf))
+    run(stress, beside, WORKERS)
     driver = node.driver
     node.update()
     # (the host's own guests, there before the stress, left out)

@@ -16,6 +16,33 @@ from vgpu_driver.model.device import Guest
 L40_PF = "pci_0000_41_00_0"  # l40-sriov
 
 
+def _deleted(n: Node, instance: str) -> None:
+    """The instance deleted as Nova deletes it: its guest undefined,
+    told, ``guest_undefined`` and ``release_mdevs``."""
+    n.host.forget_guest(instance)
+    n.driver.domain_event(instance, False)
+    n.driver.guest_undefined(instance)
+    n.driver.release_mdevs(instance)
+
+
+def _a_guest_on_a_vf_typed(make_conf, state):
+    """The l40-sriov host, an instance bound to a VF this library typed
+    for it, its guest defined and read. Returns the node, the VF and the
+    instance."""
+    n = Node(make_conf, state, "l40-sriov")
+    k = 0
+    while True:
+        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
+        if vf.created:
+            break
+        k += 1
+    instance = f"i{k}"
+    n.host.note_guest(Guest(instance, "guest", pci_devices=(vf.id,)))
+    n.driver.guest_defined(instance)
+    n.update()
+    return n, vf, instance
+
+
 def test_a_reading_taken_before_a_delete_records_no_type_for_its_vf(
     make_conf, tmp_path, monkeypatch
 ):
@@ -28,17 +55,7 @@ def test_a_reading_taken_before_a_delete_records_no_type_for_its_vf(
     where the card has no room left for it)."""
     from vgpu_driver.service import hand_back
 
-    n = Node(make_conf, tmp_path, "l40-sriov")
-    k = 0
-    while True:
-        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
-        if vf.created:
-            break
-        k += 1
-    instance = f"i{k}"
-    n.host.note_guest(Guest(instance, "guest", pci_devices=(vf.id,)))
-    n.driver.guest_defined(instance)
-    n.update()
+    n, vf, instance = _a_guest_on_a_vf_typed(make_conf, tmp_path)
     assert n.driver.binder.vf_types[vf.id]
     # (another manager types a free VF: the reading is a new one)
     free = next(v for v, t in vf_types_of(n).items() if not t and v != vf.id)
@@ -49,10 +66,7 @@ def test_a_reading_taken_before_a_delete_records_no_type_for_its_vf(
     def read_then_deleted(**kwargs):
         reading = real(**kwargs)
         monkeypatch.setattr(n.host, "discover", real)
-        n.host.forget_guest(instance)
-        n.driver.domain_event(instance, False)
-        n.driver.guest_undefined(instance)
-        n.driver.release_mdevs(instance)  # (recorded, not carried out)
+        _deleted(n, instance)  # (recorded, not carried out)
         return reading
 
     monkeypatch.setattr(
@@ -101,27 +115,14 @@ def test_a_tool_s_reading_taken_before_a_delete_records_no_type_for_its_vf(
     before the tool takes its reading in. The tool must not record the
     VF's type again from its reading: it would type the VF again for
     nobody."""
-    n = Node(make_conf, tmp_path, "l40-sriov")
-    k = 0
-    while True:
-        [vf] = n.driver.allocate_mdevs(f"i{k}", n.alloc((L40_PF, 1)))
-        if vf.created:
-            break
-        k += 1
-    instance = f"i{k}"
-    n.host.note_guest(Guest(instance, "guest", pci_devices=(vf.id,)))
-    n.driver.guest_defined(instance)
-    n.update()
+    n, vf, instance = _a_guest_on_a_vf_typed(make_conf, tmp_path)
     tool = beside(n, make_conf)
     real = n.host.discover
 
     def read_then_deleted(**kwargs):
         reading = real(**kwargs)
         monkeypatch.setattr(n.host, "discover", real)
-        n.host.forget_guest(instance)
-        n.driver.domain_event(instance, False)
-        n.driver.guest_undefined(instance)
-        n.driver.release_mdevs(instance)
+        _deleted(n, instance)
         return reading
 
     monkeypatch.setattr(n.host, "discover", read_then_deleted)
@@ -149,10 +150,7 @@ def _a_vf_passed_on_while_read(make_conf, state, monkeypatch, names):
     def read_then_passed_on(**kwargs):
         reading = real(**kwargs)
         monkeypatch.setattr(n.host, "discover", real)
-        n.host.forget_guest(first)
-        n.driver.domain_event(first, False)
-        n.driver.guest_undefined(first)
-        n.driver.release_mdevs(first)
+        _deleted(n, first)
         [again] = n.driver.allocate_mdevs(second, n.alloc((L40_PF, 1)))
         assert again.id == vf.id  # (the lowest free VF again)
         n.host.note_guest(Guest(second, "second", pci_devices=(vf.id,)))
