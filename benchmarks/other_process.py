@@ -3,7 +3,7 @@
 ``[devices] state_path`` and write the records under their lock. The
 service then reads every guest again once, under that lock (what the
 other wrote may be newer than any reading it has), and its refreshes
-after that one are idle again. Before 8545fb1 every refresh after such a
+after that one are idle again. Before 0db15be every refresh after such a
 write read every guest, for as long as nothing else changed.
 
 A row of :mod:`benchmarks.churn`: the change, made outside the timing,
