@@ -136,6 +136,20 @@ def test_guests_matter_for_a_reshape_and_for_max_instances():
     assert _matter(_host(), config=_config(max_instances=8))
 
 
+def test_guests_matter_for_a_card_share():
+    """On a card in mixed-size mode, what one type's share reserves of
+    another's provider depends on what is in use: a guest's change (a
+    bind reusing a typed VF) moves it. Kept as it was, the SR-IOV stress
+    found a provider reserving a unit more than was free."""
+    import dataclasses
+
+    config = _config()
+    shared = DeviceConfig(
+        (config.types[0], dataclasses.replace(config.types[1], card_share=50))
+    )
+    assert _matter(_host(vf_types=(1150, 0)), config=shared)
+
+
 def test_guests_matter_when_a_device_is_not_of_the_type_served():
     """An mdev of another type on the parent; a VF typed while its card
     serves another type or none (kept only while a guest has it)."""

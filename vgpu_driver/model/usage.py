@@ -121,14 +121,16 @@ def guests_matter(
     not, a service's first pass need not read every guest: their devices
     are all of the types their parents serve, so in use or not they count
     the same). True when a reshape needs them, a type has max_instances
-    (in-use devices count first), a device is of a type its parent does
+    (in-use devices count first) or a card_share (what another type's
+    share reserves depends on what is in use), a device is of a type its
+    parent does
     not serve (kept only while in use), an mdev seen before is gone
     (still counted while a guest names it), or a device provider
     (``providers``: their names) has no parent serving an enabled type.
     """
     if allocations is not None:
         return True
-    if any(t.max_instances for t in config.types):
+    if any(t.max_instances or t.card_share for t in config.types):
         return True
     present = {m.uuid for m in inventory.mdevs}
     if any(uuid not in present for uuid in seen):
