@@ -2,12 +2,14 @@
 NVIDIA SR-IOV cards (each vGPU a VF the bind types through sysfs), as
 nova-compute runs them: an L40 (one type), an RTX PRO 6000 in mixed-size
 mode (two types sharing the card), and a host with mdev parents beside a
-card, with ``restore`` run again and again beside it. No VF or mdev goes
-to two live instances; once all is quiet the view has each instance use
-what its guest has, a plan of the whole host is the plan the refreshes
-kept, and every VF type the records keep is one the VF has or a claim
-is making (a type recorded for a VF nobody uses, ``restore`` would type
-again)."""
+card; on each, some runs with ``restore`` run again and again beside
+the service, on the same records, which must never fail (a VF it finds
+recorded and untyped has room, or a bind is typing it). No VF or mdev
+goes to two live instances; once all is quiet the view has each
+instance use what its guest has, a plan of the whole host is the plan
+the refreshes kept, and every VF type the records keep is one the VF
+has or a claim is making (a type recorded for a VF nobody uses,
+``restore`` would type again)."""
 
 from __future__ import annotations
 
@@ -58,8 +60,10 @@ class VfStress(Threads):
                 conf.set_override("state_path", state, "devices")
                 tool = VgpuDriver(conf, self.host)
                 reading = tool.discover(rescan_guests=True)
-                tool.binder.recover(reading, tool.seen_mdevs())
+                done = tool.binder.recover(reading, tool.seen_mdevs())
                 tool.binder.ledger.carrier.let_go()
+                if done["failed"]:  # (a VF it could not type, say)
+                    self.errors.append(f"restore failed: {done['failed']}")
 
     def spawn(self, rng: random.Random, mine: list[str]) -> None:
         chosen = a_spawn(self, rng)
@@ -101,6 +105,8 @@ class VfStress(Threads):
         ("l40", 1, False),
         ("mixed", 0, False),
         ("mixed", 1, False),
+        ("l40", 2, True),
+        ("mixed", 2, True),
         ("demo", 0, True),
         ("demo", 1, True),
     ],
