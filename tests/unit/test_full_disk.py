@@ -155,7 +155,10 @@ def test_restore_never_overwrites_a_vf_that_now_carries_another_type(
     [other] = n.driver.allocate_mdevs("i2", n.alloc((PF, 1)))
     assert n.driver.binder.vf_types[mine.id] == 1150
     # the record says L40S-8Q, the card carries L40S-4Q set by someone else
-    assert n.driver.binder.record_vf_types({mine.id: 1152})
+    ledger = n.driver.binder.ledger
+    with ledger.locked():
+        ledger.vf_types[mine.id] = 1152
+        ledger.save()
     n.host.set_vf_type(other.id, 0)  # this one only forgot (a reboot)
     failed: list[str] = []
     restored = n.driver.restore_vf_types(failed)

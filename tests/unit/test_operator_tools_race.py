@@ -221,3 +221,76 @@ def test_a_release_claim_is_never_dropped_as_a_gone_instance_s(
     assert n.driver.binder.drop_claims({vf.id: claim}) == []
     assert n.driver.binder.claims()[vf.id] == claim
     finish()
+
+
+def _vf_typed_unrecorded(make_conf, state) -> tuple[Node, str]:
+    """The l40-sriov host, i1's guest on a VF whose records give another
+    type than it carries (set by hand since): ``audit`` finds its type
+    unrecorded (a type not recorded at all, any reading records)."""
+    n = Node(make_conf, state, "l40-sriov")
+    [vf] = n.driver.allocate_mdevs("i1", n.alloc(("pci_0000_41_00_0", 1)))
+    n.host.note_guest(Guest("i1", "instance-1", pci_devices=(vf.id,)))
+    n.driver.guest_defined("i1")
+    ledger = n.driver.binder.ledger
+    with ledger.locked():
+        ledger.vf_types[vf.id] = 1152
+        ledger.save()
+    return n, vf.id
+
+
+def test_a_vf_type_found_unrecorded_is_not_recorded_after_its_release(
+    make_conf, tmp_path
+):
+    """``audit --fix`` read a guest's VF typed and not recorded; the
+    service then deleted the guest and cleared the VF. Recorded now, the
+    type would be set again by ``restore`` at the next boot, for nobody,
+    taking that room on the card."""
+    n, vf = _vf_typed_unrecorded(make_conf, tmp_path)
+    auditor = beside(n, make_conf)
+    inventory, claims, findings = _read(auditor)
+    assert ("vf_type_unrecorded", vf) in {
+        (f.kind, f.subject) for f in findings
+    }
+    n.host.forget_guest("i1")
+    n.driver.guest_undefined("i1")
+    n.driver.release_mdevs("i1")
+    assert vf_types_of(n)[vf] == 0
+    assert fix(auditor, inventory, findings, claims) == []
+    assert vf not in n.driver.binder.vf_types
+
+
+def test_a_vf_type_found_unrecorded_is_not_recorded_while_released(
+    make_conf, tmp_path, monkeypatch
+):
+    """The same, the release recorded and not yet carried out (the VF
+    still typed): the type is not recorded either, and the release
+    clears it."""
+    from vgpu_driver.service import hand_back
+
+    n, vf = _vf_typed_unrecorded(make_conf, tmp_path)
+    auditor = beside(n, make_conf)
+    inventory, claims, findings = _read(auditor)
+    late = []
+    with monkeypatch.context() as patched:  # the releasing thread is slow
+        patched.setattr(hand_back, "finish_release", lambda *a: late.append(a))
+        n.host.forget_guest("i1")
+        n.driver.guest_undefined("i1")
+    assert vf_types_of(n)[vf] != 0
+    assert fix(auditor, inventory, findings, claims) == []
+    assert vf not in n.driver.binder.vf_types
+    hand_back.finish_release(*late[0])
+    assert vf_types_of(n)[vf] == 0
+
+
+def test_a_vf_type_found_unrecorded_is_recorded_while_its_guest_has_it(
+    make_conf, tmp_path
+):
+    """Nothing changed since the audit read: the type is recorded, and
+    restored after a reboot."""
+    n, vf = _vf_typed_unrecorded(make_conf, tmp_path)
+    auditor = beside(n, make_conf)
+    inventory, claims, findings = _read(auditor)
+    assert fix(auditor, inventory, findings, claims) == [
+        f"recorded the vGPU type of VF {vf}"
+    ]
+    assert n.driver.binder.vf_types[vf] == 1150

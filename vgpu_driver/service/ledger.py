@@ -375,6 +375,15 @@ def vf_types_to_record(
         for address, number in vf_types_in_use(
             inventory, ledger.view.used, ledger.vf_types
         ).items()
-        if ledger.claims.get(address, {}).get("purpose") != RELEASE
-        and ledger.host.vf_type(address) == number
+        if still_typed(ledger, address, number)
     }
+
+
+def still_typed(ledger: Ledger, address: str, number: int) -> bool:
+    """Looked at again now (inside :meth:`Ledger.locked`), the VF has
+    type ``number`` and no release of it is under way: its type may be
+    recorded from a reading."""
+    claim = ledger.claims.get(address)
+    return (claim is None or claim["purpose"] != RELEASE) and (
+        ledger.host.vf_type(address) == number
+    )

@@ -23,7 +23,7 @@ from vgpu_driver.model.claims import (
     in_flight_claim,
 )
 from vgpu_driver.records.store import StateStoreError
-from vgpu_driver.service.ledger import Ledger
+from vgpu_driver.service.ledger import Ledger, still_typed
 
 LOG = logging.getLogger(__name__)
 
@@ -137,9 +137,17 @@ def _save_made(ledger: Ledger) -> None:
 
 
 def record_vf_types(ledger: Ledger, types: Mapping[str, int]) -> list[str]:
-    """Record the vGPU types of VFs guests use, to restore them."""
+    """Record the vGPU types of VFs guests use, to restore them: each
+    only if, looked at again under the lock, the VF still has it and no
+    release of it is under way (``audit --fix`` read them before the
+    service deleted a guest: recorded, its VF would be typed again by
+    ``restore`` for nobody)."""
     with ledger.locked():
-        changed = [a for a, t in types.items() if ledger.vf_types.get(a) != t]
+        changed = [
+            a
+            for a, t in types.items()
+            if ledger.vf_types.get(a) != t and still_typed(ledger, a, t)
+        ]
         ledger.vf_types.update({a: types[a] for a in changed})
         if changed:
             ledger.save()
