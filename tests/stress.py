@@ -11,6 +11,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from vgpu_driver.cmd.audit import device_ids_on, fix
+from vgpu_driver.model.audit import audit
+
 
 class Threads:
     """A stress's shared state: live instances and their devices, the
@@ -26,6 +29,10 @@ class Threads:
         self.live: dict[str, list[str]] = {}  # instance -> its devices
         self.errors: list[str] = []
         self.stop = threading.Event()
+        # the instances Placement has allocations of: from before their
+        # bind to after their release (see audit_fix)
+        self.allocated: set[str] = set()
+        self.dying = 0.0  # how often a spawn dies after its bind
 
     @contextlib.contextmanager
     def failing(self) -> Iterator[None]:
@@ -85,7 +92,7 @@ def run(stress: Any, beside: list[Callable[[], None]], workers: int) -> None:
     for thread in others:
         thread.join(timeout=60)
     assert not any(t.is_alive() for t in [*others, *threads]), "hung"
-    assert stress.errors == []
+    assert stress.errors == [], "\n".join(map(str, stress.errors[:3]))
 
 
 def bound(stress: Any, instance: str, devices: list[str]) -> None:
@@ -95,3 +102,27 @@ def bound(stress: Any, instance: str, devices: list[str]) -> None:
         if set(theirs) & set(devices):
             stress.errors.append(f"{devices} bound to {other} and {instance}")
     stress.live[instance] = devices
+
+
+def audit_fix(stress: Any, tool: Any) -> list[str]:
+    """One ``vgpu-driver audit --fix`` by ``tool`` (another process on
+    the service's records and host), in the tool's order: the host, the
+    claims, then Placement's allocations (as ``stress.allocated`` has
+    them). Returns what it fixed."""
+    inventory = tool.discover(rescan_guests=True)
+    claims = tool.binder.claims()
+    with stress.lock:
+        allocations = {i: {} for i in stress.allocated}
+    findings = audit(
+        inventory,
+        claims=claims,
+        vf_types=tool.binder.vf_types,
+        configured=tool.configured_types(inventory),
+        device_of={},
+        parent_of=device_ids_on(tool, inventory),
+        allocations=allocations,
+        ours=tool.binder.owned(),
+    )
+    done = fix(tool, inventory, findings, claims)
+    tool.binder.ledger.carrier.let_go()
+    return done

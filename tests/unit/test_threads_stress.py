@@ -18,10 +18,8 @@ import pytest
 
 from tests.domains import hand_made_domain_xml
 from tests.random_host import RandomHost, in_use, tree_figures, view_in_use
-from tests.stress import Threads, a_spawn, bound, run
-from vgpu_driver.cmd.audit import device_ids_on, fix
+from tests.stress import Threads, a_spawn, audit_fix, bound, run
 from vgpu_driver.exception import DeviceCapacityExhausted
-from vgpu_driver.model.audit import audit
 from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.mdev_devices import (
     ExistingMdev,
@@ -43,10 +41,6 @@ class Stress(Threads):
         self.providers = {
             p.name: self.tree.data(p.name).uuid for p in self.driver.last_plans
         }
-        # the instances Placement has allocations of: from before their
-        # bind to after their release (see _auditing)
-        self.allocated: set[str] = set()
-        self.dying = 0.0  # how often a spawn dies after its bind
         # what each pGPU holds of its one type: its mdevs and its room
         reading = self.driver.discover()
         self.holds = {
@@ -181,23 +175,7 @@ def _auditing(stress: Stress, once: bool = False) -> None:
     host = stress.host
     with stress.failing():
         while once or not stress.stop.is_set():
-            tool = host.service._new(None, host.conn)[0]
-            inventory = tool.discover(rescan_guests=True)
-            claims = tool.binder.claims()
-            with stress.lock:
-                allocations = {i: {} for i in stress.allocated}
-            findings = audit(
-                inventory,
-                claims=claims,
-                vf_types=tool.binder.vf_types,
-                configured=tool.configured_types(inventory),
-                device_of={},
-                parent_of=device_ids_on(tool, inventory),
-                allocations=allocations,
-                ours=tool.binder.owned(),
-            )
-            fix(tool, inventory, findings, claims)
-            tool.binder.ledger.carrier.let_go()
+            audit_fix(stress, host.service._new(None, host.conn)[0])
             if once:
                 return
 

@@ -20,7 +20,7 @@ import pytest
 
 from benchmarks.common import sriov
 from tests.helpers import Node, load
-from tests.stress import Threads, a_spawn, bound, run
+from tests.stress import Threads, a_spawn, audit_fix, bound, run
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.exception import DeviceCapacityExhausted
 from vgpu_driver.model.device import Guest
@@ -50,33 +50,55 @@ class VfStress(Threads):
             while not self.stop.is_set():
                 self.node.update()
 
+    def tool(self, make_conf) -> VgpuDriver:
+        """Another process on the same records and host."""
+        conf = make_conf(self.node.description.config)
+        state = self.node.conf.devices.state_path
+        conf.set_override("state_path", state, "devices")
+        return VgpuDriver(conf, self.host)
+
     def restorer(self, make_conf) -> None:
-        """``vgpu-driver restore`` again and again (another process on
-        the same records and host)."""
+        """``vgpu-driver restore`` again and again."""
         with self.failing():
             while not self.stop.is_set():
-                conf = make_conf(self.node.description.config)
-                state = self.node.conf.devices.state_path
-                conf.set_override("state_path", state, "devices")
-                tool = VgpuDriver(conf, self.host)
+                tool = self.tool(make_conf)
                 reading = tool.discover(rescan_guests=True)
                 done = tool.binder.recover(reading, tool.seen_mdevs())
                 tool.binder.ledger.carrier.let_go()
                 if done["failed"]:  # (a VF it could not type, say)
                     self.errors.append(f"restore failed: {done['failed']}")
 
+    def auditor(self, make_conf, once: bool = False) -> None:
+        """``vgpu-driver audit --fix`` again and again: it drops the
+        claims of spawns that died."""
+        with self.failing():
+            while once or not self.stop.is_set():
+                audit_fix(self, self.tool(make_conf))
+                if once:
+                    return
+
     def spawn(self, rng: random.Random, mine: list[str]) -> None:
         chosen = a_spawn(self, rng)
         if chosen is None:
             return
         instance, wanted = chosen
+        with self.lock:
+            self.allocated.add(instance)
         try:
             devices = self.driver.allocate_mdevs(instance, wanted)
         except DeviceCapacityExhausted:
+            with self.lock:
+                self.allocated.discard(instance)
             return
         ids = [d.id for d in devices]
         with self.lock:
             bound(self, instance, ids)
+            if rng.random() < self.dying:
+                # the spawn died after its bind and Nova deleted the
+                # instance (its allocation gone): nothing released
+                del self.live[instance]
+                self.allocated.discard(instance)
+                return
         mine.append(instance)
         self.host.note_guest(
             Guest(
@@ -96,24 +118,31 @@ class VfStress(Threads):
         self.driver.domain_event(instance, False)
         self.driver.guest_undefined(instance)
         self.driver.release_mdevs(instance)
+        with self.lock:
+            self.allocated.discard(instance)
 
 
 @pytest.mark.parametrize(
-    ("host", "seed", "restore"),
+    ("host", "seed", "beside"),
     [
-        ("l40", 0, False),
-        ("l40", 1, False),
-        ("mixed", 0, False),
-        ("mixed", 1, False),
-        ("l40", 2, True),
-        ("mixed", 2, True),
-        ("demo", 0, True),
-        ("demo", 1, True),
+        ("l40", 0, None),
+        ("l40", 1, None),
+        ("mixed", 0, None),
+        ("mixed", 1, None),
+        ("l40", 2, "restorer"),
+        ("mixed", 2, "restorer"),
+        ("demo", 0, "restorer"),
+        ("demo", 1, "restorer"),
+        ("l40", 3, "auditor"),
+        ("mixed", 3, "auditor"),
     ],
 )
 def test_spawns_and_deletes_of_vfs_in_threads_beside_the_refresh(
-    make_conf, tmp_path, host, seed, restore
+    make_conf, tmp_path, host, seed, beside
 ):
+    """``beside``: a tool run again and again beside the service
+    (``restore``; ``audit --fix``, with one spawn in ten dying after its
+    bind: their claims must all be dropped, none of a live one)."""
     description = HOSTS[host]()
     node = Node(
         make_conf,
@@ -122,10 +151,11 @@ def test_spawns_and_deletes_of_vfs_in_threads_beside_the_refresh(
         host=SimulatedHost(description),
     )
     stress = VfStress(node, seed)
-    beside = [stress.refresher]
-    if restore:
-        beside.append(functools.partial(stress.restorer, make_conf))
-    run(stress, beside, WORKERS)
+    tools = []
+    if beside is not None:
+        stress.dying = 0.1 if beside == "auditor" else 0.0
+        tools.append(functools.partial(getattr(stress, beside), make_conf))
+    run(stress, [stress.refresher, *tools], WORKERS)
     driver = node.driver
     node.update()
     # (the host's own guests, there before the stress, left out)
@@ -143,3 +173,7 @@ def test_spawns_and_deletes_of_vfs_in_threads_beside_the_refresh(
     driver._refresher._fingerprint = None  # plan the whole host
     node.update()
     assert driver.last_plans == plans
+    if beside == "auditor":  # the claims of spawns that died, dropped
+        stress.auditor(make_conf, once=True)
+        node.update()
+        assert driver.binder.claims() == {}
