@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from vgpu_driver.cmd.audit import device_ids_on, fix
+from vgpu_driver.exception import DeviceCapacityExhausted
 from vgpu_driver.model.audit import audit
 
 
@@ -93,6 +94,31 @@ def run(stress: Any, beside: list[Callable[[], None]], workers: int) -> None:
         thread.join(timeout=60)
     assert not any(t.is_alive() for t in [*others, *threads]), "hung"
     assert stress.errors == [], "\n".join(map(str, stress.errors[:3]))
+
+
+def allocated_bind(
+    stress: Any, rng: random.Random, instance: str, wanted: dict[str, Any]
+) -> list[Any] | None:
+    """The bind of a spawn Placement allocated ``wanted`` (the instance
+    in ``stress.allocated`` from before it), its devices live for it.
+    None: the host had no room (the allocation given back), or the
+    spawn died after its bind (``stress.dying`` of them) and Nova
+    deleted the instance, its allocation gone and nothing released."""
+    with stress.lock:
+        stress.allocated.add(instance)
+    try:
+        devices = stress.driver.allocate_mdevs(instance, wanted)
+    except DeviceCapacityExhausted:
+        with stress.lock:
+            stress.allocated.discard(instance)
+        return None
+    with stress.lock:
+        bound(stress, instance, [d.id for d in devices])
+        if rng.random() < stress.dying:
+            del stress.live[instance]
+            stress.allocated.discard(instance)
+            return None
+    return list(devices)
 
 
 def bound(stress: Any, instance: str, devices: list[str]) -> None:

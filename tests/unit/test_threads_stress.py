@@ -18,8 +18,7 @@ import pytest
 
 from tests.domains import hand_made_domain_xml
 from tests.random_host import RandomHost, in_use, tree_figures, view_in_use
-from tests.stress import Threads, a_spawn, audit_fix, bound, run
-from vgpu_driver.exception import DeviceCapacityExhausted
+from tests.stress import Threads, a_spawn, allocated_bind, audit_fix, run
 from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.mdev_devices import (
     ExistingMdev,
@@ -64,24 +63,11 @@ class Stress(Threads):
         if chosen is None:
             return
         instance, wanted = chosen
-        with self.lock:
-            self.allocated.add(instance)
-        try:  # (asked past what Placement would allocate, at times)
-            devices = [
-                d.id for d in self.driver.allocate_mdevs(instance, wanted)
-            ]
-        except DeviceCapacityExhausted:
-            with self.lock:
-                self.allocated.discard(instance)
+        # (asked past what Placement would allocate, at times)
+        given = allocated_bind(self, rng, instance, wanted)
+        if given is None:
             return
-        with self.lock:
-            bound(self, instance, devices)
-            if rng.random() < self.dying:
-                # the spawn died after its bind and Nova deleted the
-                # instance (its allocation gone): nothing released
-                del self.live[instance]
-                self.allocated.discard(instance)
-                return
+        devices = [d.id for d in given]
         mine.append(instance)
         xml = hand_made_domain_xml(instance, instance[:8], devices, nova=True)
         self.host.conn.defineXML(xml)

@@ -20,9 +20,8 @@ import pytest
 
 from benchmarks.common import sriov
 from tests.helpers import Node, load
-from tests.stress import Threads, a_spawn, audit_fix, bound, run
+from tests.stress import Threads, a_spawn, allocated_bind, audit_fix, run
 from vgpu_driver.driver import VgpuDriver
-from vgpu_driver.exception import DeviceCapacityExhausted
 from vgpu_driver.model.device import Guest
 from vgpu_driver.sim.simulated import SimulatedHost
 
@@ -82,23 +81,9 @@ class VfStress(Threads):
         if chosen is None:
             return
         instance, wanted = chosen
-        with self.lock:
-            self.allocated.add(instance)
-        try:
-            devices = self.driver.allocate_mdevs(instance, wanted)
-        except DeviceCapacityExhausted:
-            with self.lock:
-                self.allocated.discard(instance)
+        devices = allocated_bind(self, rng, instance, wanted)
+        if devices is None:
             return
-        ids = [d.id for d in devices]
-        with self.lock:
-            bound(self, instance, ids)
-            if rng.random() < self.dying:
-                # the spawn died after its bind and Nova deleted the
-                # instance (its allocation gone): nothing released
-                del self.live[instance]
-                self.allocated.discard(instance)
-                return
         mine.append(instance)
         self.host.note_guest(
             Guest(
