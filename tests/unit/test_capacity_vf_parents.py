@@ -182,3 +182,19 @@ def test_a_reading_torn_by_a_change_offers_no_more_than_the_gpu_holds():
         if p.device == parent.name
     ]
     assert (whole.total, whole.limit) == (16, None)
+
+
+def test_guests_read_torn_by_a_change_count_no_more_than_the_gpu_holds():
+    """``sync --periodic`` read the guests, then the service deleted one
+    on a full M10 pGPU (its mdev removed) and bound the next spawn, which
+    made its mdev in that room; then the sync read the devices. The gone
+    guest's mdev is counted in use (as one gone in a reboot is) beside the
+    new one's claim: 17 units held on a 16-unit GPU. It offers what the
+    GPU holds. (Units Placement has allocated still count whole:
+    test_mdev_changes.py.)"""
+    inventory = helpers.simulated_host("m10").discover()
+    parent = next(p for p in inventory.parents if p.type("nvidia-35"))
+    held = {parent.name: {"nvidia-35": 17}}
+    plans = plan_providers("cn", enabled("nvidia-35"), inventory, held=held)
+    [plan] = [p for p in plans if p.device == parent.name]
+    assert plan.total == 16

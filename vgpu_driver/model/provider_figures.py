@@ -210,7 +210,13 @@ def used_units(
 ) -> int:
     """Units of the type in use on provider ``rp_name``: what guests use
     on its device or what Placement has allocated there, whichever is
-    more."""
+    more. What guests use on a plain pGPU counts no more than its type's
+    ``max_instance``: a reading torn by a change (a guest deleted since,
+    its mdev gone, counted beside the mdev the next spawn made in its
+    room) cannot raise its total past the card."""
     by_guests = held.get(device.name, {}).get(type_cfg.type_id, 0)
+    most = device.capabilities(type_cfg.type_id).max_instance
+    if not device.gpu and most is not None:
+        by_guests = min(by_guests, most)
     by_placement = allocated.get(rp_name, {}).get(type_cfg.resource_class, 0)
     return max(by_guests, by_placement)
