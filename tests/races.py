@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import contextlib
 import textwrap
+from collections.abc import Callable
+from typing import Any
 
 from tests.helpers import Node
+from vgpu_driver.cmd.audit import device_ids_on
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.exception import DeviceNoRoom
+from vgpu_driver.model.audit import audit
 
 
 def beside(n: Node, make_conf, config: str | None = None) -> VgpuDriver:
@@ -18,6 +22,28 @@ def beside(n: Node, make_conf, config: str | None = None) -> VgpuDriver:
     conf = make_conf(textwrap.dedent(config or n.description.config))
     conf.set_override("state_path", n.conf.devices.state_path, "devices")
     return VgpuDriver(conf, n.host)
+
+
+def audit_read(
+    tool: VgpuDriver,
+    allocations: Callable[[], dict[str, Any]] = dict,
+) -> tuple[Any, dict[str, Any], list[Any]]:
+    """What ``vgpu-driver audit`` reads, in its order: the host, the
+    claims, then Placement's allocations (``allocations()``); and what
+    it finds. Returns (the reading, the claims, the findings)."""
+    inventory = tool.discover(rescan_guests=True)
+    claims = tool.binder.claims()
+    findings = audit(
+        inventory,
+        claims=claims,
+        vf_types=tool.binder.vf_types,
+        configured=tool.configured_types(inventory),
+        device_of={},
+        parent_of=device_ids_on(tool, inventory),
+        allocations=allocations(),
+        ours=tool.binder.owned(),
+    )
+    return inventory, claims, findings
 
 
 def vf_types_of(n: Node) -> dict[str, int]:

@@ -11,9 +11,9 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from vgpu_driver.cmd.audit import device_ids_on, fix
+from tests.races import audit_read
+from vgpu_driver.cmd.audit import fix
 from vgpu_driver.exception import DeviceCapacityExhausted
-from vgpu_driver.model.audit import audit
 
 
 class Threads:
@@ -135,20 +135,12 @@ def audit_fix(stress: Any, tool: Any) -> list[str]:
     the service's records and host), in the tool's order: the host, the
     claims, then Placement's allocations (as ``stress.allocated`` has
     them). Returns what it fixed."""
-    inventory = tool.discover(rescan_guests=True)
-    claims = tool.binder.claims()
-    with stress.lock:
-        allocations = {i: {} for i in stress.allocated}
-    findings = audit(
-        inventory,
-        claims=claims,
-        vf_types=tool.binder.vf_types,
-        configured=tool.configured_types(inventory),
-        device_of={},
-        parent_of=device_ids_on(tool, inventory),
-        allocations=allocations,
-        ours=tool.binder.owned(),
-    )
+
+    def allocations() -> dict[str, Any]:
+        with stress.lock:
+            return {i: {} for i in stress.allocated}
+
+    inventory, claims, findings = audit_read(tool, allocations)
     done = fix(tool, inventory, findings, claims)
     tool.binder.ledger.carrier.let_go()
     return done

@@ -9,10 +9,13 @@ and releases hits sooner or later."""
 from __future__ import annotations
 
 from tests.helpers import Node, new_tree
-from tests.races import beside, vf_release_in_flight, vf_types_of
+from tests.races import (
+    audit_read,
+    beside,
+    vf_release_in_flight,
+    vf_types_of,
+)
 from vgpu_driver.cmd.audit import fix
-from vgpu_driver.driver import VgpuDriver
-from vgpu_driver.model.audit import audit
 from vgpu_driver.model.device import Guest
 
 PARENT = "pci_0000_86_00_0"  # m10: nvidia-36
@@ -27,22 +30,6 @@ device_addresses = 0000:84:00.0,0000:85:00.0,0000:86:00.0
 """
 
 
-def _read(driver: VgpuDriver, allocations=None):
-    """What ``vgpu-driver audit`` reads, in its order."""
-    inventory = driver.discover(rescan_guests=True)
-    claims = driver.binder.claims()
-    findings = audit(
-        inventory,
-        claims=claims,
-        vf_types=driver.binder.vf_types,
-        configured=driver.configured_types(inventory),
-        device_of={},
-        parent_of={},
-        allocations={} if allocations is None else allocations,
-    )
-    return inventory, claims, findings
-
-
 def test_a_claim_given_to_another_instance_since_the_audit_is_kept(
     make_conf, tmp_path
 ):
@@ -50,7 +37,7 @@ def test_a_claim_given_to_another_instance_since_the_audit_is_kept(
     [d] = n.driver.allocate_mdevs("gone", n.alloc((PARENT, 1)))
     assert d.id == FREE_ON_86  # the free mdev is reused
     auditor = beside(n, make_conf)
-    inventory, claims, findings = _read(auditor)
+    inventory, claims, findings = audit_read(auditor)
     assert ("claim_of_gone_instance", FREE_ON_86) in {
         (f.kind, f.subject) for f in findings
     }
@@ -68,7 +55,7 @@ def test_a_claim_whose_instance_has_a_guest_since_the_audit_is_kept(
     n = Node(make_conf, tmp_path / "state")
     n.driver.allocate_mdevs("late", n.alloc((PARENT, 1)))
     auditor = beside(n, make_conf)
-    inventory, claims, findings = _read(auditor)
+    inventory, claims, findings = audit_read(auditor)
     # the instance's guest appears (defined without that device yet)
     n.host.note_guest(Guest("late", "instance-late", ()))
     assert fix(auditor, inventory, findings, claims) == []
@@ -79,7 +66,7 @@ def test_a_stale_claim_still_as_read_is_dropped(make_conf, tmp_path):
     n = Node(make_conf, tmp_path / "state")
     n.driver.allocate_mdevs("gone", n.alloc((PARENT, 1)))
     auditor = beside(n, make_conf)
-    inventory, claims, findings = _read(auditor)
+    inventory, claims, findings = audit_read(auditor)
     assert fix(auditor, inventory, findings, claims) == [
         f"dropped the claim on {FREE_ON_86}"
     ]
@@ -91,7 +78,7 @@ def test_an_orphan_claimed_by_the_service_since_the_audit_stays(
 ):
     n = Node(make_conf, tmp_path / "state")
     auditor = beside(n, make_conf, OTHER_TYPE)
-    inventory, claims, findings = _read(auditor)
+    inventory, claims, findings = audit_read(auditor)
     assert ("orphaned_free_mdev", FREE_ON_86) in {
         (f.kind, f.subject) for f in findings
     }
@@ -104,7 +91,7 @@ def test_an_orphan_claimed_by_the_service_since_the_audit_stays(
 def test_an_orphan_a_guest_took_since_the_audit_stays(make_conf, tmp_path):
     n = Node(make_conf, tmp_path / "state")
     auditor = beside(n, make_conf, OTHER_TYPE)
-    inventory, claims, findings = _read(auditor)
+    inventory, claims, findings = audit_read(auditor)
     n.host.note_guest(Guest("by-hand", "instance-by-hand", (FREE_ON_86,)))
     assert fix(auditor, inventory, findings, claims) == []
     assert FREE_ON_86 in n.mdevs()
@@ -181,7 +168,7 @@ def test_audit_fix_leaves_a_release_in_flight_to_its_process(
     the releasing thread, which finishes it."""
     n, vf, finish = vf_release_in_flight(make_conf, tmp_path, monkeypatch)
     auditor = beside(n, make_conf)
-    inventory, claims, findings = _read(auditor)
+    inventory, claims, findings = audit_read(auditor)
     assert ("claim_of_gone_instance", vf.id) in {
         (f.kind, f.subject) for f in findings
     }
@@ -202,7 +189,7 @@ def test_audit_fix_finishes_a_release_cut_short(
     n, vf, _ = vf_release_in_flight(make_conf, tmp_path, monkeypatch)
     n.driver.binder.ledger.carrier.let_go()  # its process is gone
     auditor = beside(n, make_conf)
-    inventory, claims, findings = _read(auditor)
+    inventory, claims, findings = audit_read(auditor)
     assert fix(auditor, inventory, findings, claims) == [
         f"finished the release of {vf.id}"
     ]
@@ -247,7 +234,7 @@ def test_a_vf_type_found_unrecorded_is_not_recorded_after_its_release(
     taking that room on the card."""
     n, vf = _vf_typed_unrecorded(make_conf, tmp_path)
     auditor = beside(n, make_conf)
-    inventory, claims, findings = _read(auditor)
+    inventory, claims, findings = audit_read(auditor)
     assert ("vf_type_unrecorded", vf) in {
         (f.kind, f.subject) for f in findings
     }
@@ -269,7 +256,7 @@ def test_a_vf_type_found_unrecorded_is_not_recorded_while_released(
 
     n, vf = _vf_typed_unrecorded(make_conf, tmp_path)
     auditor = beside(n, make_conf)
-    inventory, claims, findings = _read(auditor)
+    inventory, claims, findings = audit_read(auditor)
     late = []
     with monkeypatch.context() as patched:  # the releasing thread is slow
         patched.setattr(hand_back, "finish_release", lambda *a: late.append(a))
@@ -289,7 +276,7 @@ def test_a_vf_type_found_unrecorded_is_recorded_while_its_guest_has_it(
     restored after a reboot."""
     n, vf = _vf_typed_unrecorded(make_conf, tmp_path)
     auditor = beside(n, make_conf)
-    inventory, claims, findings = _read(auditor)
+    inventory, claims, findings = audit_read(auditor)
     assert fix(auditor, inventory, findings, claims) == [
         f"recorded the vGPU type of VF {vf}"
     ]
