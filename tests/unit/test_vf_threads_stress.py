@@ -19,7 +19,7 @@ import random
 import pytest
 
 from benchmarks.common import sriov
-from tests.helpers import Node, load
+from tests.helpers import Node, load, new_tree
 from tests.stress import Threads, a_spawn, allocated_bind, audit_fix, run
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.model.device import Guest
@@ -43,11 +43,25 @@ class VfStress(Threads):
         self.providers = {
             p.name: node.tree.data(p.name).uuid for p in self.driver.last_plans
         }
+        # provider -> what its card holds of its one type (the total at
+        # rest; a card of several types holds more of one as the others
+        # are freed: left unchecked)
+        self.holds: dict[str, int] = {}
 
     def refresher(self) -> None:
+        """The periodic refresh; no total above what the card holds."""
         with self.failing():
             while not self.stop.is_set():
                 self.node.update()
+                self.held_to_card("service", self.driver.last_plans)
+
+    def held_to_card(self, who: str, plans) -> None:
+        for plan in plans:
+            if plan.total > self.holds.get(plan.name, plan.total):
+                self.errors.append(
+                    f"{who}: {plan.name} total {plan.total} above the card"
+                    f" ({self.holds[plan.name]})"
+                )
 
     def tool(self, make_conf) -> VgpuDriver:
         """Another process on the same records and host."""
@@ -66,6 +80,21 @@ class VfStress(Threads):
                 tool.binder.ledger.carrier.let_go()
                 if done["failed"]:  # (a VF it could not type, say)
                     self.errors.append(f"restore failed: {done['failed']}")
+
+    def syncer(self, make_conf) -> None:
+        """``vgpu-driver sync --periodic`` again and again (started again
+        every tenth pass): told of no guest's change, its readings tear
+        as the service changes the host; no total above the card."""
+        with self.failing():
+            tool, tree, passes = self.tool(make_conf), new_tree("n"), 0
+            while not self.stop.is_set():
+                if passes and passes % 10 == 0:  # (started again)
+                    tool.binder.ledger.carrier.let_go()
+                    tool, tree = self.tool(make_conf), new_tree("n")
+                tool.update_provider_tree(tree, "n")
+                passes += 1
+                self.held_to_card("sync", tool.last_plans)
+            tool.binder.ledger.carrier.let_go()
 
     def auditor(self, make_conf, once: bool = False) -> None:
         """``vgpu-driver audit --fix`` again and again: it drops the
@@ -120,6 +149,7 @@ class VfStress(Threads):
         ("demo", 1, "restorer"),
         ("l40", 3, "auditor"),
         ("mixed", 3, "auditor"),
+        *[("l40", seed, "syncer") for seed in range(4, 8)],
     ],
 )
 def test_spawns_and_deletes_of_vfs_in_threads_beside_the_refresh(
@@ -127,7 +157,9 @@ def test_spawns_and_deletes_of_vfs_in_threads_beside_the_refresh(
 ):
     """``beside``: a tool run again and again beside the service
     (``restore``; ``audit --fix``, with one spawn in ten dying after its
-    bind: their claims must all be dropped, none of a live one)."""
+    bind: their claims must all be dropped, none of a live one; ``sync
+    --periodic``). On the L40, no total the service or the sync reports
+    is above what the card holds."""
     description = HOSTS[host]()
     node = Node(
         make_conf,
@@ -136,6 +168,8 @@ def test_spawns_and_deletes_of_vfs_in_threads_beside_the_refresh(
         host=SimulatedHost(description),
     )
     stress = VfStress(node, seed)
+    if host == "l40":
+        stress.holds = {p.name: p.total for p in node.driver.last_plans}
     tools = []
     if beside is not None:
         stress.dying = 0.1 if beside == "auditor" else 0.0

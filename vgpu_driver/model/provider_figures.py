@@ -210,13 +210,17 @@ def used_units(
 ) -> int:
     """Units of the type in use on provider ``rp_name``: what guests use
     on its device or what Placement has allocated there, whichever is
-    more. What guests use on a plain pGPU counts no more than its type's
-    ``max_instance``: a reading torn by a change (a guest deleted since,
-    its mdev gone, counted beside the mdev the next spawn made in its
-    room) cannot raise its total past the card."""
-    by_guests = held.get(device.name, {}).get(type_cfg.type_id, 0)
-    most = device.capabilities(type_cfg.type_id).max_instance
-    if not device.gpu and most is not None:
-        by_guests = min(by_guests, most)
+    more. What guests use counts no more than the device has of the type
+    and has room for (on a plain pGPU, no more than its type's
+    ``max_instance`` either): a reading torn by a change cannot raise
+    its total past the card. (A guest deleted since, its mdev gone,
+    counted beside the mdev the next spawn made in its room; the claim of
+    a bind typing a VF the full card will refuse.)"""
+    type_id = type_cfg.type_id
+    by_guests = held.get(device.name, {}).get(type_id, 0)
+    if not device.gpu:
+        has = device.existing[type_id] + device.available.get(type_id, 0)
+        most = device.capabilities(type_id).max_instance
+        by_guests = min(by_guests, has if most is None else min(has, most))
     by_placement = allocated.get(rp_name, {}).get(type_cfg.resource_class, 0)
     return max(by_guests, by_placement)
