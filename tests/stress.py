@@ -96,6 +96,18 @@ def run(stress: Any, beside: list[Callable[[], None]], workers: int) -> None:
     assert stress.errors == [], "\n".join(map(str, stress.errors[:3]))
 
 
+def spawned(stress: Any, rng: random.Random) -> tuple[str, list[Any]] | None:
+    """A spawn (:func:`a_spawn`) bound as Placement allocated it
+    (:func:`allocated_bind`): the instance and its devices. None: no
+    provider had room, the host had none, or the spawn died."""
+    chosen = a_spawn(stress, rng)
+    if chosen is None:
+        return None
+    instance, wanted = chosen
+    devices = allocated_bind(stress, rng, instance, wanted)
+    return None if devices is None else (instance, devices)
+
+
 def allocated_bind(
     stress: Any, rng: random.Random, instance: str, wanted: dict[str, Any]
 ) -> list[Any] | None:
@@ -128,6 +140,20 @@ def bound(stress: Any, instance: str, devices: list[str]) -> None:
         if set(theirs) & set(devices):
             stress.errors.append(f"{devices} bound to {other} and {instance}")
     stress.live[instance] = devices
+
+
+def auditing(
+    stress: Any, new_tool: Callable[[], Any], once: bool = False
+) -> None:
+    """``vgpu-driver audit --fix`` run again and again beside the
+    service (``once``: one run), each by a new tool (``new_tool()``),
+    with Placement's allocations as the stress has them: it drops the
+    claims of spawns that died."""
+    with stress.failing():
+        while once or not stress.stop.is_set():
+            audit_fix(stress, new_tool())
+            if once:
+                return
 
 
 def audit_fix(stress: Any, tool: Any) -> list[str]:

@@ -18,7 +18,7 @@ import pytest
 
 from tests.domains import hand_made_domain_xml
 from tests.random_host import RandomHost, in_use, tree_figures, view_in_use
-from tests.stress import Threads, a_spawn, allocated_bind, audit_fix, run
+from tests.stress import Threads, auditing, run, spawned
 from vgpu_driver.sim import guest_xml
 from vgpu_driver.sim.mdev_devices import (
     ExistingMdev,
@@ -59,14 +59,11 @@ class Stress(Threads):
                         self.errors.append(f"{plan} above the card")
 
     def spawn(self, rng: random.Random, mine: list[str]) -> None:
-        chosen = a_spawn(self, rng)
-        if chosen is None:
-            return
-        instance, wanted = chosen
         # (asked past what Placement would allocate, at times)
-        given = allocated_bind(self, rng, instance, wanted)
-        if given is None:
+        found = spawned(self, rng)
+        if found is None:
             return
+        instance, given = found
         devices = [d.id for d in given]
         mine.append(instance)
         xml = hand_made_domain_xml(instance, instance[:8], devices, nova=True)
@@ -154,16 +151,10 @@ def _syncing(stress: Stress) -> None:
 
 
 def _auditing(stress: Stress, once: bool = False) -> None:
-    """``vgpu-driver audit --fix`` run again and again beside the
-    service, with Placement's allocations as the stress has them (read
-    after the claims, as the tool reads them): it drops the claims of
-    spawns that died."""
+    """``vgpu-driver audit --fix`` beside the service (see
+    :func:`tests.stress.auditing`)."""
     host = stress.host
-    with stress.failing():
-        while once or not stress.stop.is_set():
-            audit_fix(stress, host.service._new(None, host.conn)[0])
-            if once:
-                return
+    auditing(stress, lambda: host.service._new(None, host.conn)[0], once)
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ import pytest
 
 from benchmarks.common import sriov
 from tests.helpers import Node, load, new_tree
-from tests.stress import Threads, a_spawn, allocated_bind, audit_fix, run
+from tests.stress import Threads, auditing, run, spawned
 from vgpu_driver.driver import VgpuDriver
 from vgpu_driver.model.device import Guest
 from vgpu_driver.sim.simulated import SimulatedHost
@@ -97,22 +97,15 @@ class VfStress(Threads):
             tool.binder.ledger.carrier.let_go()
 
     def auditor(self, make_conf, once: bool = False) -> None:
-        """``vgpu-driver audit --fix`` again and again: it drops the
-        claims of spawns that died."""
-        with self.failing():
-            while once or not self.stop.is_set():
-                audit_fix(self, self.tool(make_conf))
-                if once:
-                    return
+        """``vgpu-driver audit --fix`` beside the service (see
+        :func:`tests.stress.auditing`)."""
+        auditing(self, lambda: self.tool(make_conf), once)
 
     def spawn(self, rng: random.Random, mine: list[str]) -> None:
-        chosen = a_spawn(self, rng)
-        if chosen is None:
+        found = spawned(self, rng)
+        if found is None:
             return
-        instance, wanted = chosen
-        devices = allocated_bind(self, rng, instance, wanted)
-        if devices is None:
-            return
+        instance, devices = found
         mine.append(instance)
         self.host.note_guest(
             Guest(
