@@ -123,9 +123,8 @@ def guests_matter(
     the same). True when a reshape needs them, a type has max_instances
     (in-use devices count first) or a card_share (what another type's
     share reserves depends on what is in use), a device is of a type its
-    parent does
-    not serve (kept only while in use), an mdev seen before is gone
-    (still counted while a guest names it), or a device provider
+    parent does not serve (kept only while in use), an mdev seen before
+    is gone (still counted while a guest names it), or a device provider
     (``providers``: their names) has no parent serving an enabled type.
     """
     if allocations is not None:

@@ -7,8 +7,8 @@ the tree holds. A reading whose devices are the same and whose guests
 alone changed (a guest defined or gone, a spawn claim ended) changes
 nothing either when guests cannot change the plan: no type with
 ``max_instances`` or ``card_share``, no device of a type its parent
-does not serve, no
-provider kept only for devices in use, no device another manager made
+does not serve, no provider kept only for devices in use, no device
+another manager made
 (:func:`~vgpu_driver.model.usage.guests_matter`), and no guest outside
 Nova among those changed (what it uses is reserved). Then a guest's event
 costs what an idle pass costs, however many mdevs and guests there are.
