@@ -48,16 +48,8 @@ class MdevDirs:
         defined and not running when read. None where the directory
         cannot be read."""
         before = self._inodes.get(name, {})
-        try:
-            with os.scandir(path or "") as entries:
-                # (an entry listed last time is an mdev's: no match)
-                running = {
-                    e.name: e.inode()
-                    for e in entries
-                    if e.name in before
-                    or (len(e.name) == 36 and _UUID.fullmatch(e.name))
-                }
-        except OSError:
+        running = _running(path, before)
+        if running is None:
             return None
         self._inodes[name] = running
         again = made_again(known, stopped, running, before)
@@ -67,6 +59,31 @@ class MdevDirs:
             sorted(running.keys() - kept),
             sorted(kept - running.keys() - stopped),
         )
+
+    def unchanged(self, name: str, path: Path | None) -> bool:
+        """Does parent ``name``'s directory list the mdevs it listed
+        when last followed, each in the same directory? (Read around
+        another read, it says that read saw them as they are.)"""
+        before = self._inodes.get(name)
+        return before is not None and _running(path, before) == before
+
+
+def _running(
+    path: Path | None, before: dict[str, int]
+) -> dict[str, int] | None:
+    """uuid -> inode of each mdev directory ``path`` lists (None where it
+    cannot be read)."""
+    try:
+        with os.scandir(path or "") as entries:
+            # (an entry listed last time is an mdev's: no match)
+            return {
+                e.name: e.inode()
+                for e in entries
+                if e.name in before
+                or (len(e.name) == 36 and _UUID.fullmatch(e.name))
+            }
+    except OSError:
+        return None
 
 
 def made_again(

@@ -26,6 +26,8 @@ from typing import Any
 from oslo_log import log as logging
 
 from vgpu_driver.host.connection import Connection
+from vgpu_driver.host.listing import Listed
+from vgpu_driver.host.mdev_cache import MdevCache
 from vgpu_driver.model import naming
 from vgpu_driver.model.device import Parent
 
@@ -123,3 +125,24 @@ def parents_named(
             if read is not None and read.physical_function in cards:
                 only.add(name)
     return only
+
+
+def parents_to_read(
+    names: set[str] | None,
+    also: set[str],
+    listed: Listed,
+    mdevs: MdevCache,
+    last: Callable[[str], Parent | None],
+) -> set[str] | None:
+    """The parents whose XML a reading reads (None: all): those the
+    events' ``names`` name, and ``also`` (those sysfs and libvirt did not
+    agree on yet, those the adapter changed); see
+    :func:`parents_named`."""
+    if names is None:
+        return None
+    return parents_named(
+        names | also,
+        {name for name, _ in listed},
+        lambda name: mdev.parent if (mdev := mdevs.get(name)) else None,
+        last,
+    )

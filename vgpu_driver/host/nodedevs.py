@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Any
 
 from oslo_log import log as logging
@@ -36,9 +36,10 @@ from vgpu_driver.host.mdev_cache import MdevCache
 from vgpu_driver.host.mdev_dirs import MdevDirs
 from vgpu_driver.host.nodedev_events import (
     NodeDeviceEvents,
-    parents_named,
+    parents_to_read,
 )
 from vgpu_driver.host.parents import ParentReader, implied_parents
+from vgpu_driver.host.rooms import rooms_after_listing, rooms_again
 from vgpu_driver.host.sysfs import SysfsTree
 from vgpu_driver.model.device import Mdev, Parent
 
@@ -64,7 +65,7 @@ class NodeDevices:
         self.listing = NodeListing(link)
         self._parent_ids: dict[str, int] = {}  # name -> the object's id
         # parents whose mdevs sysfs and libvirt did not agree on yet
-        self._pending: set[str] = set()
+        self.pending: set[str] = set()
         # parents the adapter made or removed an mdev on since the last
         # reading: followed at the next (their room may be back where it
         # was: another manager's mdev made there would go unseen)
@@ -107,9 +108,9 @@ class NodeDevices:
             only = (
                 self._ours
                 if again
-                else _named(
+                else parents_to_read(
                     names,
-                    self._pending | self._ours,
+                    self.pending | self._ours,
                     listed,
                     self.mdevs,
                     lambda name: self.reader.last(name, wanted),
@@ -122,14 +123,18 @@ class NodeDevices:
             ids = {p.name: id(p) for p in parents}
             last = self._parent_ids
             changed = {n for n, i in ids.items() if last.get(n) != i}
-            changed |= self._pending | (self._ours & ids.keys())
-            relist = ids.keys() != last.keys() or (
-                bool(changed) and not self._follow(conn, changed)
-            )
+            changed |= self.pending | (self._ours & ids.keys())
+            relist = ids.keys() != last.keys()
+            if changed and not relist:
+                followed = self.follow_dirs(conn, changed)
+                relist = followed is None or not rooms_again(
+                    self, conn, dict(listed), parents, followed, wanted
+                )
         if relist:
             parents = self._relist(conn, parents, wanted, bus)
             self.listed_at = now
             self.sysfs.forget_probes()
+            rooms_after_listing(self, conn, parents, wanted, bus)
         assert parents is not None
         self._ours = set()
         self._parent_ids = {p.name: id(p) for p in parents}
@@ -197,13 +202,13 @@ class NodeDevices:
             if name.startswith("mdev_"):
                 self._read_mdev(device, name, active=name not in inactive)
             else:
-                parent = self._read_parent(device, name, wanted)
+                parent = self.read_parent(device, name, wanted)
                 if parent is not None:
                     parents.append(parent)
         for name in self.mdevs.names() - listed:
             self.mdevs.pop(name)
             self.dirty = True
-        self._pending = set()
+        self.pending = set()
         return parents if parents_read is None else parents_read
 
     def _read_parents(
@@ -220,12 +225,12 @@ class NodeDevices:
             if only is not None and name not in only:
                 parent = self.reader.last(name, wanted)
             if parent is None:
-                parent = self._read_parent(device, name, wanted)
+                parent = self.read_parent(device, name, wanted)
             if parent is not None:
                 found.append(parent)
         return found
 
-    def _read_parent(
+    def read_parent(
         self, device: Any, name: str, wanted: frozenset[str] | None
     ) -> Parent | None:
         text = self._xml(device, name)
@@ -292,19 +297,23 @@ class NodeDevices:
 
     # -- following a parent's mdevs through sysfs ----------------------
 
-    def _follow(self, conn: Any, names: set[str]) -> bool:
+    def follow_dirs(self, conn: Any, names: set[str]) -> set[str] | None:
         """The mdevs of parents ``names`` as their sysfs directories list
         the running ones (:class:`~.mdev_dirs.MdevDirs`): a lookup per
-        mdev made, gone, made again or started. False, with the rest
-        left to a full listing, where sysfs or libvirt cannot tell."""
+        mdev made, gone, made again or started. Returns the parents whose
+        directories changed; None, with the rest left to a full listing,
+        where sysfs or libvirt cannot tell."""
         pending: set[str] = set()
+        moved: set[str] = set()
         for name in sorted(names):
             path = self.reader.path_of(name)
             known = dict(self.mdevs.of_parent(name))
             stopped = self.mdevs.stopped_on(name)
             seen = self.dirs.follow(name, path, known, stopped)
             if seen is None:
-                return False
+                return None
+            if seen.made_again or seen.new or seen.not_running:
+                moved.add(name)
             for uuid in seen.made_again:
                 self.drop(known.pop(uuid))
             for uuid in seen.new:
@@ -319,7 +328,7 @@ class NodeDevices:
                 mdev = known[uuid]
                 state = self.listing.state_of(conn, mdev.name)
                 if state is None:
-                    return False
+                    return None
                 if state == "running":
                     pending.add(name)  # libvirt has not seen it stop yet
                 elif state == "defined":
@@ -330,26 +339,5 @@ class NodeDevices:
                     )
                 else:
                     self.drop(mdev)
-        self._pending = pending
-        return True
-
-
-def _named(
-    names: set[str] | None,
-    also: set[str],
-    listed: Listed,
-    mdevs: MdevCache,
-    last: Callable[[str], Parent | None],
-) -> set[str] | None:
-    """The parents whose XML a reading reads (None: all): those the
-    events' ``names`` name, and ``also`` (those sysfs and libvirt did not
-    agree on yet, those the adapter changed); see
-    :func:`.parents_named`."""
-    if names is None:
-        return None
-    return parents_named(
-        names | also,
-        {name for name, _ in listed},
-        lambda name: mdev.parent if (mdev := mdevs.get(name)) else None,
-        last,
-    )
+        self.pending = pending
+        return moved

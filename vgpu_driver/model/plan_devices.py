@@ -16,6 +16,7 @@ from vgpu_driver.model.config import DeviceConfig
 from vgpu_driver.model.counting import tally
 from vgpu_driver.model.device import (
     HostInventory,
+    Mdev,
     Parent,
     PhysicalFunction,
     PlainSriovGpu,
@@ -44,6 +45,9 @@ class Device:
     several: bool = False
     # type id -> how many the card holds when empty, where known
     card_max: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # type id -> its mdevs defined and not running (among ``existing``;
+    # they take no room until started: the room counts them already)
+    stopped: Mapping[str, int] = dataclasses.field(default_factory=dict)
 
     def share(self, type_id: str, percent: int, used: int) -> int:
         """More units of a type its ``card_share`` lets it take: its
@@ -94,6 +98,17 @@ def _from_gpu(
         supported=tuple(dict.fromkeys(t for m in members for t in m.type_ids)),
         available=available,
     )
+
+
+def _with_stopped(devices: list[Device], stopped: list[Mdev]) -> list[Device]:
+    """``devices`` with the mdevs ``stopped`` on each plain parent."""
+    found: dict[str, Counter[str]] = {}
+    for mdev in stopped:
+        found.setdefault(mdev.parent, Counter())[mdev.type_id] += 1
+    return [
+        dataclasses.replace(d, stopped=found[d.name]) if d.name in found else d
+        for d in devices
+    ]
 
 
 def by_device(
@@ -173,6 +188,9 @@ def devices_of(inventory: HostInventory, config: DeviceConfig) -> list[Device]:
         for p in inventory.parents
         if not p.physical_function
     ]
+    stopped = [m for m in inventory.mdevs if not m.active]
+    if stopped:
+        devices = _with_stopped(devices, stopped)
     gpus = sorted(inventory.vf_parent_gpus())
     devices += [
         _from_gpu(

@@ -105,7 +105,7 @@ def _total(
     its GPU holds (VF parents) and what ``max_instances`` still grants;
     never less than what is in use."""
     type_id = type_cfg.type_id
-    total = device.existing[type_id] + device.available.get(type_id, 0)
+    total = _holds(device, type_id)
     reason = None
     limit = device.limits.get(type_id)
     most = device.capabilities(type_id).max_instance
@@ -142,6 +142,14 @@ def _total(
             reason = f"[{type_cfg.group}] max_instances is reached"
         total = used + granted
     return max(total, used), reason, limit
+
+
+def _holds(device: Device, type_id: str) -> int:
+    """What exists of the type on the device and the room for more: the
+    mdevs defined and not running take none of the room until they
+    start, so they count once (in the room)."""
+    room = device.available.get(type_id, 0)
+    return device.existing[type_id] - device.stopped.get(type_id, 0) + room
 
 
 def _reserved(
@@ -219,7 +227,7 @@ def used_units(
     type_id = type_cfg.type_id
     by_guests = held.get(device.name, {}).get(type_id, 0)
     if not device.gpu:
-        has = device.existing[type_id] + device.available.get(type_id, 0)
+        has = _holds(device, type_id)
         most = device.capabilities(type_id).max_instance
         by_guests = min(by_guests, has if most is None else min(has, most))
     by_placement = allocated.get(rp_name, {}).get(type_cfg.resource_class, 0)
