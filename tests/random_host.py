@@ -5,6 +5,7 @@ a service runs it; and the checks the tests of such sequences make."""
 
 from __future__ import annotations
 
+import json
 import random
 import uuid
 from collections import Counter
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import libvirt
 
-from benchmarks.common import conf_for, dense
+from benchmarks.common import conf_for
 from benchmarks.service import FREE, Service
 from tests.domains import hand_made_domain_xml
 from vgpu_driver.exception import DeviceCapacityExhausted
@@ -40,11 +41,19 @@ class RandomHost:
         tmp: Path,
         making: bool = False,
         remove_unused: bool = False,
+        described: bool = True,
     ) -> None:
         """``making``: no free mdev, and those released removed (each
         bind makes its mdev, each release removes it). ``remove_unused``:
-        the free mdevs there, those released removed."""
-        description = dense(2, 4 if making else 6 + FREE, 4)
+        the free mdevs there, those released removed. ``described``
+        False: its type has no name and no description, as Intel GVT-g's
+        and mtty's have none (nothing says how many a pGPU holds)."""
+        raw = hostdesc.dense_raw(2, 4 if making else 6 + FREE, 4)
+        if not described:
+            for parent in raw["parents"]:
+                for mdev_type in parent["types"]:
+                    del mdev_type["name"], mdev_type["description"]
+        description = hostdesc.parse(json.dumps(raw), "bench")
         uri, sysfs = hostdesc.materialize(description, tmp)
         self.conn = MdevConnection(uri, description, sysfs=Path(sysfs))
         conf = conf_for(description.config, tmp)

@@ -158,24 +158,37 @@ def _auditing(stress: Stress, once: bool = False) -> None:
 
 
 @pytest.mark.parametrize(
-    ("seed", "making", "beside"),
-    [(s, False, None) for s in range(6)]
-    + [(s, True, None) for s in range(4)]
-    + [(s, False, _restoring) for s in range(6)]
-    + [(s, making, _auditing) for s in range(3) for making in (False, True)]
-    + [(s, False, _scraping) for s in range(4)]
-    + [(s, making, _syncing) for s in range(2) for making in (False, True)],
+    ("seed", "making", "beside", "described"),
+    [(s, False, None, True) for s in range(6)]
+    + [(s, True, None, True) for s in range(4)]
+    + [(s, False, _restoring, True) for s in range(6)]
+    + [
+        (s, making, _auditing, True)
+        for s in range(3)
+        for making in (False, True)
+    ]
+    + [(s, False, _scraping, True) for s in range(4)]
+    + [
+        (s, making, _syncing, described)
+        for s in range(2)
+        for making in (False, True)
+        for described in (True, False)
+    ],
 )
 def test_spawns_and_deletes_in_threads_beside_the_refresh(
-    tmp_path, monkeypatch, seed, making, beside
+    tmp_path, monkeypatch, seed, making, beside, described
 ):
     """``making``: no free mdev; each bind makes its mdev, each release
     removes it. ``beside``: a tool run again and again beside it all
     (``restore``; ``audit --fix``, with one spawn in ten dying after its
     bind: their claims must all be dropped, none of a live one; a
-    metrics scrape; ``sync --periodic``)."""
+    metrics scrape; ``sync --periodic``). ``described`` False: nothing
+    says how many its type a pGPU holds (no ``max_instance`` to cap a
+    total at), as on Intel GVT-g."""
     _thread_safe_model(monkeypatch)
-    host = RandomHost(random.Random(seed), tmp_path, making)
+    host = RandomHost(
+        random.Random(seed), tmp_path, making, described=described
+    )
     stress = Stress(host, seed)
     tools = []
     if beside is not None:
