@@ -127,3 +127,21 @@ def test_an_mdev_defined_and_not_running_counts_once():
         if p.type_id == GVTG
     ]
     assert plan.total == holds
+
+
+def test_where_no_directory_can_be_read_the_room_stands(tmp_path, monkeypatch):
+    """A host whose parents' sysfs directories cannot be read (Nova's
+    fake libvirt in its functional tests has none): nothing tells the
+    room from a torn one, so the full listing's stands, as it did; it
+    is not taken away (Nova's own vGPU suite spawned nothing when it
+    was)."""
+    from vgpu_driver.host import mdev_dirs
+
+    host, _conn = modelled_host(tmp_path, "gvtg")
+    read = host.discover(rescan_guests=True)
+    [parent] = read.parents
+    room = parent.type(GVTG).available
+    assert room > 0
+    monkeypatch.setattr(mdev_dirs, "_running", lambda _path, _before: None)
+    again = host.discover(rescan_guests=True)
+    assert again.parent(parent.name).type(GVTG).available == room

@@ -63,9 +63,14 @@ class MdevDirs:
     def unchanged(self, name: str, path: Path | None) -> bool:
         """Does parent ``name``'s directory list the mdevs it listed
         when last followed, each in the same directory? (Read around
-        another read, it says that read saw them as they are.)"""
+        another read, it says that read saw them as they are.) True
+        where it was never followed or cannot be read: nothing tells
+        otherwise."""
         before = self._inodes.get(name)
-        return before is not None and _running(path, before) == before
+        if before is None:
+            return True
+        now = _running(path, before)
+        return now is None or now == before
 
 
 def _running(

@@ -57,23 +57,12 @@ def rooms_after_listing(
 ) -> None:
     """After a full listing (the mdevs, then each parent's XML): the
     parents whose rooms no ``max_instance`` bounds followed through
-    their directories and read again (:func:`rooms_again`); where
-    that fails, they offer no room until the next reading."""
+    their directories and read again (:func:`rooms_again`). Where their
+    directories cannot be read, the listing stands as it is."""
     names = {p.name for p in parents if unbounded(p, wanted)}
-    if not names or (
-        devices.follow_dirs(conn, names) is not None
-        and rooms_again(
-            devices,
-            conn,
-            dict(devices.listing.parents(conn, bus)),
-            parents,
-            names,
-            wanted,
-        )
-    ):
-        return
-    parents[:] = [no_room(p) if p.name in names else p for p in parents]
-    devices.pending |= names
+    if names and devices.follow_dirs(conn, names) is not None:
+        listed = dict(devices.listing.parents(conn, bus))
+        rooms_again(devices, conn, listed, parents, names, wanted)
 
 
 def rooms_again(
@@ -105,7 +94,7 @@ def rooms_again(
                 return False
             parents[at[name]] = again
             if devices.dirs.unchanged(name, devices.reader.path_of(name)):
-                break
+                break  # (or the directory cannot be read: it stands)
             if devices.follow_dirs(conn, {name}) is None:
                 return False
             pending.discard(name)
