@@ -16,7 +16,6 @@ from vgpu_driver.model.config import DeviceConfig
 from vgpu_driver.model.counting import tally
 from vgpu_driver.model.device import (
     HostInventory,
-    Mdev,
     Parent,
     PhysicalFunction,
     PlainSriovGpu,
@@ -100,17 +99,6 @@ def _from_gpu(
     )
 
 
-def _with_stopped(devices: list[Device], stopped: list[Mdev]) -> list[Device]:
-    """``devices`` with the mdevs ``stopped`` on each plain parent."""
-    found: dict[str, Counter[str]] = {}
-    for mdev in stopped:
-        found.setdefault(mdev.parent, Counter())[mdev.type_id] += 1
-    return [
-        dataclasses.replace(d, stopped=found[d.name]) if d.name in found else d
-        for d in devices
-    ]
-
-
 def by_device(
     inventory: HostInventory, counts: Mapping[str, Mapping[str, int]]
 ) -> dict[str, Counter[str]]:
@@ -168,18 +156,23 @@ def _from_plain(gpu: PlainSriovGpu) -> Device:
     )
 
 
-_WHERE = operator.attrgetter("parent", "type_id")
+_WHERE = operator.attrgetter("parent", "type_id", "active")
 
 
 def devices_of(inventory: HostInventory, config: DeviceConfig) -> list[Device]:
     """Every device of the reading, each with the mdevs on it."""
     on_parent: dict[str, Counter[str]] = {}
-    pairs = tally(map(_WHERE, inventory.mdevs))
-    for (parent, type_id), n in pairs.items():
+    stopped: dict[str, Counter[str]] = {}
+    # (one pass over the mdevs: those stopped counted with the rest)
+    for (parent, type_id, active), n in tally(
+        map(_WHERE, inventory.mdevs)
+    ).items():
         counts = on_parent.get(parent)
         if counts is None:
             counts = on_parent[parent] = Counter()
-        counts[type_id] = n
+        counts[type_id] += n
+        if not active:
+            stopped.setdefault(parent, Counter())[type_id] = n
     # regrouped once per parent, not once per mdev
     on_device = by_device(inventory, on_parent)
     nothing: Counter[str] = Counter()  # (read, never changed)
@@ -188,9 +181,13 @@ def devices_of(inventory: HostInventory, config: DeviceConfig) -> list[Device]:
         for p in inventory.parents
         if not p.physical_function
     ]
-    stopped = [m for m in inventory.mdevs if not m.active]
     if stopped:
-        devices = _with_stopped(devices, stopped)
+        devices = [
+            dataclasses.replace(d, stopped=stopped[d.name])
+            if d.name in stopped
+            else d
+            for d in devices
+        ]
     gpus = sorted(inventory.vf_parent_gpus())
     devices += [
         _from_gpu(
